@@ -1,0 +1,61 @@
+# Phoenix top-level build.  Each part adds its own rules from <part>/build.mk;
+# TESTS collects the test targets that `make test` runs in order.
+#
+#   make            build libphoenix, libphxfile, phxfs and the tools
+#   make run        install dependencies, build, mount phxfs at /mnt/phx
+#   make test       install dependencies, build, run every CPU suite
+#   make test-gpu   the same suites against CUDA devices (GPU machine)
+#   make check-asan the userspace suites under ASan + UBSan
+
+BUILD ?= build
+PREFIX ?= /usr/local
+CC ?= gcc
+SAN ?=
+
+WARN := -Wall -Wextra -Werror -Wno-unused-parameter -Wshadow \
+	-Wmissing-prototypes -Wstrict-prototypes
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu11 -fPIC -pthread $(WARN) -D_GNU_SOURCE -MMD -MP
+ifeq ($(SAN),1)
+BUILD := build-asan
+CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer \
+	-fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+LDLIBS := -ldl -pthread
+
+TESTS :=
+ALL :=
+
+.PHONY: all deps test test-gpu check-asan run install clean format
+all: build-all
+
+include lib/build.mk
+-include phxfs/build.mk
+-include python/build.mk
+-include kmod/build.mk
+
+build-all: $(ALL)
+
+deps:
+	@sh scripts/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -k $(TESTS)
+
+test-gpu:
+	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod,$(TESTS))
+
+check-asan: deps
+	@$(MAKE) --no-print-directory SAN=1 test-lib
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@sh scripts/run.sh
+
+clean:
+	rm -rf build build-asan
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' | grep -v '^kmod/')

@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * phoenix.h - the whole public API of libphoenix.
+ *
+ * libphoenix moves bytes between files and device (GPU) memory without a
+ * host buffer as large as the transfer.  It knows three kinds of device:
+ *
+ *   cuda  NVIDIA GPUs through the CUDA driver API (loaded with dlopen).
+ *   sim   a simulated device whose memory lives in host RAM, with a
+ *         capacity, explicit asynchronous copies and streams, so that every
+ *         feature runs where there is no GPU.
+ *   kmod  device memory that the phx.ko kernel module exposes as
+ *         ZONE_DEVICE pages; transfers to it are peer-to-peer.
+ *
+ * Conventions:
+ *   - every name starts with phx_ / PHX_;
+ *   - functions return 0 (or a count) on success and a negative errno on
+ *     failure; nothing is reported through the global errno;
+ *   - phx_strerror_last() gives a one-line, human-readable description of the
+ *     last failure in the calling thread (what, where, why, what next);
+ *   - objects are opaque; whoever creates one destroys it;
+ *   - unless a function says otherwise it is thread-safe, and functions that
+ *     move data block until the data has moved.
+ */
+#ifndef PHOENIX_H
+#define PHOENIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PHX_VERSION_MAJOR 0
+#define PHX_VERSION_MINOR 1
+#define PHX_VERSION_PATCH 0
+
+/* A device address: a CUdeviceptr on cuda, an opaque address on sim/kmod. */
+typedef uint64_t phx_dptr_t;
+
+struct phx_device;
+struct phx_buf;
+struct phx_stream;
+struct phx_batch;
+
+enum phx_device_kind {
+	PHX_DEVICE_NONE = 0,
+	PHX_DEVICE_CUDA = 1,
+	PHX_DEVICE_SIM = 2,
+	PHX_DEVICE_KMOD = 3,
+};
+
+/* The data path that moved (the bulk of) a transfer's bytes. */
+enum phx_path {
+	PHX_PATH_NONE = 0,     /* nothing moved (length 0, or EOF) */
+	PHX_PATH_STAGED = 1,   /* O_DIRECT io_uring into pinned staging */
+	PHX_PATH_BUFFERED = 2, /* page-cache io_uring into pinned staging */
+	PHX_PATH_P2P = 3,      /* straight between disk and device memory */
+	PHX_PATH_MEMCPY = 4,   /* host memory <-> device copy, no file */
+};
+
+struct phx_device_info {
+	char name[16];		   /* "gpu0", "sim0", "phx0": phxfs's dir */
+	enum phx_device_kind kind; /* backend */
+	int index;		   /* ordinal within the backend */
+	char model[64];		   /* "NVIDIA H200", "simulated" */
+	uint64_t capacity;	   /* bytes of device memory */
+	uint64_t used;		   /* bytes held by libphoenix buffers */
+	uint64_t free;		   /* bytes the device reports free */
+	int numa_node;		   /* host NUMA node closest to it, or -1 */
+};
+
+/* ---- library -------------------------------------------------------- */
+
+/**
+ * phx_version() - the library version as "MAJOR.MINOR.PATCH".
+ */
+const char *phx_version(void);
+
+/**
+ * phx_strerror_last() - describe the last failure of the calling thread.
+ *
+ * Returns a one-line message owned by the library, valid until the next
+ * libphoenix call in this thread.  Never NULL ("" when nothing failed).
+ */
+const char *phx_strerror_last(void);
+
+/**
+ * phx_default_kind() - the device kind that phx_device_open(NULL) picks.
+ * @why: if not NULL, receives a static string explaining the choice
+ *	 ("PHX_DEVICE=sim", "no usable CUDA driver: libcuda.so.1 not found").
+ *
+ * PHX_DEVICE=cuda|sim|kmod forces a kind; otherwise cuda when a GPU is
+ * usable, else sim.  Thread-safe; probes the CUDA driver once.
+ */
+enum phx_device_kind phx_default_kind(const char **why);
+
+/**
+ * phx_kind_name() - "cuda", "sim", "kmod" or "none".
+ */
+const char *phx_kind_name(enum phx_device_kind kind);
+
+/**
+ * phx_path_name() - "staged", "buffered", "p2p", "memcpy" or "none".
+ */
+const char *phx_path_name(enum phx_path path);
+
+/* ---- devices -------------------------------------------------------- */
+
+/**
+ * phx_device_list() - enumerate the devices of one kind.
+ * @kind: PHX_DEVICE_NONE means the default kind (phx_default_kind()).
+ * @infos: array to fill, may be NULL when @max is 0.
+ * @max: capacity of @infos.
+ *
+ * Returns the number of devices of that kind (which may exceed @max), or
+ * -ENODEV when the backend is unusable (no driver, no GPU, no module).
+ * The number of simulated devices is PHX_SIM_DEVICES (default 1).
+ */
+int phx_device_list(enum phx_device_kind kind, struct phx_device_info *infos,
+		    int max);
+
+/**
+ * phx_device_open() - open a device by name.
+ * @name: "gpu0", "sim1", "phx0", "cuda:0", "sim:1", or NULL / "" for
+ *	  device 0 of the default kind.
+ * @out: receives the device.
+ *
+ * Devices are reference counted: opening the same device twice returns
+ * the same object with its count raised; each open needs a close.
+ * Returns 0, -ENODEV (no such device or backend unusable) or -EINVAL.
+ */
+int phx_device_open(const char *name, struct phx_device **out);
+
+/**
+ * phx_device_close() - drop a reference taken by phx_device_open().
+ *
+ * The last close releases the device; all its buffers, streams and batches
+ * must have been freed by then.
+ */
+void phx_device_close(struct phx_device *dev);
+
+/**
+ * phx_device_info() - current description of @dev (capacity and use).
+ */
+int phx_device_info(struct phx_device *dev, struct phx_device_info *info);
+
+/**
+ * phx_device_kind() - the backend of @dev.
+ */
+enum phx_device_kind phx_device_kind(const struct phx_device *dev);
+
+/**
+ * phx_device_native() - the backend's own handle for @dev.
+ *
+ * cuda: the CUcontext (primary context) as a pointer; sim/kmod: NULL.
+ */
+void *phx_device_native(struct phx_device *dev);
+
+/**
+ * phx_device_set_limit() - cap the bytes libphoenix may hold on @dev.
+ * @limit: bytes; 0 means the device's capacity.
+ *
+ * Allocations and growth that would pass the cap fail with -ENOSPC.
+ * phxfs uses it for its reserve.
+ */
+int phx_device_set_limit(struct phx_device *dev, uint64_t limit);
+
+/* ---- buffers -------------------------------------------------------- */
+
+enum phx_buf_flags {
+	/*
+	 * Device memory is committed only where data is written (by a
+	 * transfer, a copy or phx_buf_commit()); reads of never-written
+	 * ranges return zeros.  Without it the whole size is committed.
+	 */
+	PHX_BUF_SPARSE = 1 << 0,
+};
+
+/**
+ * phx_buf_alloc() - allocate device memory.
+ * @dev: device.
+ * @size: bytes (0 allowed: an empty buffer that can grow).
+ * @flags: enum phx_buf_flags.
+ * @out: receives the buffer.
+ *
+ * Memory is reserved in address space for growth and backed in chunks,
+ * so phx_buf_resize() never copies.  Returns 0, -ENOSPC (device out of
+ * memory or over the limit), -EFBIG (size beyond what can be reserved),
+ * -ENOMEM (host memory) or -EIO (driver failure).
+ */
+int phx_buf_alloc(struct phx_device *dev, uint64_t size, unsigned int flags,
+		  struct phx_buf **out);
+
+/**
+ * phx_buf_free() - release a buffer and its device memory.
+ *
+ * The buffer must not be in use by an unfinished transfer.  Memory
+ * shared with other processes (phx_buf_send()) stays alive until they
+ * free their imported buffers too.
+ */
+void phx_buf_free(struct phx_buf *buf);
+
+/**
+ * phx_buf_resize() - grow or shrink a buffer, keeping its contents.
+ * @size: new size in bytes.
+ *
+ * Bytes beyond the old size read as zeros.  Growing may move the buffer
+ * to a new device address (the old one becomes invalid) but never copies
+ * data.  Not safe against concurrent transfers on the same buffer.
+ * Returns 0, -ENOSPC or -EFBIG.
+ */
+int phx_buf_resize(struct phx_buf *buf, uint64_t size);
+
+/**
+ * phx_buf_commit() - make sure [off, off + len) is backed by device memory.
+ *
+ * Needed before writing a sparse buffer through its device address from
+ * outside libphoenix (a kernel, another library).  Returns 0, -ENOSPC or
+ * -ERANGE.
+ */
+int phx_buf_commit(struct phx_buf *buf, uint64_t off, uint64_t len);
+
+/**
+ * phx_buf_size() - the buffer's size in bytes.
+ */
+uint64_t phx_buf_size(const struct phx_buf *buf);
+
+/**
+ * phx_buf_committed() - bytes of device memory the buffer holds now.
+ */
+uint64_t phx_buf_committed(const struct phx_buf *buf);
+
+/**
+ * phx_buf_dptr() - the buffer's device address.
+ *
+ * Valid until the buffer is resized or freed.  On sim it addresses the
+ * simulated device: pass it to libphoenix, do not dereference it.
+ */
+phx_dptr_t phx_buf_dptr(const struct phx_buf *buf);
+
+/**
+ * phx_buf_host_view() - a host pointer to the buffer's memory, if any.
+ *
+ * sim and kmod buffers are host-addressable (sim through its backing
+ * memory, kmod through the module's mapping); cuda returns NULL.  Like
+ * phx_buf_dptr() it is invalidated by resize and free, and bytes in
+ * never-committed ranges of a sparse sim buffer read as zeros.
+ */
+void *phx_buf_host_view(struct phx_buf *buf);
+
+/**
+ * phx_buf_device() - the device a buffer lives on (no new reference).
+ */
+struct phx_device *phx_buf_device(const struct phx_buf *buf);
+
+/**
+ * phx_buf_send() - share a buffer with another process.
+ * @sock: a connected AF_UNIX stream socket.
+ *
+ * Sends the buffer's size, layout and memory handles (file descriptors
+ * over SCM_RIGHTS).  The receiver calls phx_buf_recv().  Blocks until
+ * everything is sent.  Returns 0 or a negative errno.
+ */
+int phx_buf_send(struct phx_buf *buf, int sock);
+
+/**
+ * phx_buf_recv() - open a buffer that another process sent.
+ * @dev: the same device the sender's buffer is on (by name).
+ * @sock: the socket the sender used.
+ * @out: receives an imported buffer that maps the same memory.
+ *
+ * The imported buffer reads and writes the sender's memory in place; it
+ * cannot be resized, and freeing it releases only this mapping.
+ */
+int phx_buf_recv(struct phx_device *dev, int sock, struct phx_buf **out);
+
+/* ---- transfers ------------------------------------------------------ */
+
+enum phx_op {
+	PHX_OP_READ = 0,  /* file -> device */
+	PHX_OP_WRITE = 1, /* device -> file */
+};
+
+/*
+ * One transfer.  The destination is @buf + @buf_off when @buf is set,
+ * otherwise the raw device address @dptr on @dev (memory libphoenix did
+ * not allocate, e.g. a framework's tensor).
+ */
+struct phx_io {
+	enum phx_op op;
+	int fd;		      /* any readable/writable fd, O_DIRECT or not */
+	int64_t file_off;     /* >= 0, any alignment */
+	struct phx_buf *buf;  /* or NULL and @dptr */
+	uint64_t buf_off;     /* offset in @buf */
+	phx_dptr_t dptr;      /* used when @buf is NULL */
+	uint64_t len;	      /* bytes */
+	/* filled in on completion */
+	int64_t result;	      /* bytes moved or negative errno */
+	enum phx_path path;   /* data path that moved the bulk of them */
+	void *user_data;      /* untouched */
+};
+
+/**
+ * phx_io_run() - perform one transfer synchronously.
+ * @dev: the device of the destination.
+ * @io: the transfer; result and path are filled in.
+ *
+ * Reads are short only at end of file (result < len); writes extend the
+ * file.  Host memory used is bounded by the staging settings, whatever
+ * the length.  Returns io->result.
+ */
+int64_t phx_io_run(struct phx_device *dev, struct phx_io *io);
+
+/**
+ * phx_read() - read @len bytes of @fd at @file_off into @buf at @buf_off.
+ *
+ * Blocks.  Returns the bytes read (short only at EOF) or a negative errno:
+ * -EBADF (fd not open for reading), -ERANGE (range outside the buffer),
+ * -ENOSPC (a sparse buffer could not be backed), -EIO.
+ */
+int64_t phx_read(struct phx_buf *buf, uint64_t buf_off, int fd,
+		 int64_t file_off, uint64_t len);
+
+/**
+ * phx_write() - write @len bytes of @buf at @buf_off to @fd at @file_off.
+ *
+ * Blocks.  Returns the bytes written or a negative errno.
+ */
+int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
+		  int64_t file_off, uint64_t len);
+
+/**
+ * phx_memcpy_to_buf() - copy host memory into a buffer (commits as needed).
+ *
+ * Blocks until the copy is done.  @src may be any host memory.
+ */
+int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off, const void *src,
+		      uint64_t len);
+
+/**
+ * phx_memcpy_from_buf() - copy part of a buffer into host memory.
+ *
+ * Never-committed ranges of sparse buffers read as zeros.  Blocks.
+ */
+int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
+			uint64_t len);
+
+/**
+ * phx_memcpy_buf() - device-to-device copy between two buffers.
+ *
+ * The buffers may be on different devices of the same kind (a peer copy
+ * on cuda).  Blocks.
+ */
+int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off, struct phx_buf *src,
+		   uint64_t src_off, uint64_t len);
+
+/* ---- batches -------------------------------------------------------- */
+
+enum phx_batch_flags {
+	/* wait by spinning on completions instead of sleeping */
+	PHX_BATCH_POLL = 1 << 0,
+};
+
+/**
+ * phx_batch_create() - a context for submitting many transfers at once.
+ * @dev: device of all destinations.
+ * @depth: most transfers in flight (0: the default queue depth).
+ * @flags: enum phx_batch_flags.
+ *
+ * A batch is used by one thread at a time.
+ */
+int phx_batch_create(struct phx_device *dev, unsigned int depth,
+		     unsigned int flags, struct phx_batch **out);
+
+/**
+ * phx_batch_submit() - start @n transfers.
+ *
+ * The array must stay valid until each entry completed (phx_batch_wait()
+ * returns it).  Returns @n or a negative errno if nothing was started.
+ */
+int phx_batch_submit(struct phx_batch *batch, struct phx_io *ios,
+		     unsigned int n);
+
+/**
+ * phx_batch_wait() - drive the batch until @min entries have completed.
+ * @done: array receiving pointers to completed entries (may be NULL).
+ * @max: capacity of @done.
+ * @timeout_ms: -1 waits for ever, 0 only collects what is done.
+ *
+ * Each completed entry has result and path set; a failed entry does not
+ * stop the others.  Returns the number of entries completed by this call
+ * (at most @max when @done is set), or a negative errno.
+ */
+int phx_batch_wait(struct phx_batch *batch, unsigned int min,
+		   struct phx_io **done, unsigned int max, int timeout_ms);
+
+/**
+ * phx_batch_destroy() - wait for what is in flight and free the batch.
+ */
+void phx_batch_destroy(struct phx_batch *batch);
+
+/* ---- streams -------------------------------------------------------- */
+
+/**
+ * phx_stream_create() - a device stream (an ordered queue of work).
+ */
+int phx_stream_create(struct phx_device *dev, struct phx_stream **out);
+
+/**
+ * phx_stream_wrap() - use a stream created elsewhere (a CUstream on cuda,
+ * e.g. torch.cuda.current_stream().cuda_stream; a phx_stream_native() on
+ * sim).  NULL means the device's default stream.  Destroying the wrapper
+ * does not destroy the native stream.
+ */
+int phx_stream_wrap(struct phx_device *dev, void *native,
+		    struct phx_stream **out);
+
+/**
+ * phx_stream_native() - the backend's handle for @stream (CUstream on cuda).
+ */
+void *phx_stream_native(struct phx_stream *stream);
+
+/**
+ * phx_stream_sync() - wait until all work queued on @stream is done.
+ */
+int phx_stream_sync(struct phx_stream *stream);
+
+/**
+ * phx_stream_destroy() - wait for @stream's work, then free it.
+ */
+void phx_stream_destroy(struct phx_stream *stream);
+
+/**
+ * phx_io_enqueue() - a stream-ordered transfer.
+ * @stream: the transfer starts when @stream reaches this point, and work
+ *	    queued after it waits until it is done.
+ * @op: PHX_OP_READ or PHX_OP_WRITE.
+ * @dptr: device address of the buffer base.
+ * @len, @file_off, @buf_off: read when the stream reaches the transfer
+ *	    (not when it is queued), as cuFileReadAsync does.
+ * @bytes_done: written with the bytes moved or a negative errno when the
+ *	    transfer completes.
+ *
+ * All pointers must stay valid until then.  Returns 0 when queued.
+ */
+int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
+		   phx_dptr_t dptr, const uint64_t *len,
+		   const int64_t *file_off, const int64_t *buf_off,
+		   int64_t *bytes_done);
+
+/* ---- settings ------------------------------------------------------- */
+
+/*
+ * Tunables, each with an environment override read once at first use:
+ *
+ *   PHX_DEVICE         cuda | sim | kmod     default kind
+ *   PHX_SIM_DEVICES    1                     number of simulated devices
+ *   PHX_SIM_CAPACITY   4G                    bytes per simulated device
+ *   PHX_STAGING_SIZE   64M                   pinned staging per engine
+ *   PHX_CHUNK_SIZE     4M                    bytes per staged I/O
+ *   PHX_QUEUE_DEPTH    16                    io_uring requests in flight
+ *   PHX_ALLOC_CHUNK    64M                   largest device backing chunk
+ *   PHX_DIRECT         auto | on | off       O_DIRECT use
+ *   PHX_HOT_FRACTION   50                    % cached that counts as hot
+ */
+struct phx_settings {
+	uint64_t staging_size;
+	uint64_t chunk_size;
+	unsigned int queue_depth;
+	uint64_t alloc_chunk;
+	int direct; /* -1 auto, 0 off, 1 on */
+	unsigned int hot_fraction;
+	unsigned int sim_devices;
+	uint64_t sim_capacity;
+};
+
+/**
+ * phx_settings_get() - the settings in force (defaults + environment).
+ */
+void phx_settings_get(struct phx_settings *out);
+
+/**
+ * phx_parse_size() - parse "4096", "64K", "4M", "1G", "2T" into bytes.
+ * Returns 0 or -EINVAL.
+ */
+int phx_parse_size(const char *s, uint64_t *out);
+
+/* ---- statistics ----------------------------------------------------- */
+
+struct phx_stats {
+	uint64_t bytes[5]; /* bytes moved, indexed by enum phx_path */
+	uint64_t ios;	   /* transfers completed */
+	uint64_t errors;   /* transfers that failed */
+	uint64_t pinned_bytes; /* staging memory pinned now */
+};
+
+/**
+ * phx_stats_get() - counters for @dev since it was opened.
+ */
+void phx_stats_get(struct phx_device *dev, struct phx_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PHOENIX_H */
