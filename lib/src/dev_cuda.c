@@ -1,0 +1,999 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dev_cuda.c - the cuda backend: NVIDIA GPUs through the CUDA driver API.
+ *
+ * libcuda.so.1 is loaded with dlopen() at the first probe, so libphoenix has
+ * no link-time dependency on the driver and runs (on sim) where there is
+ * none.  Every entry point is resolved by its versioned symbol name
+ * (cuMemGetInfo_v2, cuMemcpyHtoDAsync_v2, ...): cuda.h turns the plain
+ * names into those with macros, and dlsym() does not see macros.  The
+ * non-"_ptsz" variants are used, so stream handle NULL is the legacy
+ * default stream, as in a program built with nvcc's defaults.
+ *
+ * Built against <cuda.h> when the toolkit is present (PHX_HAVE_CUDA_H);
+ * otherwise the few types this file needs are declared below with the
+ * driver's ABI.
+ *
+ * Each device uses its primary context, the one the CUDA runtime and
+ * frameworks such as PyTorch share, so device addresses can be exchanged
+ * with them.  Every op binds that context to the calling thread first, so
+ * all of them may be called from any thread.
+ *
+ * Memory comes from the virtual-memory API: cuMemAddressReserve for the
+ * address range, cuMemCreate for each physical chunk (requested exportable
+ * as a POSIX file descriptor), cuMemMap + cuMemSetAccess to back a range.
+ * cuMemCreate does not clear memory, and a chunk must read as zeros before
+ * buf.c maps it anywhere (an imported chunk must not be cleared, so
+ * chunk_map cannot do it): chunk_create maps each new chunk at a scratch
+ * address, clears it on a private stream, waits and unmaps it.
+ *
+ * Device-to-device copies use cuMemcpyAsync, which relies on unified
+ * addressing (always on for 64-bit Linux) to find the devices of both
+ * pointers; between two GPUs the driver copies peer to peer where the
+ * hardware allows it and through host memory where it does not.
+ */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifdef PHX_HAVE_CUDA_H
+#include <cuda.h>
+#else
+/*
+ * The subset of cuda.h this file uses, with the driver's ABI (CUDA 11.2
+ * and later).  Prototypes only serve __typeof__ below; nothing links them.
+ */
+typedef enum cudaError_enum {
+	CUDA_SUCCESS = 0,
+	CUDA_ERROR_INVALID_VALUE = 1,
+	CUDA_ERROR_OUT_OF_MEMORY = 2,
+	CUDA_ERROR_NOT_INITIALIZED = 3,
+	CUDA_ERROR_NO_DEVICE = 100,
+	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_NOT_READY = 600,
+	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+	CUDA_ERROR_NOT_PERMITTED = 800,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
+} CUresult;
+
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef void (*CUhostFn)(void *userData);
+
+typedef enum CUdevice_attribute_enum {
+	CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+	CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
+	CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID = 134,
+} CUdevice_attribute;
+
+typedef enum CUmemAllocationHandleType_enum {
+	CU_MEM_HANDLE_TYPE_NONE = 0x0,
+	CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1,
+} CUmemAllocationHandleType;
+
+typedef enum CUmemAccess_flags_enum {
+	CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3,
+} CUmemAccess_flags;
+
+typedef enum CUmemLocationType_enum {
+	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+} CUmemLocationType;
+
+typedef enum CUmemAllocationType_enum {
+	CU_MEM_ALLOCATION_TYPE_PINNED = 0x1,
+} CUmemAllocationType;
+
+typedef enum CUmemAllocationGranularity_flags_enum {
+	CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
+	CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1,
+} CUmemAllocationGranularity_flags;
+
+typedef struct CUmemLocation_st {
+	CUmemLocationType type;
+	int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp_st {
+	CUmemAllocationType type;
+	CUmemAllocationHandleType requestedHandleTypes;
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUmemAccessDesc_st {
+	CUmemLocation location;
+	CUmemAccess_flags flags;
+} CUmemAccessDesc;
+
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+
+CUresult cuInit(unsigned int flags);
+CUresult cuDriverGetVersion(int *version);
+CUresult cuGetErrorName(CUresult error, const char **str);
+CUresult cuDeviceGetCount(int *count);
+CUresult cuDeviceGet(CUdevice *device, int ordinal);
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+CUresult cuCtxGetCurrent(CUcontext *pctx);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
+CUresult cuMemGetAllocationGranularity(size_t *granularity,
+				       const CUmemAllocationProp *prop,
+				       CUmemAllocationGranularity_flags option);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+			     CUdeviceptr addr, unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+		     const CUmemAllocationProp *prop, unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+		  CUmemGenericAllocationHandle handle,
+		  unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
+			const CUmemAccessDesc *desc, size_t count);
+CUresult cuMemExportToShareableHandle(void *shareableHandle,
+				      CUmemGenericAllocationHandle handle,
+				      CUmemAllocationHandleType handleType,
+				      unsigned long long flags);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+					void *osHandle,
+					CUmemAllocationHandleType shHandleType);
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
+CUresult cuMemHostUnregister(void *p);
+CUresult cuStreamCreate(CUstream *phStream, unsigned int flags);
+CUresult cuStreamDestroy_v2(CUstream hStream);
+CUresult cuStreamSynchronize(CUstream hStream);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
+			      size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice,
+			      size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+		       CUstream hStream);
+CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+			 CUstream hStream);
+CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
+CUresult cuEventDestroy_v2(CUevent hEvent);
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
+CUresult cuEventQuery(CUevent hEvent);
+CUresult cuEventSynchronize(CUevent hEvent);
+CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
+#endif /* PHX_HAVE_CUDA_H */
+
+/* Every driver entry point used, by its exported (versioned) name. */
+#define CU_SYMBOLS(X)                     \
+	X(cuInit)                         \
+	X(cuDriverGetVersion)             \
+	X(cuGetErrorName)                 \
+	X(cuDeviceGetCount)               \
+	X(cuDeviceGet)                    \
+	X(cuDeviceGetName)                \
+	X(cuDeviceTotalMem_v2)            \
+	X(cuDeviceGetAttribute)           \
+	X(cuDeviceGetPCIBusId)            \
+	X(cuDevicePrimaryCtxRetain)       \
+	X(cuDevicePrimaryCtxRelease_v2)   \
+	X(cuCtxGetCurrent)                \
+	X(cuCtxSetCurrent)                \
+	X(cuCtxPushCurrent_v2)            \
+	X(cuCtxPopCurrent_v2)             \
+	X(cuMemGetInfo_v2)                \
+	X(cuMemGetAllocationGranularity)  \
+	X(cuMemAddressReserve)            \
+	X(cuMemAddressFree)               \
+	X(cuMemCreate)                    \
+	X(cuMemRelease)                   \
+	X(cuMemMap)                       \
+	X(cuMemUnmap)                     \
+	X(cuMemSetAccess)                 \
+	X(cuMemExportToShareableHandle)   \
+	X(cuMemImportFromShareableHandle) \
+	X(cuMemHostRegister_v2)           \
+	X(cuMemHostUnregister)            \
+	X(cuStreamCreate)                 \
+	X(cuStreamDestroy_v2)             \
+	X(cuStreamSynchronize)            \
+	X(cuMemcpyHtoDAsync_v2)           \
+	X(cuMemcpyDtoHAsync_v2)           \
+	X(cuMemcpyAsync)                  \
+	X(cuMemsetD8Async)                \
+	X(cuEventCreate)                  \
+	X(cuEventDestroy_v2)              \
+	X(cuEventRecord)                  \
+	X(cuEventQuery)                   \
+	X(cuEventSynchronize)             \
+	X(cuLaunchHostFunc)
+
+static struct {
+#define CU_MEMBER(sym) __typeof__(sym) *sym;
+	CU_SYMBOLS(CU_MEMBER)
+#undef CU_MEMBER
+} cu;
+
+/* Result of loading the driver, set once under cu_once. */
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static int cu_ndev; /* devices, or -ENODEV */
+static const char *cu_why; /* static reason when unusable */
+static char cu_why_buf[128]; /* storage for reasons with a detail */
+
+struct cuda_dev {
+	CUdevice cudev;
+	CUcontext ctx; /* retained primary context */
+	CUstream zero_stream; /* clears new chunks */
+	CUmemAllocationHandleType handle_type; /* NONE if not exportable */
+};
+
+static inline struct cuda_dev *cuda_priv(struct phx_device *dev)
+{
+	return dev->priv;
+}
+
+static const char *cu_name(CUresult res)
+{
+	const char *name = NULL;
+
+	if (cu.cuGetErrorName &&
+	    cu.cuGetErrorName(res, &name) == CUDA_SUCCESS && name)
+		return name;
+	return "unknown CUDA error";
+}
+
+static int cu_errno(CUresult res)
+{
+	switch (res) {
+	case CUDA_SUCCESS:
+		return 0;
+	case CUDA_ERROR_OUT_OF_MEMORY:
+		return ENOSPC;
+	case CUDA_ERROR_INVALID_VALUE:
+		return EINVAL;
+	case CUDA_ERROR_NOT_READY:
+		return EAGAIN;
+	case CUDA_ERROR_NO_DEVICE:
+	case CUDA_ERROR_INVALID_DEVICE:
+		return ENODEV;
+	case CUDA_ERROR_NOT_SUPPORTED:
+		return EOPNOTSUPP;
+	case CUDA_ERROR_NOT_PERMITTED:
+		return EPERM;
+	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+		return EEXIST;
+	default:
+		return EIO;
+	}
+}
+
+static const char *cu_hint(int err)
+{
+	switch (err) {
+	case ENOSPC:
+		return "free device memory or ask for less";
+	case ENOMEM:
+		return "free host memory or raise the locked-memory limit";
+	case EINVAL:
+		return "an address or size is wrong: please report it";
+	case EOPNOTSUPP:
+		return "this GPU or driver lacks the feature; use PHX_DEVICE=sim";
+	default:
+		return "check nvidia-smi and the kernel log";
+	}
+}
+
+/*
+ * Record "cuda: <call> on <dev> failed: <CUDA error>; <hint>" and return
+ * the negative errno: @err, or the one matching @res when @err is 0.
+ */
+static int cu_fail(struct phx_device *dev, CUresult res, int err,
+		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int cu_fail(struct phx_device *dev, CUresult res, int err,
+		   const char *fmt, ...)
+{
+	char call[96];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(call, sizeof(call), fmt, ap);
+	va_end(ap);
+	if (!err)
+		err = cu_errno(res);
+	return phx_err(err, "cuda: %s on %s failed: %s; %s", call,
+		       dev ? dev->name : "the GPU", cu_name(res), cu_hint(err));
+}
+
+static void cu_load(void)
+{
+	void *lib;
+	CUresult res;
+	int n;
+
+	cu_ndev = -ENODEV;
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		cu_why = "libcuda.so.1 not found";
+		return;
+	}
+#define CU_RESOLVE(sym)                                                  \
+	cu.sym = (__typeof__(cu.sym))dlsym(lib, #sym);                   \
+	if (!cu.sym) {                                                   \
+		cu_why = "libcuda.so.1 lacks " #sym " (driver too old)"; \
+		goto fail;                                               \
+	}
+	CU_SYMBOLS(CU_RESOLVE)
+#undef CU_RESOLVE
+
+	res = cu.cuInit(0);
+	if (res == CUDA_ERROR_NO_DEVICE) {
+		cu_why = "no CUDA device";
+		goto fail;
+	}
+	if (res != CUDA_SUCCESS) {
+		snprintf(cu_why_buf, sizeof(cu_why_buf), "cuInit failed: %s",
+			 cu_name(res));
+		cu_why = cu_why_buf;
+		goto fail;
+	}
+	res = cu.cuDeviceGetCount(&n);
+	if (res != CUDA_SUCCESS || n <= 0) {
+		cu_why = "no CUDA device";
+		goto fail;
+	}
+	cu_ndev = n;
+	return;
+fail:
+	/* The library stays loaded: cuInit may have started driver threads. */
+	memset(&cu, 0, sizeof(cu));
+}
+
+static int cuda_probe(const char **why)
+{
+	pthread_once(&cu_once, cu_load);
+	if (cu_ndev < 0 && why)
+		*why = cu_why;
+	return cu_ndev;
+}
+
+/* Make @ctx current in this thread unless it already is. */
+static int cu_bind_ctx(struct phx_device *dev, CUcontext ctx)
+{
+	CUcontext cur = NULL;
+	CUresult res;
+
+	if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
+		return 0;
+	res = cu.cuCtxSetCurrent(ctx);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuCtxSetCurrent");
+	return 0;
+}
+
+static int cuda_bind(struct phx_device *dev)
+{
+	return cu_bind_ctx(dev, cuda_priv(dev)->ctx);
+}
+
+/* The host NUMA node from sysfs, for drivers without HOST_NUMA_ID. */
+static int cu_sysfs_numa(CUdevice cudev)
+{
+	char busid[32], path[96], val[16];
+	ssize_t n;
+	int fd, node = -1;
+
+	if (cu.cuDeviceGetPCIBusId(busid, sizeof(busid), cudev) != CUDA_SUCCESS)
+		return -1;
+	for (char *p = busid; *p; p++)
+		*p = tolower((unsigned char)*p);
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node",
+		 busid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, val, sizeof(val) - 1);
+	close(fd);
+	if (n > 0) {
+		val[n] = '\0';
+		node = atoi(val);
+	}
+	return node < 0 ? -1 : node;
+}
+
+static int cuda_query(int index, struct phx_device_info *info)
+{
+	CUdevice cudev;
+	CUcontext ctx, prev;
+	size_t total, free_bytes, ignored;
+	CUresult res;
+	int node;
+
+	if (cuda_probe(NULL) < 0 || index < 0 || index >= cu_ndev)
+		return phx_err(ENODEV, "cuda: no GPU %d; see phx_device_list()",
+			       index);
+	res = cu.cuDeviceGet(&cudev, index);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(NULL, res, 0, "cuDeviceGet(%d)", index);
+	res = cu.cuDeviceGetName(info->model, sizeof(info->model), cudev);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(NULL, res, 0, "cuDeviceGetName(%d)", index);
+	res = cu.cuDeviceTotalMem_v2(&total, cudev);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(NULL, res, 0, "cuDeviceTotalMem(%d)", index);
+	info->capacity = total;
+
+	/*
+	 * Free memory needs a context: borrow the primary one, and leave the
+	 * caller's current context as it was.
+	 */
+	res = cu.cuDevicePrimaryCtxRetain(&ctx, cudev);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(NULL, res, 0, "cuDevicePrimaryCtxRetain(%d)",
+			       index);
+	res = cu.cuCtxPushCurrent_v2(ctx);
+	if (res == CUDA_SUCCESS) {
+		res = cu.cuMemGetInfo_v2(&free_bytes, &ignored);
+		cu.cuCtxPopCurrent_v2(&prev);
+	}
+	cu.cuDevicePrimaryCtxRelease_v2(cudev);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(NULL, res, 0, "cuMemGetInfo(gpu %d)", index);
+	info->free = free_bytes;
+
+	if (cu.cuDeviceGetAttribute(&node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID,
+				    cudev) != CUDA_SUCCESS ||
+	    node < 0)
+		node = cu_sysfs_numa(cudev);
+	info->numa_node = node;
+	return 0;
+}
+
+static void cuda_close(struct phx_device *dev)
+{
+	struct cuda_dev *cd = cuda_priv(dev);
+
+	if (!cd)
+		return;
+	if (cd->zero_stream && cu_bind_ctx(dev, cd->ctx) == 0)
+		cu.cuStreamDestroy_v2(cd->zero_stream);
+	cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
+	free(cd);
+	dev->priv = NULL;
+}
+
+static int cuda_open(struct phx_device *dev)
+{
+	CUmemAllocationProp prop;
+	struct cuda_dev *cd;
+	size_t min_gran = 0, rec_gran = 0;
+	int vmm = 0, posix_fd = 0, ret;
+	CUresult res;
+
+	if (cuda_probe(NULL) < 0 || dev->index < 0 || dev->index >= cu_ndev)
+		return phx_err(ENODEV, "cuda: no GPU %d; see phx_device_list()",
+			       dev->index);
+	cd = calloc(1, sizeof(*cd));
+	if (!cd)
+		return phx_err(ENOMEM, "cuda: out of host memory opening %s",
+			       dev->name);
+	dev->priv = cd;
+
+	res = cu.cuDeviceGet(&cd->cudev, dev->index);
+	if (res != CUDA_SUCCESS) {
+		ret = cu_fail(dev, res, 0, "cuDeviceGet(%d)", dev->index);
+		goto err_free;
+	}
+	cu.cuDeviceGetAttribute(
+		&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+		cd->cudev);
+	if (!vmm) {
+		ret = phx_err(
+			EOPNOTSUPP,
+			"cuda: %s does not support virtual memory management (cuMemCreate); use a newer driver or PHX_DEVICE=sim",
+			dev->name);
+		goto err_free;
+	}
+	cu.cuDeviceGetAttribute(
+		&posix_fd,
+		CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+		cd->cudev);
+	cd->handle_type = posix_fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR :
+				     CU_MEM_HANDLE_TYPE_NONE;
+
+	res = cu.cuDevicePrimaryCtxRetain(&cd->ctx, cd->cudev);
+	if (res != CUDA_SUCCESS) {
+		ret = cu_fail(dev, res, 0, "cuDevicePrimaryCtxRetain");
+		goto err_free;
+	}
+	ret = cu_bind_ctx(dev, cd->ctx);
+	if (ret)
+		goto err_release;
+
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requestedHandleTypes = cd->handle_type;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = cd->cudev;
+	res = cu.cuMemGetAllocationGranularity(
+		&min_gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (res == CUDA_SUCCESS)
+		res = cu.cuMemGetAllocationGranularity(
+			&rec_gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	if (res != CUDA_SUCCESS || !min_gran) {
+		ret = cu_fail(dev, res, 0, "cuMemGetAllocationGranularity");
+		goto err_release;
+	}
+	/* Sizes must be multiples of the minimum; prefer the recommended. */
+	dev->granularity =
+		rec_gran && rec_gran % min_gran == 0 ? rec_gran : min_gran;
+
+	res = cu.cuStreamCreate(&cd->zero_stream, CU_STREAM_NON_BLOCKING);
+	if (res != CUDA_SUCCESS) {
+		ret = cu_fail(dev, res, 0, "cuStreamCreate");
+		goto err_release;
+	}
+	return 0;
+
+err_release:
+	cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
+err_free:
+	free(cd);
+	dev->priv = NULL;
+	return ret;
+}
+
+static int cuda_va_reserve(struct phx_device *dev, uint64_t size,
+			   phx_dptr_t *out)
+{
+	CUdeviceptr va;
+	CUresult res;
+	char sz[32];
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemAddressReserve(&va, size, 0, 0, 0);
+	if (res != CUDA_SUCCESS) {
+		phx_fmt_bytes(sz, sizeof(sz), size);
+		/* Out of address space: the buffer is too large to reserve. */
+		return cu_fail(dev, res,
+			       res == CUDA_ERROR_OUT_OF_MEMORY ? EFBIG : 0,
+			       "cuMemAddressReserve(%s)", sz);
+	}
+	*out = va;
+	return 0;
+}
+
+static void cuda_va_release(struct phx_device *dev, phx_dptr_t va,
+			    uint64_t size)
+{
+	if (cuda_bind(dev) == 0)
+		cu.cuMemAddressFree(va, size);
+}
+
+static void cu_access_desc(struct cuda_dev *cd, CUmemAccessDesc *desc)
+{
+	memset(desc, 0, sizeof(*desc));
+	desc->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	desc->location.id = cd->cudev;
+	desc->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
+/* Map @chunk at a scratch address and clear it; see the file header. */
+static int cu_zero_chunk(struct phx_device *dev, CUmemGenericAllocationHandle h,
+			 uint64_t size)
+{
+	struct cuda_dev *cd = cuda_priv(dev);
+	CUmemAccessDesc desc;
+	CUdeviceptr va;
+	CUresult res;
+	const char *call;
+
+	cu_access_desc(cd, &desc);
+	res = cu.cuMemAddressReserve(&va, size, 0, 0, 0);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemAddressReserve(scratch)");
+	call = "cuMemMap(scratch)";
+	res = cu.cuMemMap(va, size, 0, h, 0);
+	if (res != CUDA_SUCCESS)
+		goto out_free;
+	call = "cuMemSetAccess(scratch)";
+	res = cu.cuMemSetAccess(va, size, &desc, 1);
+	if (res == CUDA_SUCCESS) {
+		call = "cuMemsetD8Async(scratch)";
+		res = cu.cuMemsetD8Async(va, 0, size, cd->zero_stream);
+	}
+	if (res == CUDA_SUCCESS) {
+		call = "cuStreamSynchronize(scratch)";
+		res = cu.cuStreamSynchronize(cd->zero_stream);
+	}
+	cu.cuMemUnmap(va, size);
+out_free:
+	cu.cuMemAddressFree(va, size);
+	return res == CUDA_SUCCESS ? 0 : cu_fail(dev, res, 0, "%s", call);
+}
+
+static int cuda_chunk_create(struct phx_device *dev, uint64_t size,
+			     phx_chunk_t *out)
+{
+	struct cuda_dev *cd = cuda_priv(dev);
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp prop;
+	CUresult res;
+	char sz[32];
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requestedHandleTypes = cd->handle_type;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = cd->cudev;
+	res = cu.cuMemCreate(&h, size, &prop, 0);
+	if (res != CUDA_SUCCESS) {
+		phx_fmt_bytes(sz, sizeof(sz), size);
+		return cu_fail(dev, res, 0, "cuMemCreate(%s)", sz);
+	}
+	ret = cu_zero_chunk(dev, h, size);
+	if (ret) {
+		cu.cuMemRelease(h);
+		return ret;
+	}
+	*out = h;
+	return 0;
+}
+
+static void cuda_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
+			       uint64_t size)
+{
+	(void)dev;
+	(void)size;
+	/* Releasing a handle needs no context. */
+	cu.cuMemRelease(chunk);
+}
+
+static int cuda_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			  phx_chunk_t chunk)
+{
+	CUmemAccessDesc desc;
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemMap(at, size, 0, chunk, 0);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemMap(0x%llx, %llu)",
+			       (unsigned long long)at,
+			       (unsigned long long)size);
+	cu_access_desc(cuda_priv(dev), &desc);
+	res = cu.cuMemSetAccess(at, size, &desc, 1);
+	if (res != CUDA_SUCCESS) {
+		cu.cuMemUnmap(at, size);
+		return cu_fail(dev, res, 0, "cuMemSetAccess(0x%llx, %llu)",
+			       (unsigned long long)at,
+			       (unsigned long long)size);
+	}
+	return 0;
+}
+
+static void cuda_chunk_unmap(struct phx_device *dev, phx_dptr_t at,
+			     uint64_t size)
+{
+	if (cuda_bind(dev) == 0)
+		cu.cuMemUnmap(at, size);
+}
+
+static int cuda_chunk_export(struct phx_device *dev, phx_chunk_t chunk,
+			     uint64_t size, int *fd)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	(void)size;
+	if (ret)
+		return ret;
+	if (cuda_priv(dev)->handle_type !=
+	    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return phx_err(
+			EOPNOTSUPP,
+			"cuda: %s cannot export memory as a file descriptor (driver lacks POSIX handles); share within one process instead",
+			dev->name);
+	res = cu.cuMemExportToShareableHandle(
+		fd, chunk, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemExportToShareableHandle");
+	return 0;
+}
+
+static int cuda_chunk_import(struct phx_device *dev, int fd, uint64_t size,
+			     phx_chunk_t *out)
+{
+	CUmemGenericAllocationHandle h;
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	(void)size;
+	if (ret)
+		return ret;
+	res = cu.cuMemImportFromShareableHandle(
+		&h, (void *)(uintptr_t)fd,
+		CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0,
+			       "cuMemImportFromShareableHandle(fd %d)", fd);
+	*out = h;
+	return 0;
+}
+
+static void *cuda_host_addr(struct phx_device *dev, phx_dptr_t va)
+{
+	(void)dev;
+	(void)va;
+	return NULL;
+}
+
+static int cuda_host_register(struct phx_device *dev, void *p, size_t len)
+{
+	CUresult res;
+	char sz[32];
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemHostRegister_v2(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+	if (res != CUDA_SUCCESS) {
+		phx_fmt_bytes(sz, sizeof(sz), len);
+		/* Failing to pin is a host memory problem. */
+		return cu_fail(dev, res,
+			       res == CUDA_ERROR_OUT_OF_MEMORY ? ENOMEM : 0,
+			       "cuMemHostRegister(%s)", sz);
+	}
+	return 0;
+}
+
+static void cuda_host_unregister(struct phx_device *dev, void *p)
+{
+	if (cuda_bind(dev) == 0)
+		cu.cuMemHostUnregister(p);
+}
+
+static int cuda_stream_create(struct phx_device *dev, void **stream)
+{
+	CUstream s;
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuStreamCreate");
+	*stream = s;
+	return 0;
+}
+
+static void cuda_stream_destroy(struct phx_device *dev, void *stream)
+{
+	if (stream && cuda_bind(dev) == 0)
+		cu.cuStreamDestroy_v2(stream);
+}
+
+static int cuda_stream_sync(struct phx_device *dev, void *stream)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuStreamSynchronize(stream);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuStreamSynchronize");
+	return 0;
+}
+
+static void *cuda_stream_default(struct phx_device *dev)
+{
+	(void)dev;
+	return NULL; /* the legacy default stream */
+}
+
+static int cuda_copy_htod(struct phx_device *dev, phx_dptr_t dst,
+			  const void *src, size_t len, void *stream)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemcpyHtoDAsync_v2(dst, src, len, stream);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemcpyHtoDAsync(0x%llx, %zu)",
+			       (unsigned long long)dst, len);
+	return 0;
+}
+
+static int cuda_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
+			  size_t len, void *stream)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemcpyDtoHAsync_v2(dst, src, len, stream);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemcpyDtoHAsync(0x%llx, %zu)",
+			       (unsigned long long)src, len);
+	return 0;
+}
+
+static int cuda_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
+			  phx_dptr_t src, size_t len, void *stream)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	/* Unified addressing finds both devices; see the file header. */
+	res = cu.cuMemcpyAsync(dst, src, len, stream);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(
+			dev, res, 0, "cuMemcpyAsync(0x%llx, 0x%llx, %zu)",
+			(unsigned long long)dst, (unsigned long long)src, len);
+	return 0;
+}
+
+static int cuda_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
+			  size_t len, void *stream)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemsetD8Async(dst, value, len, stream);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemsetD8Async(0x%llx, %zu)",
+			       (unsigned long long)dst, len);
+	return 0;
+}
+
+static int cuda_event_create(struct phx_device *dev, void **event)
+{
+	CUevent e;
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuEventCreate");
+	*event = e;
+	return 0;
+}
+
+static void cuda_event_destroy(struct phx_device *dev, void *event)
+{
+	if (event && cuda_bind(dev) == 0)
+		cu.cuEventDestroy_v2(event);
+}
+
+static int cuda_event_record(struct phx_device *dev, void *event, void *stream)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuEventRecord(event, stream);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuEventRecord");
+	return 0;
+}
+
+static int cuda_event_query(struct phx_device *dev, void *event)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuEventQuery(event);
+	if (res == CUDA_SUCCESS)
+		return 0;
+	if (res == CUDA_ERROR_NOT_READY)
+		return -EAGAIN;
+	return cu_fail(dev, res, 0, "cuEventQuery");
+}
+
+static int cuda_event_sync(struct phx_device *dev, void *event)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuEventSynchronize(event);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuEventSynchronize");
+	return 0;
+}
+
+static int cuda_launch_host_fn(struct phx_device *dev, void *stream,
+			       void (*fn)(void *), void *arg)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuLaunchHostFunc(stream, fn, arg);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuLaunchHostFunc");
+	return 0;
+}
+
+const struct phx_backend_ops phx_cuda_ops = {
+	.name = "cuda",
+	.dir_prefix = "gpu",
+	.kind = PHX_DEVICE_CUDA,
+	.probe = cuda_probe,
+	.query = cuda_query,
+	.open = cuda_open,
+	.close = cuda_close,
+	.bind = cuda_bind,
+	.va_reserve = cuda_va_reserve,
+	.va_release = cuda_va_release,
+	.chunk_create = cuda_chunk_create,
+	.chunk_release = cuda_chunk_release,
+	.chunk_map = cuda_chunk_map,
+	.chunk_unmap = cuda_chunk_unmap,
+	.chunk_export = cuda_chunk_export,
+	.chunk_import = cuda_chunk_import,
+	.host_addr = cuda_host_addr,
+	.p2p = false,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
+	.stream_create = cuda_stream_create,
+	.stream_destroy = cuda_stream_destroy,
+	.stream_sync = cuda_stream_sync,
+	.stream_default = cuda_stream_default,
+	.copy_htod = cuda_copy_htod,
+	.copy_dtoh = cuda_copy_dtoh,
+	.copy_dtod = cuda_copy_dtod,
+	.memset_d8 = cuda_memset_d8,
+	.event_create = cuda_event_create,
+	.event_destroy = cuda_event_destroy,
+	.event_record = cuda_event_record,
+	.event_query = cuda_event_query,
+	.event_sync = cuda_event_sync,
+	.launch_host_fn = cuda_launch_host_fn,
+};
