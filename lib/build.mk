@@ -1,0 +1,56 @@
+# libphoenix: libphoenix.{a,so}, built from lib/src; tests in tests/lib.
+
+LIB_SRCS := $(wildcard lib/src/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIB_A := $(BUILD)/libphoenix.a
+LIB_SO := $(BUILD)/libphoenix.so
+PHX_CPPFLAGS := -Ilib/include
+
+# Build against cuda.h where the toolkit is installed; without it the CUDA
+# backend uses its own declarations of the driver API.
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+$(BUILD)/lib/src/dev_cuda.o: CFLAGS += -I$(CUDA_HOME)/include -DPHX_HAVE_CUDA_H
+endif
+
+# liburing is linked in statically so the library carries it to machines
+# that lack it (the GPU hosts).
+URING_A := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/liburing.a /usr/lib/liburing.a))
+ifeq ($(URING_A),)
+URING_LIB := -luring
+else
+URING_LIB := $(URING_A)
+endif
+
+$(BUILD)/lib/src/%.o: lib/src/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Ilib/src -fvisibility=hidden -c $< -o $@
+
+$(LIB_A): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(LIB_SO): $(LIB_OBJS)
+	$(CC) -shared -Wl,-soname,libphoenix.so.0 -Wl,--no-undefined \
+		$(LDFLAGS) -o $@ $^ $(URING_LIB) $(LDLIBS)
+
+ALL += $(LIB_A) $(LIB_SO)
+
+# ---- tests ----------------------------------------------------------------
+LIB_TEST_SRCS := $(wildcard tests/lib/*.c)
+LIB_TEST_BIN := $(BUILD)/tests/test-lib
+
+$(LIB_TEST_BIN): $(LIB_TEST_SRCS) tests/lib/util.h $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Itests/lib -o $@ $(LIB_TEST_SRCS) \
+		$(LIB_A) $(URING_LIB) -lcriterion $(LDFLAGS) $(LDLIBS)
+
+# Scratch space for the suites: ext4 (O_DIRECT) and tmpfs (no O_DIRECT).
+PHX_TEST_DIR ?= $(BUILD)/scratch
+
+.PHONY: test-lib
+test-lib: $(LIB_TEST_BIN)
+	@sh scripts/test-lib.sh $(LIB_TEST_BIN)
+
+TESTS += test-lib
+-include $(LIB_OBJS:.o=.d)

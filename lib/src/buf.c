@@ -1,0 +1,655 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * buf.c - device buffers: reserved address space backed by chunks.
+ *
+ * A buffer reserves more address space than it needs and maps physical
+ * chunks into it on demand.  Chunk sizes double from the device's
+ * granularity up to PHX_ALLOC_CHUNK, so a 4 KiB file costs one small chunk
+ * and a 16 GiB one a few hundred large ones.  Growing past the reservation
+ * maps the same chunks into a larger one: data is never copied.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define PHX_MIN_RESERVE (256ULL << 20)
+#define PHX_MAX_SIZE (1ULL << 46) /* 64 TiB: beyond any device */
+
+/* log2 of a power of two */
+static unsigned int ilog2_u64(uint64_t v)
+{
+	return 63 - (unsigned int)__builtin_clzll(v);
+}
+
+/* The largest chunk: alloc_chunk rounded down to gran * 2^n. */
+static uint64_t max_chunk_of(uint64_t gran)
+{
+	uint64_t want = phx_settings()->alloc_chunk;
+	uint64_t m = gran;
+
+	while (m * 2 <= want)
+		m *= 2;
+	return m;
+}
+
+unsigned int phx_chunk_index(uint64_t gran, uint64_t max_chunk, uint64_t off)
+{
+	unsigned int k = ilog2_u64(max_chunk / gran) + 1;
+
+	if (off < gran)
+		return 0;
+	if (off < max_chunk)
+		return ilog2_u64(off / gran) + 1;
+	return (unsigned int)(k - 1 + off / max_chunk);
+}
+
+void phx_chunk_extent(uint64_t gran, uint64_t max_chunk, unsigned int idx,
+		      uint64_t *off, uint64_t *size)
+{
+	unsigned int k = ilog2_u64(max_chunk / gran) + 1;
+
+	if (idx == 0) {
+		*off = 0;
+		*size = gran;
+	} else if (idx < k) {
+		*off = gran << (idx - 1);
+		*size = *off;
+	} else {
+		*off = (uint64_t)(idx - k + 1) * max_chunk;
+		*size = max_chunk;
+	}
+}
+
+static uint64_t buf_gran(const struct phx_buf *buf)
+{
+	return buf->dev->granularity;
+}
+
+const struct phx_buf_chunk *phx_buf_chunk_at(const struct phx_buf *buf,
+					     uint64_t off)
+{
+	uint64_t gran = buf_gran(buf);
+
+	return &buf->chunks[phx_chunk_index(gran, max_chunk_of(gran), off)];
+}
+
+/* Bytes of address space to reserve for @size: whole chunks. */
+static uint64_t reserve_for(uint64_t gran, uint64_t size)
+{
+	uint64_t m = max_chunk_of(gran), off, csz;
+	unsigned int idx;
+
+	if (size < PHX_MIN_RESERVE)
+		size = PHX_MIN_RESERVE;
+	idx = phx_chunk_index(gran, m, size - 1);
+	phx_chunk_extent(gran, m, idx, &off, &csz);
+	return off + csz;
+}
+
+/* Grow the chunk table to cover @reserved bytes. */
+static int chunks_cover(struct phx_buf *buf, uint64_t reserved)
+{
+	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran);
+	unsigned int n = phx_chunk_index(gran, m, reserved - 1) + 1, i;
+	struct phx_buf_chunk *c;
+
+	if (n <= buf->nchunks)
+		return 0;
+	c = realloc(buf->chunks, n * sizeof(*c));
+	if (!c)
+		return phx_err(ENOMEM, "out of host memory for a chunk table");
+	for (i = buf->nchunks; i < n; i++) {
+		memset(&c[i], 0, sizeof(c[i]));
+		phx_chunk_extent(gran, m, i, &c[i].off, &c[i].size);
+	}
+	buf->chunks = c;
+	buf->nchunks = n;
+	return 0;
+}
+
+static void chunk_drop(struct phx_buf *buf, struct phx_buf_chunk *c)
+{
+	struct phx_device *dev = buf->dev;
+
+	if (!c->mapped)
+		return;
+	dev->ops->chunk_unmap(dev, buf->dptr + c->off, c->size);
+	dev->ops->chunk_release(dev, c->handle, c->size);
+	c->mapped = false;
+	buf->committed -= c->size;
+	if (!buf->imported)
+		phx_device_uncharge(dev, c->size);
+}
+
+int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
+{
+	struct phx_device *dev = buf->dev;
+	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran);
+	unsigned int i, last;
+	int ret;
+
+	if (!len)
+		return 0;
+	i = phx_chunk_index(gran, m, off);
+	last = phx_chunk_index(gran, m, off + len - 1);
+	for (; i <= last && i < buf->nchunks; i++) {
+		struct phx_buf_chunk *c = &buf->chunks[i];
+
+		if (c->mapped)
+			continue;
+		if (buf->imported)
+			return phx_err(EPERM,
+				       "cannot back a hole in an imported buffer: write it in the owning process");
+		ret = phx_device_charge(dev, c->size);
+		if (ret)
+			return ret;
+		ret = dev->ops->chunk_create(dev, c->size, &c->handle);
+		if (ret) {
+			phx_device_uncharge(dev, c->size);
+			return ret;
+		}
+		ret = dev->ops->chunk_map(dev, buf->dptr + c->off, c->size,
+					  c->handle);
+		if (ret) {
+			dev->ops->chunk_release(dev, c->handle, c->size);
+			phx_device_uncharge(dev, c->size);
+			return ret;
+		}
+		c->mapped = true;
+		buf->committed += c->size;
+	}
+	return 0;
+}
+
+PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
+			     unsigned int flags, struct phx_buf **out)
+{
+	struct phx_buf *buf;
+	int ret;
+
+	if (size > PHX_MAX_SIZE)
+		return phx_err(EFBIG, "%s: cannot allocate %llu bytes: too large",
+			       dev->name, (unsigned long long)size);
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	buf = calloc(1, sizeof(*buf));
+	if (!buf)
+		return phx_err(ENOMEM, "out of host memory for a buffer");
+	buf->dev = dev;
+	buf->flags = flags;
+	pthread_mutex_init(&buf->lock, NULL);
+	buf->reserved = reserve_for(buf_gran(buf), size);
+	ret = dev->ops->va_reserve(dev, buf->reserved, &buf->dptr);
+	if (ret)
+		goto out_free;
+	ret = chunks_cover(buf, buf->reserved);
+	if (ret)
+		goto out_release;
+	buf->size = size;
+	if (!(flags & PHX_BUF_SPARSE)) {
+		ret = phx_buf_commit_locked(buf, 0, size);
+		if (ret)
+			goto out_chunks;
+	}
+	*out = buf;
+	phx_err_clear();
+	return 0;
+
+out_chunks:
+	for (unsigned int i = 0; i < buf->nchunks; i++)
+		chunk_drop(buf, &buf->chunks[i]);
+	free(buf->chunks);
+out_release:
+	dev->ops->va_release(dev, buf->dptr, buf->reserved);
+out_free:
+	pthread_mutex_destroy(&buf->lock);
+	free(buf);
+	return ret;
+}
+
+PHX_EXPORT void phx_buf_free(struct phx_buf *buf)
+{
+	unsigned int i;
+
+	if (!buf)
+		return;
+	phx_device_bind(buf->dev);
+	for (i = 0; i < buf->nchunks; i++)
+		chunk_drop(buf, &buf->chunks[i]);
+	buf->dev->ops->va_release(buf->dev, buf->dptr, buf->reserved);
+	free(buf->chunks);
+	pthread_mutex_destroy(&buf->lock);
+	free(buf);
+}
+
+/* Move every mapped chunk into a larger reservation. */
+static int buf_move(struct phx_buf *buf, uint64_t reserved)
+{
+	struct phx_device *dev = buf->dev;
+	phx_dptr_t va;
+	unsigned int i, j;
+	int ret;
+
+	ret = dev->ops->va_reserve(dev, reserved, &va);
+	if (ret)
+		return ret;
+	for (i = 0; i < buf->nchunks; i++) {
+		struct phx_buf_chunk *c = &buf->chunks[i];
+
+		if (!c->mapped)
+			continue;
+		ret = dev->ops->chunk_map(dev, va + c->off, c->size,
+					  c->handle);
+		if (ret)
+			goto out_unmap;
+	}
+	for (i = 0; i < buf->nchunks; i++)
+		if (buf->chunks[i].mapped)
+			dev->ops->chunk_unmap(dev, buf->dptr + buf->chunks[i].off,
+					      buf->chunks[i].size);
+	dev->ops->va_release(dev, buf->dptr, buf->reserved);
+	buf->dptr = va;
+	buf->reserved = reserved;
+	return chunks_cover(buf, reserved);
+
+out_unmap:
+	for (j = 0; j < i; j++)
+		if (buf->chunks[j].mapped)
+			dev->ops->chunk_unmap(dev, va + buf->chunks[j].off,
+					      buf->chunks[j].size);
+	dev->ops->va_release(dev, va, reserved);
+	return ret;
+}
+
+/* Zero [from, to) where it is backed, so regrowth reads zeros. */
+static int buf_zero_range(struct phx_buf *buf, uint64_t from, uint64_t to)
+{
+	struct phx_device *dev = buf->dev;
+	void *stream = dev->ops->stream_default(dev);
+	unsigned int i;
+	int ret = 0;
+
+	for (i = 0; i < buf->nchunks && !ret; i++) {
+		struct phx_buf_chunk *c = &buf->chunks[i];
+		uint64_t s = phx_max(from, c->off);
+		uint64_t e = phx_min(to, c->off + c->size);
+
+		if (!c->mapped || s >= e)
+			continue;
+		ret = dev->ops->memset_d8(dev, buf->dptr + s, 0, e - s, stream);
+	}
+	if (!ret)
+		ret = dev->ops->stream_sync(dev, stream);
+	return ret;
+}
+
+PHX_EXPORT int phx_buf_resize(struct phx_buf *buf, uint64_t size)
+{
+	struct phx_device *dev = buf->dev;
+	unsigned int i;
+	int ret = 0;
+
+	if (buf->imported)
+		return phx_err(EPERM, "cannot resize an imported buffer");
+	if (size > PHX_MAX_SIZE)
+		return phx_err(EFBIG, "%s: cannot grow a buffer to %llu bytes",
+			       dev->name, (unsigned long long)size);
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&buf->lock);
+	if (size > buf->reserved) {
+		uint64_t r = reserve_for(buf_gran(buf),
+					 phx_max(size, 2 * buf->reserved));
+
+		ret = buf_move(buf, r);
+		if (ret)
+			goto out;
+	}
+	if (size < buf->size) {
+		/* Free whole chunks past the end, zero the partial one. */
+		for (i = 0; i < buf->nchunks; i++) {
+			struct phx_buf_chunk *c = &buf->chunks[i];
+
+			if (c->off >= size)
+				chunk_drop(buf, c);
+		}
+		ret = buf_zero_range(buf, size, buf->size);
+		if (ret)
+			goto out;
+	}
+	if (!(buf->flags & PHX_BUF_SPARSE) && size > buf->size) {
+		ret = phx_buf_commit_locked(buf, buf->size, size - buf->size);
+		if (ret)
+			goto out;
+	}
+	buf->size = size;
+out:
+	pthread_mutex_unlock(&buf->lock);
+	return ret;
+}
+
+PHX_EXPORT int phx_buf_commit(struct phx_buf *buf, uint64_t off, uint64_t len)
+{
+	int ret;
+
+	if (off > buf->size || len > buf->size - off)
+		return phx_err(ERANGE,
+			       "range %llu+%llu is outside the %llu-byte buffer",
+			       (unsigned long long)off,
+			       (unsigned long long)len,
+			       (unsigned long long)buf->size);
+	ret = phx_device_bind(buf->dev);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&buf->lock);
+	ret = phx_buf_commit_locked(buf, off, len);
+	pthread_mutex_unlock(&buf->lock);
+	return ret;
+}
+
+PHX_EXPORT uint64_t phx_buf_size(const struct phx_buf *buf)
+{
+	return buf->size;
+}
+
+PHX_EXPORT uint64_t phx_buf_committed(const struct phx_buf *buf)
+{
+	return buf->committed;
+}
+
+PHX_EXPORT phx_dptr_t phx_buf_dptr(const struct phx_buf *buf)
+{
+	return buf->dptr;
+}
+
+PHX_EXPORT struct phx_device *phx_buf_device(const struct phx_buf *buf)
+{
+	return buf->dev;
+}
+
+PHX_EXPORT void *phx_buf_host_view(struct phx_buf *buf)
+{
+	struct phx_device *dev = buf->dev;
+
+	return dev->ops->host_addr ? dev->ops->host_addr(dev, buf->dptr) :
+				     NULL;
+}
+
+int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst,
+		     uint64_t len, void *stream)
+{
+	struct phx_device *dev = buf->dev;
+	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran), end = off + len;
+	unsigned int i;
+	int ret = 0;
+
+	if (!len)
+		return 0;
+	pthread_mutex_lock(&buf->lock);
+	for (i = phx_chunk_index(gran, m, off); i < buf->nchunks && !ret; i++) {
+		struct phx_buf_chunk *c = &buf->chunks[i];
+		uint64_t s = phx_max(off, c->off);
+		uint64_t e = phx_min(end, c->off + c->size);
+
+		if (s >= end)
+			break;
+		if (c->mapped)
+			ret = dev->ops->copy_dtoh(dev, (char *)dst + (s - off),
+						  buf->dptr + s, e - s, stream);
+		else
+			memset((char *)dst + (s - off), 0, e - s);
+	}
+	pthread_mutex_unlock(&buf->lock);
+	return ret;
+}
+
+/* ---- sharing between processes -------------------------------------- */
+
+#define PHX_SHARE_MAGIC 0x50485842u /* "PHXB" */
+#define PHX_FDS_PER_MSG 64
+
+struct share_hdr {
+	uint32_t magic;
+	uint32_t version;
+	uint64_t size;
+	uint64_t reserved;
+	uint64_t granularity;
+	uint64_t max_chunk;
+	uint32_t nmapped;
+	uint32_t kind;
+};
+
+struct share_chunk {
+	uint32_t idx;
+	uint32_t pad;
+};
+
+static int send_all(int sock, const void *data, size_t len, const int *fds,
+		    unsigned int nfds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * PHX_FDS_PER_MSG)];
+	struct iovec iov = { (void *)data, len };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		memset(cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	while (iov.iov_len) {
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return phx_err(errno, "sending a buffer: %s",
+				       strerror(errno));
+		}
+		iov.iov_base = (char *)iov.iov_base + n;
+		iov.iov_len -= (size_t)n;
+		msg.msg_control = NULL;
+		msg.msg_controllen = 0;
+	}
+	return 0;
+}
+
+/* Receive exactly @len bytes and up to @nfds descriptors (into @fds). */
+static int recv_all(int sock, void *data, size_t len, int *fds,
+		    unsigned int nfds, unsigned int *got)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * PHX_FDS_PER_MSG)];
+	size_t done = 0;
+
+	*got = 0;
+	while (done < len) {
+		struct iovec iov = { (char *)data + done, len - done };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+		struct cmsghdr *cm;
+		ssize_t n;
+
+		msg.msg_control = cbuf;
+		msg.msg_controllen = sizeof(cbuf);
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return phx_err(errno, "receiving a buffer: %s",
+				       strerror(errno));
+		if (n == 0)
+			return phx_err(EPIPE,
+				       "receiving a buffer: the sender closed the socket");
+		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+			unsigned int k, cnt;
+
+			if (cm->cmsg_level != SOL_SOCKET ||
+			    cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			cnt = (unsigned int)((cm->cmsg_len - CMSG_LEN(0)) /
+					     sizeof(int));
+			for (k = 0; k < cnt; k++) {
+				int fd;
+
+				memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int),
+				       sizeof(int));
+				if (*got < nfds)
+					fds[(*got)++] = fd;
+				else
+					close(fd);
+			}
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+PHX_EXPORT int phx_buf_send(struct phx_buf *buf, int sock)
+{
+	struct phx_device *dev = buf->dev;
+	struct share_hdr hdr = { 0 };
+	struct share_chunk idx[PHX_FDS_PER_MSG];
+	int fds[PHX_FDS_PER_MSG];
+	unsigned int i, n = 0, k;
+	int ret;
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&buf->lock);
+	hdr.magic = PHX_SHARE_MAGIC;
+	hdr.version = 1;
+	hdr.size = buf->size;
+	hdr.reserved = buf->reserved;
+	hdr.granularity = buf_gran(buf);
+	hdr.max_chunk = max_chunk_of(hdr.granularity);
+	hdr.kind = (uint32_t)dev->ops->kind;
+	for (i = 0; i < buf->nchunks; i++)
+		hdr.nmapped += buf->chunks[i].mapped;
+	ret = send_all(sock, &hdr, sizeof(hdr), NULL, 0);
+	for (i = 0; i < buf->nchunks && !ret; i++) {
+		struct phx_buf_chunk *c = &buf->chunks[i];
+
+		if (!c->mapped)
+			continue;
+		ret = dev->ops->chunk_export(dev, c->handle, c->size, &fds[n]);
+		if (ret)
+			break;
+		idx[n].idx = i;
+		idx[n].pad = 0;
+		if (++n == PHX_FDS_PER_MSG) {
+			ret = send_all(sock, idx, n * sizeof(idx[0]), fds, n);
+			for (k = 0; k < n; k++)
+				close(fds[k]);
+			n = 0;
+		}
+	}
+	if (!ret && n)
+		ret = send_all(sock, idx, n * sizeof(idx[0]), fds, n);
+	for (k = 0; k < n; k++)
+		close(fds[k]);
+	pthread_mutex_unlock(&buf->lock);
+	return ret;
+}
+
+PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
+			    struct phx_buf **out)
+{
+	struct share_hdr hdr;
+	struct share_chunk idx[PHX_FDS_PER_MSG];
+	int fds[PHX_FDS_PER_MSG];
+	struct phx_buf *buf;
+	unsigned int left, n, got, k;
+	int ret;
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	ret = recv_all(sock, &hdr, sizeof(hdr), fds, 0, &got);
+	if (ret)
+		return ret;
+	if (hdr.magic != PHX_SHARE_MAGIC || hdr.version != 1)
+		return phx_err(EPROTO, "receiving a buffer: not a libphoenix buffer message");
+	if (hdr.kind != (uint32_t)dev->ops->kind ||
+	    hdr.granularity != dev->granularity ||
+	    hdr.max_chunk != max_chunk_of(hdr.granularity))
+		return phx_err(EINVAL,
+			       "receiving a buffer: it comes from a %s device with another layout; open the same device kind with the same PHX_ALLOC_CHUNK",
+			       phx_kind_name((enum phx_device_kind)hdr.kind));
+	buf = calloc(1, sizeof(*buf));
+	if (!buf)
+		return phx_err(ENOMEM, "out of host memory for a buffer");
+	buf->dev = dev;
+	buf->imported = true;
+	buf->flags = PHX_BUF_SPARSE;
+	pthread_mutex_init(&buf->lock, NULL);
+	buf->reserved = hdr.reserved;
+	ret = dev->ops->va_reserve(dev, buf->reserved, &buf->dptr);
+	if (ret)
+		goto out_free;
+	ret = chunks_cover(buf, buf->reserved);
+	if (ret)
+		goto out_unmap;
+	buf->size = hdr.size;
+	for (left = hdr.nmapped; left; left -= n) {
+		n = phx_min(left, PHX_FDS_PER_MSG);
+		ret = recv_all(sock, idx, n * sizeof(idx[0]), fds, n, &got);
+		if (ret)
+			goto out_unmap;
+		if (got != n) {
+			ret = phx_err(EPROTO, "receiving a buffer: descriptors missing");
+			for (k = 0; k < got; k++)
+				close(fds[k]);
+			goto out_unmap;
+		}
+		for (k = 0; k < n; k++) {
+			struct phx_buf_chunk *c;
+
+			if (ret || idx[k].idx >= buf->nchunks) {
+				ret = ret ? ret : phx_err(EPROTO, "receiving a buffer: bad chunk index");
+				close(fds[k]);
+				continue;
+			}
+			c = &buf->chunks[idx[k].idx];
+			ret = dev->ops->chunk_import(dev, fds[k], c->size,
+						     &c->handle);
+			close(fds[k]);
+			if (ret)
+				continue;
+			ret = dev->ops->chunk_map(dev, buf->dptr + c->off,
+						  c->size, c->handle);
+			if (ret) {
+				dev->ops->chunk_release(dev, c->handle,
+							c->size);
+				continue;
+			}
+			c->mapped = true;
+			buf->committed += c->size;
+		}
+		if (ret)
+			goto out_unmap;
+	}
+	*out = buf;
+	phx_err_clear();
+	return 0;
+
+out_unmap:
+	for (k = 0; k < buf->nchunks; k++)
+		chunk_drop(buf, &buf->chunks[k]);
+	free(buf->chunks);
+	dev->ops->va_release(dev, buf->dptr, buf->reserved);
+out_free:
+	pthread_mutex_destroy(&buf->lock);
+	free(buf);
+	return ret;
+}

@@ -1,0 +1,555 @@
+/* SPDX-License-Identifier: MIT */
+/* core.c - errors, settings, the device registry and statistics. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "internal.h"
+
+static __thread char last_error[512];
+
+int phx_err(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	return -err;
+}
+
+void phx_err_clear(void)
+{
+	last_error[0] = '\0';
+}
+
+PHX_EXPORT const char *phx_strerror_last(void)
+{
+	return last_error;
+}
+
+PHX_EXPORT const char *phx_version(void)
+{
+#define PHX_STR2(x) #x
+#define PHX_STR(x) PHX_STR2(x)
+	return PHX_STR(PHX_VERSION_MAJOR) "." PHX_STR(
+		PHX_VERSION_MINOR) "." PHX_STR(PHX_VERSION_PATCH);
+}
+
+PHX_EXPORT const char *phx_kind_name(enum phx_device_kind kind)
+{
+	switch (kind) {
+	case PHX_DEVICE_CUDA:
+		return "cuda";
+	case PHX_DEVICE_SIM:
+		return "sim";
+	case PHX_DEVICE_KMOD:
+		return "kmod";
+	default:
+		return "none";
+	}
+}
+
+PHX_EXPORT const char *phx_path_name(enum phx_path path)
+{
+	static const char *const names[] = { "none", "staged", "buffered",
+					     "p2p", "memcpy" };
+
+	if ((unsigned int)path >= sizeof(names) / sizeof(names[0]))
+		return "none";
+	return names[path];
+}
+
+char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	unsigned int u = 0;
+	double v = (double)bytes;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+PHX_EXPORT int phx_parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno)
+		return -EINVAL;
+	switch (toupper((unsigned char)*end)) {
+	case '\0':
+		break;
+	case 'K':
+		shift = 10;
+		break;
+	case 'M':
+		shift = 20;
+		break;
+	case 'G':
+		shift = 30;
+		break;
+	case 'T':
+		shift = 40;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (*end) {
+		end++;
+		/* accept "4M", "4MB", "4MiB" */
+		if (*end == 'i' || *end == 'I')
+			end++;
+		if (*end == 'B' || *end == 'b')
+			end++;
+		if (*end)
+			return -EINVAL;
+	}
+	if (shift && v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* ---- settings ------------------------------------------------------- */
+
+static struct phx_settings settings;
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+
+static void env_size(const char *name, uint64_t *val, uint64_t min)
+{
+	const char *s = getenv(name);
+	uint64_t v;
+
+	if (!s || !*s)
+		return;
+	if (phx_parse_size(s, &v) || v < min) {
+		fprintf(stderr,
+			"phoenix: ignoring %s=%s: not a size of at least %llu bytes\n",
+			name, s, (unsigned long long)min);
+		return;
+	}
+	*val = v;
+}
+
+static void settings_init(void)
+{
+	const char *s;
+	uint64_t v;
+	struct rlimit rl;
+
+	settings = (struct phx_settings){
+		.staging_size = 32ULL << 20,
+		.chunk_size = 4ULL << 20,
+		.queue_depth = 16,
+		.alloc_chunk = 64ULL << 20,
+		.direct = -1,
+		.hot_fraction = 50,
+		.sim_devices = 1,
+		.sim_capacity = 4ULL << 30,
+	};
+	env_size("PHX_STAGING_SIZE", &settings.staging_size, 64 << 10);
+	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, 4096);
+	env_size("PHX_ALLOC_CHUNK", &settings.alloc_chunk, 4096);
+	env_size("PHX_SIM_CAPACITY", &settings.sim_capacity, 1 << 20);
+	v = settings.queue_depth;
+	env_size("PHX_QUEUE_DEPTH", &v, 1);
+	settings.queue_depth = (unsigned int)phx_min(v, 4096);
+	v = settings.sim_devices;
+	env_size("PHX_SIM_DEVICES", &v, 1);
+	settings.sim_devices = (unsigned int)phx_min(v, 64);
+	v = settings.hot_fraction;
+	env_size("PHX_HOT_FRACTION", &v, 0);
+	settings.hot_fraction = (unsigned int)phx_min(v, 101);
+
+	settings.chunk_size = phx_align_up(settings.chunk_size, 4096);
+	if (settings.staging_size < settings.chunk_size)
+		settings.staging_size = settings.chunk_size;
+
+	s = getenv("PHX_DIRECT");
+	if (s && !strcmp(s, "on"))
+		settings.direct = 1;
+	else if (s && !strcmp(s, "off"))
+		settings.direct = 0;
+	else if (s && *s && strcmp(s, "auto"))
+		fprintf(stderr,
+			"phoenix: ignoring PHX_DIRECT=%s: use auto, on or off\n",
+			s);
+
+	/* Exported buffers travel as one fd per chunk: allow many. */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+const struct phx_settings *phx_settings(void)
+{
+	pthread_once(&settings_once, settings_init);
+	return &settings;
+}
+
+PHX_EXPORT void phx_settings_get(struct phx_settings *out)
+{
+	*out = *phx_settings();
+}
+
+/* ---- backends and the device registry ------------------------------- */
+
+/*
+ * Backends that were not built in (no CUDA headers on an old toolchain,
+ * the module backend on a non-Linux build) are weak and NULL.
+ */
+extern const struct phx_backend_ops phx_cuda_ops __attribute__((weak));
+extern const struct phx_backend_ops phx_kmod_ops __attribute__((weak));
+
+static const struct phx_backend_ops *const backends[] = {
+	[PHX_DEVICE_CUDA] = &phx_cuda_ops,
+	[PHX_DEVICE_SIM] = &phx_sim_ops,
+	[PHX_DEVICE_KMOD] = &phx_kmod_ops,
+};
+#define NR_KINDS 4
+
+static const char *const not_built = "support for it was not built in";
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static int probe_count[NR_KINDS];
+static const char *probe_why[NR_KINDS];
+static bool probed[NR_KINDS];
+#define MAX_DEVICES 64
+static struct phx_device *open_devices[NR_KINDS][MAX_DEVICES];
+
+/* Probe @kind once; returns its device count or -ENODEV. */
+static int backend_probe(enum phx_device_kind kind, const char **why)
+{
+	int n;
+
+	pthread_mutex_lock(&registry_lock);
+	if (!probed[kind]) {
+		probe_why[kind] = NULL;
+		if (backends[kind])
+			probe_count[kind] =
+				backends[kind]->probe(&probe_why[kind]);
+		else
+			probe_count[kind] = -ENODEV;
+		if (!backends[kind])
+			probe_why[kind] = not_built;
+		probed[kind] = true;
+	}
+	n = probe_count[kind];
+	if (why)
+		*why = probe_why[kind];
+	pthread_mutex_unlock(&registry_lock);
+	return n;
+}
+
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static enum phx_device_kind default_kind;
+static const char *default_why;
+
+static void default_init(void)
+{
+	const char *s = getenv("PHX_DEVICE");
+	const char *why = NULL;
+
+	phx_settings();
+	if (s && *s) {
+		if (!strcmp(s, "cuda") || !strcmp(s, "gpu")) {
+			default_kind = PHX_DEVICE_CUDA;
+			default_why = "PHX_DEVICE=cuda";
+		} else if (!strcmp(s, "sim")) {
+			default_kind = PHX_DEVICE_SIM;
+			default_why = "PHX_DEVICE=sim";
+		} else if (!strcmp(s, "kmod")) {
+			default_kind = PHX_DEVICE_KMOD;
+			default_why = "PHX_DEVICE=kmod";
+		} else {
+			default_kind = PHX_DEVICE_NONE;
+			default_why =
+				"PHX_DEVICE is not one of cuda, sim, kmod";
+		}
+		return;
+	}
+	if (backend_probe(PHX_DEVICE_CUDA, &why) > 0) {
+		default_kind = PHX_DEVICE_CUDA;
+		default_why = "a CUDA GPU is usable";
+		return;
+	}
+	default_kind = PHX_DEVICE_SIM;
+	default_why = why ? why : "no CUDA GPU";
+}
+
+PHX_EXPORT enum phx_device_kind phx_default_kind(const char **why)
+{
+	pthread_once(&default_once, default_init);
+	if (why)
+		*why = default_why;
+	return default_kind;
+}
+
+static int kind_check(enum phx_device_kind *kind)
+{
+	const char *why;
+
+	if (*kind == PHX_DEVICE_NONE) {
+		*kind = phx_default_kind(&why);
+		if (*kind == PHX_DEVICE_NONE)
+			return phx_err(EINVAL, "cannot pick a device: %s", why);
+	}
+	if ((unsigned int)*kind >= NR_KINDS)
+		return phx_err(EINVAL, "unknown device kind %d", (int)*kind);
+	return 0;
+}
+
+static void fill_name(const struct phx_backend_ops *ops, int index,
+		      char *name, size_t len)
+{
+	snprintf(name, len, "%s%d", ops->dir_prefix, index);
+}
+
+PHX_EXPORT int phx_device_list(enum phx_device_kind kind,
+			       struct phx_device_info *infos, int max)
+{
+	const char *why = NULL;
+	int n, i, ret;
+
+	ret = kind_check(&kind);
+	if (ret)
+		return ret;
+	n = backend_probe(kind, &why);
+	if (n < 0)
+		return phx_err(ENODEV, "no %s devices: %s", phx_kind_name(kind),
+			       why ? why : "backend unusable");
+	for (i = 0; i < n && i < max; i++) {
+		struct phx_device *open_dev;
+
+		memset(&infos[i], 0, sizeof(infos[i]));
+		infos[i].kind = kind;
+		infos[i].index = i;
+		infos[i].numa_node = -1;
+		fill_name(backends[kind], i, infos[i].name,
+			  sizeof(infos[i].name));
+		ret = backends[kind]->query(i, &infos[i]);
+		if (ret)
+			return ret;
+		pthread_mutex_lock(&registry_lock);
+		open_dev = i < MAX_DEVICES ? open_devices[kind][i] : NULL;
+		if (open_dev)
+			infos[i].used = atomic_load(&open_dev->used);
+		pthread_mutex_unlock(&registry_lock);
+	}
+	phx_err_clear();
+	return n;
+}
+
+/* Parse "gpu0", "sim1", "phx0", "cuda:0", "sim:1", "kmod:0". */
+static int parse_name(const char *name, enum phx_device_kind *kind,
+		      int *index)
+{
+	static const struct {
+		const char *prefix;
+		enum phx_device_kind kind;
+	} prefixes[] = {
+		{ "cuda:", PHX_DEVICE_CUDA }, { "gpu", PHX_DEVICE_CUDA },
+		{ "sim:", PHX_DEVICE_SIM },   { "sim", PHX_DEVICE_SIM },
+		{ "kmod:", PHX_DEVICE_KMOD }, { "phx", PHX_DEVICE_KMOD },
+	};
+	unsigned int i;
+	char *end;
+	long v;
+
+	if (!name || !*name) {
+		*kind = PHX_DEVICE_NONE;
+		*index = 0;
+		return 0;
+	}
+	for (i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+		size_t l = strlen(prefixes[i].prefix);
+
+		if (strncmp(name, prefixes[i].prefix, l))
+			continue;
+		if (!isdigit((unsigned char)name[l]))
+			break;
+		v = strtol(name + l, &end, 10);
+		if (*end || v < 0 || v >= MAX_DEVICES)
+			break;
+		*kind = prefixes[i].kind;
+		*index = (int)v;
+		return 0;
+	}
+	return phx_err(EINVAL,
+		       "bad device name '%s': use gpuN, simN or phxN", name);
+}
+
+PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
+{
+	enum phx_device_kind kind;
+	struct phx_device *dev;
+	struct phx_device_info info;
+	const char *why = NULL;
+	int index = 0, n, ret;
+
+	ret = parse_name(name, &kind, &index);
+	if (ret)
+		return ret;
+	ret = kind_check(&kind);
+	if (ret)
+		return ret;
+	n = backend_probe(kind, &why);
+	if (n < 0)
+		return phx_err(ENODEV, "cannot open %s device %d: %s",
+			       phx_kind_name(kind), index,
+			       why ? why : "backend unusable");
+	if (index >= n)
+		return phx_err(ENODEV, "no device %s%d: there are %d %s devices",
+			       backends[kind]->dir_prefix, index, n,
+			       phx_kind_name(kind));
+
+	pthread_mutex_lock(&registry_lock);
+	dev = open_devices[kind][index];
+	if (dev) {
+		dev->refs++;
+		pthread_mutex_unlock(&registry_lock);
+		*out = dev;
+		return 0;
+	}
+	dev = calloc(1, sizeof(*dev));
+	if (!dev) {
+		pthread_mutex_unlock(&registry_lock);
+		return phx_err(ENOMEM, "out of host memory opening a device");
+	}
+	dev->ops = backends[kind];
+	dev->index = index;
+	dev->refs = 1;
+	fill_name(dev->ops, index, dev->name, sizeof(dev->name));
+	pthread_mutex_init(&dev->pool_lock, NULL);
+	pthread_cond_init(&dev->pool_cond, NULL);
+	pthread_mutex_init(&dev->async_lock, NULL);
+	ret = dev->ops->open(dev);
+	if (!ret) {
+		memset(&info, 0, sizeof(info));
+		ret = dev->ops->query(index, &info);
+		dev->capacity = info.capacity;
+	}
+	if (ret) {
+		if (dev->priv)
+			dev->ops->close(dev);
+		pthread_mutex_unlock(&registry_lock);
+		free(dev);
+		return ret;
+	}
+	open_devices[kind][index] = dev;
+	pthread_mutex_unlock(&registry_lock);
+	*out = dev;
+	phx_err_clear();
+	return 0;
+}
+
+PHX_EXPORT void phx_device_close(struct phx_device *dev)
+{
+	if (!dev)
+		return;
+	pthread_mutex_lock(&registry_lock);
+	if (--dev->refs > 0) {
+		pthread_mutex_unlock(&registry_lock);
+		return;
+	}
+	open_devices[dev->ops->kind][dev->index] = NULL;
+	pthread_mutex_unlock(&registry_lock);
+
+	phx_async_destroy(dev);
+	phx_engine_pool_destroy(dev);
+	dev->ops->close(dev);
+	pthread_mutex_destroy(&dev->pool_lock);
+	pthread_cond_destroy(&dev->pool_cond);
+	pthread_mutex_destroy(&dev->async_lock);
+	free(dev);
+}
+
+PHX_EXPORT int phx_device_info(struct phx_device *dev,
+			       struct phx_device_info *info)
+{
+	int ret;
+
+	memset(info, 0, sizeof(*info));
+	info->kind = dev->ops->kind;
+	info->index = dev->index;
+	info->numa_node = -1;
+	memcpy(info->name, dev->name, sizeof(info->name));
+	ret = dev->ops->query(dev->index, info);
+	if (ret)
+		return ret;
+	if (dev->limit && dev->limit < info->capacity)
+		info->capacity = dev->limit;
+	info->used = atomic_load(&dev->used);
+	return 0;
+}
+
+PHX_EXPORT enum phx_device_kind phx_device_kind(const struct phx_device *dev)
+{
+	return dev->ops->kind;
+}
+
+PHX_EXPORT void *phx_device_native(struct phx_device *dev)
+{
+	return dev->ops->kind == PHX_DEVICE_CUDA ? dev->priv : NULL;
+}
+
+PHX_EXPORT int phx_device_set_limit(struct phx_device *dev, uint64_t limit)
+{
+	if (limit && limit < atomic_load(&dev->used))
+		return phx_err(EBUSY,
+			       "%s: limit below the memory already in use",
+			       dev->name);
+	dev->limit = limit;
+	return 0;
+}
+
+int phx_device_charge(struct phx_device *dev, uint64_t bytes)
+{
+	uint64_t cap = dev->limit ? dev->limit : dev->capacity;
+	uint64_t cur = atomic_load(&dev->used);
+	char b1[32], b2[32];
+
+	do {
+		if (cap && cur + bytes > cap)
+			return phx_err(ENOSPC,
+				       "%s: out of device memory: %s in use of %s; free buffers or raise the limit",
+				       dev->name,
+				       phx_fmt_bytes(b1, sizeof(b1), cur),
+				       phx_fmt_bytes(b2, sizeof(b2), cap));
+	} while (!atomic_compare_exchange_weak(&dev->used, &cur, cur + bytes));
+	return 0;
+}
+
+void phx_device_uncharge(struct phx_device *dev, uint64_t bytes)
+{
+	atomic_fetch_sub(&dev->used, bytes);
+}
+
+PHX_EXPORT void phx_stats_get(struct phx_device *dev, struct phx_stats *out)
+{
+	unsigned int i;
+
+	memset(out, 0, sizeof(*out));
+	for (i = 0; i < 5; i++)
+		out->bytes[i] = atomic_load(&dev->bytes[i]);
+	out->ios = atomic_load(&dev->ios);
+	out->errors = atomic_load(&dev->errors);
+	out->pinned_bytes = atomic_load(&dev->pinned);
+}

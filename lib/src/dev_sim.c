@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dev_sim.c - a simulated device whose memory lives in host RAM.
+ *
+ * It behaves like a GPU where it matters to libphoenix: a capacity that
+ * can run out, an address space with chunks mapped into it (each chunk a
+ * memfd, so another process can map the same memory), and copies that are
+ * queued on streams and carried out by a worker thread per stream, so
+ * callers must wait on events exactly as with CUDA.  What it does not
+ * simulate: bandwidth, and faults on bad device addresses (a bad address
+ * is a bug that crashes the process).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SIM_GRANULARITY (64ULL << 10)
+
+enum sim_op_type { SIM_COPY, SIM_SET, SIM_FN, SIM_MARK };
+
+struct sim_op {
+	enum sim_op_type type;
+	void *dst;
+	const void *src;
+	size_t len;
+	uint8_t value;
+	void (*fn)(void *);
+	void *arg;
+	struct sim_op *next;
+};
+
+struct sim_stream {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t work;	/* signalled when ops arrive or on stop */
+	pthread_cond_t done;	/* signalled when completed advances */
+	struct sim_op *head, *tail; /* protected by lock */
+	uint64_t submitted;	/* protected by lock */
+	uint64_t completed;	/* protected by lock */
+	bool stop;
+};
+
+struct sim_event {
+	struct sim_stream *stream;
+	uint64_t seq;
+};
+
+struct sim_dev {
+	struct sim_stream *def;
+};
+
+static void *sim_stream_main(void *arg)
+{
+	struct sim_stream *s = arg;
+	struct sim_op *op;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (!s->head && !s->stop)
+			pthread_cond_wait(&s->work, &s->lock);
+		if (!s->head)
+			break;
+		op = s->head;
+		pthread_mutex_unlock(&s->lock);
+
+		switch (op->type) {
+		case SIM_COPY:
+			memmove(op->dst, op->src, op->len);
+			break;
+		case SIM_SET:
+			memset(op->dst, op->value, op->len);
+			break;
+		case SIM_FN:
+			op->fn(op->arg);
+			break;
+		case SIM_MARK:
+			break;
+		}
+
+		pthread_mutex_lock(&s->lock);
+		s->head = op->next;
+		if (!s->head)
+			s->tail = NULL;
+		s->completed++;
+		pthread_cond_broadcast(&s->done);
+		free(op);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
+{
+	struct sim_op *op = malloc(sizeof(*op));
+
+	if (!op)
+		return phx_err(ENOMEM, "sim: out of host memory for a copy");
+	*op = *tmpl;
+	op->next = NULL;
+	pthread_mutex_lock(&s->lock);
+	if (s->tail)
+		s->tail->next = op;
+	else
+		s->head = op;
+	s->tail = op;
+	s->submitted++;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+static void sim_wait_seq(struct sim_stream *s, uint64_t seq)
+{
+	pthread_mutex_lock(&s->lock);
+	while (s->completed < seq)
+		pthread_cond_wait(&s->done, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+}
+
+static int sim_stream_new(struct sim_stream **out)
+{
+	struct sim_stream *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return phx_err(ENOMEM, "sim: out of host memory for a stream");
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->work, NULL);
+	pthread_cond_init(&s->done, NULL);
+	ret = pthread_create(&s->thread, NULL, sim_stream_main, s);
+	if (ret) {
+		free(s);
+		return phx_err(ret, "sim: cannot start a stream thread: %s",
+			       strerror(ret));
+	}
+	*out = s;
+	return 0;
+}
+
+static void sim_stream_free(struct sim_stream *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->stop = true;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->thread, NULL);
+	pthread_mutex_destroy(&s->lock);
+	pthread_cond_destroy(&s->work);
+	pthread_cond_destroy(&s->done);
+	free(s);
+}
+
+static struct sim_stream *sim_stream_of(struct phx_device *dev, void *stream)
+{
+	struct sim_dev *sd = dev->priv;
+
+	return stream ? stream : sd->def;
+}
+
+/* ---- ops ------------------------------------------------------------ */
+
+static int sim_probe(const char **why)
+{
+	return (int)phx_settings()->sim_devices;
+}
+
+static int sim_query(int index, struct phx_device_info *info)
+{
+	snprintf(info->model, sizeof(info->model), "simulated device");
+	info->capacity = phx_settings()->sim_capacity;
+	info->free = info->capacity;
+	info->numa_node = -1;
+	return 0;
+}
+
+static int sim_open(struct phx_device *dev)
+{
+	struct sim_dev *sd = calloc(1, sizeof(*sd));
+	int ret;
+
+	if (!sd)
+		return phx_err(ENOMEM, "sim: out of host memory");
+	ret = sim_stream_new(&sd->def);
+	if (ret) {
+		free(sd);
+		return ret;
+	}
+	dev->priv = sd;
+	dev->granularity = SIM_GRANULARITY;
+	return 0;
+}
+
+static void sim_close(struct phx_device *dev)
+{
+	struct sim_dev *sd = dev->priv;
+
+	sim_stream_free(sd->def);
+	free(sd);
+	dev->priv = NULL;
+}
+
+static int sim_va_reserve(struct phx_device *dev, uint64_t size,
+			  phx_dptr_t *out)
+{
+	void *p = mmap(NULL, size, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		return phx_err(errno == ENOMEM ? EFBIG : errno,
+			       "%s: cannot reserve %llu bytes of address space: %s",
+			       dev->name, (unsigned long long)size,
+			       strerror(errno));
+	*out = (phx_dptr_t)(uintptr_t)p;
+	return 0;
+}
+
+static void sim_va_release(struct phx_device *dev, phx_dptr_t va,
+			   uint64_t size)
+{
+	munmap((void *)(uintptr_t)va, size);
+}
+
+static int sim_chunk_create(struct phx_device *dev, uint64_t size,
+			    phx_chunk_t *out)
+{
+	int fd = memfd_create("phx-sim", MFD_CLOEXEC);
+
+	if (fd < 0)
+		return phx_err(errno, "%s: memfd_create: %s", dev->name,
+			       strerror(errno));
+	if (ftruncate(fd, (off_t)size)) {
+		int err = errno;
+
+		close(fd);
+		return phx_err(err, "%s: sizing a chunk: %s", dev->name,
+			       strerror(err));
+	}
+	*out = (phx_chunk_t)fd;
+	return 0;
+}
+
+static void sim_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
+			      uint64_t size)
+{
+	close((int)chunk);
+}
+
+static int sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			 phx_chunk_t chunk)
+{
+	void *p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_FIXED, (int)chunk, 0);
+
+	if (p == MAP_FAILED)
+		return phx_err(errno, "%s: mapping a chunk: %s", dev->name,
+			       strerror(errno));
+	return 0;
+}
+
+static void sim_chunk_unmap(struct phx_device *dev, phx_dptr_t at,
+			    uint64_t size)
+{
+	/* Put the reservation back rather than leave a hole. */
+	mmap((void *)(uintptr_t)at, size, PROT_NONE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+static int sim_chunk_export(struct phx_device *dev, phx_chunk_t chunk,
+			    uint64_t size, int *fd)
+{
+	*fd = fcntl((int)chunk, F_DUPFD_CLOEXEC, 0);
+	if (*fd < 0)
+		return phx_err(errno, "%s: exporting a chunk: %s", dev->name,
+			       strerror(errno));
+	return 0;
+}
+
+static int sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
+			    phx_chunk_t *out)
+{
+	struct stat st;
+	int nfd;
+
+	if (fstat(fd, &st) || (uint64_t)st.st_size < size)
+		return phx_err(EINVAL, "%s: imported chunk is not %llu bytes",
+			       dev->name, (unsigned long long)size);
+	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (nfd < 0)
+		return phx_err(errno, "%s: importing a chunk: %s", dev->name,
+			       strerror(errno));
+	*out = (phx_chunk_t)nfd;
+	return 0;
+}
+
+static void *sim_host_addr(struct phx_device *dev, phx_dptr_t va)
+{
+	return (void *)(uintptr_t)va;
+}
+
+static int sim_host_register(struct phx_device *dev, void *p, size_t len)
+{
+	return 0;
+}
+
+static void sim_host_unregister(struct phx_device *dev, void *p)
+{
+}
+
+static int sim_stream_create(struct phx_device *dev, void **stream)
+{
+	return sim_stream_new((struct sim_stream **)stream);
+}
+
+static void sim_stream_destroy(struct phx_device *dev, void *stream)
+{
+	sim_stream_free(stream);
+}
+
+static int sim_stream_sync(struct phx_device *dev, void *stream)
+{
+	struct sim_stream *s = sim_stream_of(dev, stream);
+	uint64_t seq;
+
+	pthread_mutex_lock(&s->lock);
+	seq = s->submitted;
+	pthread_mutex_unlock(&s->lock);
+	sim_wait_seq(s, seq);
+	return 0;
+}
+
+static void *sim_stream_default(struct phx_device *dev)
+{
+	struct sim_dev *sd = dev->priv;
+
+	return sd->def;
+}
+
+static int sim_copy(struct phx_device *dev, void *dst, const void *src,
+		    size_t len, void *stream)
+{
+	struct sim_op op = { .type = SIM_COPY, .dst = dst, .src = src,
+			     .len = len };
+
+	if (!len)
+		return 0;
+	return sim_push(sim_stream_of(dev, stream), &op);
+}
+
+static int sim_copy_htod(struct phx_device *dev, phx_dptr_t dst,
+			 const void *src, size_t len, void *stream)
+{
+	return sim_copy(dev, (void *)(uintptr_t)dst, src, len, stream);
+}
+
+static int sim_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
+			 size_t len, void *stream)
+{
+	return sim_copy(dev, dst, (const void *)(uintptr_t)src, len, stream);
+}
+
+static int sim_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
+			 phx_dptr_t src, size_t len, void *stream)
+{
+	return sim_copy(dev, (void *)(uintptr_t)dst,
+			(const void *)(uintptr_t)src, len, stream);
+}
+
+static int sim_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
+			 size_t len, void *stream)
+{
+	struct sim_op op = { .type = SIM_SET, .dst = (void *)(uintptr_t)dst,
+			     .len = len, .value = value };
+
+	if (!len)
+		return 0;
+	return sim_push(sim_stream_of(dev, stream), &op);
+}
+
+static int sim_event_create(struct phx_device *dev, void **event)
+{
+	struct sim_event *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return phx_err(ENOMEM, "sim: out of host memory for an event");
+	*event = e;
+	return 0;
+}
+
+static void sim_event_destroy(struct phx_device *dev, void *event)
+{
+	free(event);
+}
+
+static int sim_event_record(struct phx_device *dev, void *event, void *stream)
+{
+	struct sim_event *e = event;
+	struct sim_stream *s = sim_stream_of(dev, stream);
+
+	pthread_mutex_lock(&s->lock);
+	e->stream = s;
+	e->seq = s->submitted;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+static int sim_event_query(struct phx_device *dev, void *event)
+{
+	struct sim_event *e = event;
+	int ret;
+
+	if (!e->stream)
+		return 0;
+	pthread_mutex_lock(&e->stream->lock);
+	ret = e->stream->completed >= e->seq ? 0 : -EAGAIN;
+	pthread_mutex_unlock(&e->stream->lock);
+	return ret;
+}
+
+static int sim_event_sync(struct phx_device *dev, void *event)
+{
+	struct sim_event *e = event;
+
+	if (e->stream)
+		sim_wait_seq(e->stream, e->seq);
+	return 0;
+}
+
+static int sim_launch_host_fn(struct phx_device *dev, void *stream,
+			      void (*fn)(void *), void *arg)
+{
+	struct sim_op op = { .type = SIM_FN, .fn = fn, .arg = arg };
+
+	return sim_push(sim_stream_of(dev, stream), &op);
+}
+
+const struct phx_backend_ops phx_sim_ops = {
+	.name = "sim",
+	.dir_prefix = "sim",
+	.kind = PHX_DEVICE_SIM,
+	.probe = sim_probe,
+	.query = sim_query,
+	.open = sim_open,
+	.close = sim_close,
+	.va_reserve = sim_va_reserve,
+	.va_release = sim_va_release,
+	.chunk_create = sim_chunk_create,
+	.chunk_release = sim_chunk_release,
+	.chunk_map = sim_chunk_map,
+	.chunk_unmap = sim_chunk_unmap,
+	.chunk_export = sim_chunk_export,
+	.chunk_import = sim_chunk_import,
+	.host_addr = sim_host_addr,
+	.p2p = false,
+	.host_register = sim_host_register,
+	.host_unregister = sim_host_unregister,
+	.stream_create = sim_stream_create,
+	.stream_destroy = sim_stream_destroy,
+	.stream_sync = sim_stream_sync,
+	.stream_default = sim_stream_default,
+	.copy_htod = sim_copy_htod,
+	.copy_dtoh = sim_copy_dtoh,
+	.copy_dtod = sim_copy_dtod,
+	.memset_d8 = sim_memset_d8,
+	.event_create = sim_event_create,
+	.event_destroy = sim_event_destroy,
+	.event_record = sim_event_record,
+	.event_query = sim_event_query,
+	.event_sync = sim_event_sync,
+	.launch_host_fn = sim_launch_host_fn,
+};

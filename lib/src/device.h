@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * device.h - the interface every device backend (cuda, sim, kmod)
+ * implements, and the device object the rest of libphoenix shares.
+ *
+ * A backend provides the CUDA virtual-memory model: reserve an address
+ * range, create physical chunks, map them into the range, export a chunk
+ * as a file descriptor and import it elsewhere.  Buffers (buf.c) are built
+ * on that, so growth never copies and sparse buffers hold only what was
+ * written.  Copies are asynchronous on backend streams and completion is
+ * observed through events, which is what the transfer engine overlaps.
+ *
+ * Unless noted, ops return 0 or a negative errno and set the thread's
+ * error message (phx_err()) on failure.
+ */
+#ifndef PHX_DEVICE_H
+#define PHX_DEVICE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "phoenix.h"
+
+struct phx_device;
+
+/* A physical chunk of device memory (CUmemGenericAllocationHandle etc.). */
+typedef uint64_t phx_chunk_t;
+
+struct phx_backend_ops {
+	const char *name;	   /* "cuda", "sim", "kmod" */
+	const char *dir_prefix;	   /* "gpu", "sim", "phx": names devices */
+	enum phx_device_kind kind;
+
+	/*
+	 * Number of devices, or -ENODEV with *why set to a static one-line
+	 * reason.  Called once; may load drivers.
+	 */
+	int (*probe)(const char **why);
+	/* Fill @info's model, capacity, free and numa_node for @index. */
+	int (*query)(int index, struct phx_device_info *info);
+
+	/* Open device @dev->index; store backend state in @dev->priv. */
+	int (*open)(struct phx_device *dev);
+	void (*close)(struct phx_device *dev);
+
+	/*
+	 * Make @dev's context current in the calling thread (cuda); may be
+	 * NULL.  Called at the top of each public entry point.
+	 */
+	int (*bind)(struct phx_device *dev);
+
+	/*
+	 * Address-space reservation.  Sizes passed to va_reserve and
+	 * chunk_create are multiples of dev->granularity (set by open()).
+	 */
+	int (*va_reserve)(struct phx_device *dev, uint64_t size,
+			  phx_dptr_t *out);
+	void (*va_release)(struct phx_device *dev, phx_dptr_t va,
+			   uint64_t size);
+
+	/* Physical chunks; created memory is zero-filled. */
+	int (*chunk_create)(struct phx_device *dev, uint64_t size,
+			    phx_chunk_t *out);
+	void (*chunk_release)(struct phx_device *dev, phx_chunk_t chunk,
+			      uint64_t size);
+	int (*chunk_map)(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			 phx_chunk_t chunk);
+	void (*chunk_unmap)(struct phx_device *dev, phx_dptr_t at,
+			    uint64_t size);
+	/* A new fd for @chunk that another process can import. */
+	int (*chunk_export)(struct phx_device *dev, phx_chunk_t chunk,
+			    uint64_t size, int *fd);
+	/* Take ownership of @fd's memory (the fd is not closed). */
+	int (*chunk_import)(struct phx_device *dev, int fd, uint64_t size,
+			    phx_chunk_t *out);
+
+	/*
+	 * Host address through which the mapped range at @va can be read
+	 * and written by the CPU and by the kernel's O_DIRECT I/O (sim: its
+	 * backing; kmod: ZONE_DEVICE mapping), or NULL (cuda).
+	 */
+	void *(*host_addr)(struct phx_device *dev, phx_dptr_t va);
+	/* True when host_addr memory is device memory that the block layer
+	 * can DMA to (kmod): the engine then takes the p2p path. */
+	bool p2p;
+
+	/* Pin host memory for DMA by the device (cuMemHostRegister). */
+	int (*host_register)(struct phx_device *dev, void *p, size_t len);
+	void (*host_unregister)(struct phx_device *dev, void *p);
+
+	/* Streams: @native NULL asks for a new stream. */
+	int (*stream_create)(struct phx_device *dev, void **stream);
+	void (*stream_destroy)(struct phx_device *dev, void *stream);
+	int (*stream_sync)(struct phx_device *dev, void *stream);
+	/* Default stream handle for wrap(NULL). */
+	void *(*stream_default)(struct phx_device *dev);
+
+	int (*copy_htod)(struct phx_device *dev, phx_dptr_t dst,
+			 const void *src, size_t len, void *stream);
+	int (*copy_dtoh)(struct phx_device *dev, void *dst, phx_dptr_t src,
+			 size_t len, void *stream);
+	/* @dst may be on another device of the same backend. */
+	int (*copy_dtod)(struct phx_device *dev, phx_dptr_t dst,
+			 phx_dptr_t src, size_t len, void *stream);
+	int (*memset_d8)(struct phx_device *dev, phx_dptr_t dst,
+			 uint8_t value, size_t len, void *stream);
+
+	/* Events mark a point in a stream. */
+	int (*event_create)(struct phx_device *dev, void **event);
+	void (*event_destroy)(struct phx_device *dev, void *event);
+	int (*event_record)(struct phx_device *dev, void *event, void *stream);
+	/* 0 when reached, -EAGAIN when not yet, other -errno on failure. */
+	int (*event_query)(struct phx_device *dev, void *event);
+	int (*event_sync)(struct phx_device *dev, void *event);
+
+	/*
+	 * Run @fn(@arg) when @stream reaches this point; work queued after
+	 * waits for it to return.  @fn must not call the backend.
+	 */
+	int (*launch_host_fn)(struct phx_device *dev, void *stream,
+			      void (*fn)(void *), void *arg);
+};
+
+struct phx_engine;
+struct phx_async_worker;
+
+struct phx_device {
+	const struct phx_backend_ops *ops;
+	int index;
+	char name[16];
+	int refs;		 /* protected by the registry lock */
+	void *priv;		 /* backend state */
+	uint64_t granularity;	 /* chunk size unit; set by ops->open() */
+	uint64_t capacity;	 /* bytes */
+	uint64_t limit;		 /* 0: capacity */
+	atomic_uint_fast64_t used;	 /* committed by our buffers */
+	atomic_uint_fast64_t pinned;	 /* staging memory pinned now */
+	atomic_uint_fast64_t bytes[5];	 /* by enum phx_path */
+	atomic_uint_fast64_t ios, errors;
+
+	/* engine pool, see engine.c; protected by pool_lock */
+	pthread_mutex_t pool_lock;
+	pthread_cond_t pool_cond;
+	struct phx_engine *pool_free;
+	unsigned int pool_count;
+
+	/* stream-ordered transfers, see stream.c */
+	struct phx_async_worker *async;
+	pthread_mutex_t async_lock;
+};
+
+/* Backends. */
+extern const struct phx_backend_ops phx_sim_ops;
+extern const struct phx_backend_ops phx_cuda_ops;
+extern const struct phx_backend_ops phx_kmod_ops;
+
+/* Device memory accounting against capacity and limit; -ENOSPC if over. */
+int phx_device_charge(struct phx_device *dev, uint64_t bytes);
+void phx_device_uncharge(struct phx_device *dev, uint64_t bytes);
+
+/* Bind @dev's context to this thread (no-op for backends without one). */
+static inline int phx_device_bind(struct phx_device *dev)
+{
+	return dev->ops->bind ? dev->ops->bind(dev) : 0;
+}
+
+#endif /* PHX_DEVICE_H */

@@ -1,0 +1,1264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine.c - the io_uring transfer engine.
+ *
+ * An engine owns one io_uring, a ring of pinned staging slots (registered
+ * with io_uring as fixed buffers and with the device), a few copy streams
+ * and an event per slot.  Each transfer (a "job") is cut into segments of
+ * PHX_CHUNK_SIZE.  A read segment is read from the file into a slot and,
+ * once the read completes, copied to the device asynchronously while
+ * other slots are still reading, so disk and PCIe overlap.  Writes are the
+ * mirror image: device-to-slot copy, then the file write.
+ *
+ * Data paths:
+ *   staged    O_DIRECT reads of the block-aligned superset of the range,
+ *             so any offset and length work without the page cache;
+ *   buffered  page-cache reads (the file is mostly cached, O_DIRECT is
+ *             refused, or PHX_DIRECT=off), punted to io_uring's workers so
+ *             several copies out of the page cache run at once;
+ *   p2p       the device memory is mapped (phx.ko) and aligned segments go
+ *             straight between the file and the mapping, no staging.
+ * Unaligned edges of writes go through the page cache, the middle O_DIRECT.
+ *
+ * Host memory is the staging ring, whatever the transfer size.  Engines
+ * are pooled per device (phx_io_run) or owned by a batch.  An engine is
+ * used by one thread at a time.
+ */
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <liburing.h>
+
+#include "internal.h"
+
+#define PHX_DIO_ALIGN 4096ULL
+#define PHX_MAX_ENGINES 4
+#define PHX_NR_STREAMS 2
+#define PHX_FD_CACHE 8
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+
+struct phx_cachestat_range {
+	uint64_t off;
+	uint64_t len;
+};
+
+struct phx_cachestat {
+	uint64_t nr_cache;
+	uint64_t nr_dirty;
+	uint64_t nr_writeback;
+	uint64_t nr_evicted;
+	uint64_t nr_recently_evicted;
+};
+
+/* A file a job reads or writes, shared by the jobs on it while active. */
+struct fd_entry {
+	int user_fd;
+	dev_t st_dev;
+	ino_t st_ino;
+	int accmode;
+	int direct_fd;	 /* -1: not opened yet; -2: O_DIRECT impossible */
+	int buffered_fd; /* -1: not opened yet */
+	bool own_direct, own_buffered;
+	uint64_t size;	 /* at the time of the first job */
+	unsigned int users;
+};
+
+struct job_region {
+	uint64_t from, to;
+	bool direct;
+};
+
+struct job {
+	struct phx_io *io;
+	struct phx_buf *buf;	/* NULL for raw device addresses */
+	phx_dptr_t dptr;	/* device address of file offset @start */
+	struct fd_entry *fde;
+	uint64_t start, end;	/* the file range */
+	struct job_region region[3];
+	unsigned int nregions, cur;
+	uint64_t pos;		/* next offset to issue in region[cur] */
+	bool p2p;
+	unsigned int pending;	/* segments in flight */
+	uint64_t moved;
+	uint64_t by_path[5];
+	int err;
+	bool eof;
+	struct job *next;
+};
+
+enum slot_state {
+	SLOT_FREE,
+	SLOT_IO,   /* read or write in flight */
+	SLOT_COPY, /* device copy in flight */
+};
+
+struct slot {
+	enum slot_state state;
+	struct job *job;
+	char *mem;
+	unsigned int index;
+	uint64_t foff;	 /* file offset of the I/O */
+	uint64_t len;	 /* bytes of the I/O */
+	uint64_t done;	 /* bytes of it completed so far */
+	char *target;	 /* p2p: where the I/O goes instead of mem */
+	bool direct;
+	uint64_t copied; /* bytes of the job the copy moves */
+	void *event;
+	void *stream;
+};
+
+struct phx_engine {
+	struct phx_device *dev;
+	struct io_uring ring;
+	bool ring_ok, fixed, polled;
+	uint64_t chunk;
+	unsigned int nslots;
+	char *staging;
+	size_t staging_len;
+	bool pinned;
+	struct slot *slots;
+	void *streams[PHX_NR_STREAMS];
+	unsigned int inflight;	/* SQEs submitted, CQE not yet seen */
+	unsigned int to_submit; /* SQEs prepared, not submitted */
+	struct job *active, *active_tail;
+	struct job *done, *done_tail;
+	struct fd_entry fds[PHX_FD_CACHE];
+	struct phx_engine *next_free;
+};
+
+/* ---- files ---------------------------------------------------------- */
+
+static int reopen(int fd, int flags)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return open(path, flags | O_CLOEXEC);
+}
+
+static void fd_put(struct fd_entry *f)
+{
+	if (--f->users)
+		return;
+	if (f->own_direct && f->direct_fd >= 0)
+		close(f->direct_fd);
+	if (f->own_buffered && f->buffered_fd >= 0)
+		close(f->buffered_fd);
+	memset(f, 0, sizeof(*f));
+}
+
+static int fd_get(struct phx_engine *e, int fd, enum phx_op op,
+		  struct fd_entry **out)
+{
+	struct fd_entry *f, *free_slot = NULL;
+	struct stat st;
+	int fl, acc, i;
+	uint64_t size;
+
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fstat(fd, &st))
+		return phx_err(EBADF, "fd %d is not an open file", fd);
+	acc = fl & O_ACCMODE;
+	if (op == PHX_OP_READ && acc == O_WRONLY)
+		return phx_err(EBADF, "fd %d is not open for reading", fd);
+	if (op == PHX_OP_WRITE && acc == O_RDONLY)
+		return phx_err(EBADF, "fd %d is not open for writing", fd);
+	if (S_ISREG(st.st_mode)) {
+		size = (uint64_t)st.st_size;
+	} else if (S_ISBLK(st.st_mode)) {
+		if (ioctl(fd, BLKGETSIZE64, &size))
+			return phx_err(errno, "fd %d: cannot size the block device: %s",
+				       fd, strerror(errno));
+	} else {
+		return phx_err(EINVAL,
+			       "fd %d is not a regular file or block device",
+			       fd);
+	}
+
+	for (i = 0; i < PHX_FD_CACHE; i++) {
+		f = &e->fds[i];
+		if (!f->users) {
+			free_slot = free_slot ? free_slot : f;
+			continue;
+		}
+		if (f->user_fd == fd && f->st_dev == st.st_dev &&
+		    f->st_ino == st.st_ino && f->accmode == acc) {
+			f->users++;
+			f->size = size;
+			*out = f;
+			return 0;
+		}
+	}
+	if (!free_slot)
+		return -EAGAIN; /* caller runs the engine and retries */
+	f = free_slot;
+	memset(f, 0, sizeof(*f));
+	f->user_fd = fd;
+	f->st_dev = st.st_dev;
+	f->st_ino = st.st_ino;
+	f->accmode = acc;
+	f->size = size;
+	f->users = 1;
+	if (fl & O_DIRECT) {
+		f->direct_fd = fd;
+		f->buffered_fd = -1;
+	} else {
+		f->direct_fd = -1;
+		f->buffered_fd = fd;
+	}
+	*out = f;
+	return 0;
+}
+
+/* Per-file descriptors for each mode, opened on first need. */
+static int fd_direct(struct fd_entry *f)
+{
+	if (f->direct_fd == -1) {
+		int acc = f->accmode == O_WRONLY ? O_RDWR : f->accmode;
+
+		f->direct_fd = reopen(f->user_fd, acc | O_DIRECT);
+		if (f->direct_fd < 0 && f->accmode == O_WRONLY)
+			f->direct_fd = reopen(f->user_fd, O_WRONLY | O_DIRECT);
+		if (f->direct_fd < 0)
+			f->direct_fd = -2;
+		else
+			f->own_direct = true;
+	}
+	return f->direct_fd;
+}
+
+static int fd_buffered(struct fd_entry *f)
+{
+	if (f->buffered_fd == -1) {
+		f->buffered_fd = reopen(f->user_fd, f->accmode);
+		if (f->buffered_fd < 0)
+			return phx_err(errno,
+				       "fd %d: cannot reopen it without O_DIRECT for an unaligned edge: %s",
+				       f->user_fd, strerror(errno));
+		f->own_buffered = true;
+	}
+	return f->buffered_fd;
+}
+
+/* Share of [off, off + len) of @fd in the page cache, in percent. */
+static unsigned int cached_percent(int fd, uint64_t off, uint64_t len)
+{
+	struct phx_cachestat_range r = { off, len };
+	struct phx_cachestat cs;
+	uint64_t pages = (len + 4095) / 4096;
+
+	if (!pages || syscall(__NR_cachestat, fd, &r, &cs, 0))
+		return 0;
+	return (unsigned int)phx_min(100, cs.nr_cache * 100 / pages);
+}
+
+/* ---- engine lifetime ------------------------------------------------ */
+
+static void engine_destroy(struct phx_engine *e)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int i;
+
+	phx_device_bind(dev);
+	for (i = 0; i < PHX_NR_STREAMS; i++)
+		if (e->streams[i]) {
+			dev->ops->stream_sync(dev, e->streams[i]);
+			dev->ops->stream_destroy(dev, e->streams[i]);
+		}
+	for (i = 0; e->slots && i < e->nslots; i++)
+		if (e->slots[i].event)
+			dev->ops->event_destroy(dev, e->slots[i].event);
+	if (e->ring_ok)
+		io_uring_queue_exit(&e->ring);
+	if (e->staging) {
+		if (e->pinned) {
+			dev->ops->host_unregister(dev, e->staging);
+			atomic_fetch_sub(&dev->pinned, e->staging_len);
+		}
+		munmap(e->staging, e->staging_len);
+	}
+	free(e->slots);
+	free(e);
+}
+
+static int engine_create(struct phx_device *dev, unsigned int depth,
+			 bool polled, struct phx_engine **out)
+{
+	const struct phx_settings *s = phx_settings();
+	struct phx_engine *e;
+	struct iovec *iov;
+	unsigned int i;
+	int ret;
+
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return phx_err(ENOMEM, "out of host memory for an engine");
+	e->dev = dev;
+	e->polled = polled;
+	e->chunk = s->chunk_size;
+	e->nslots = (unsigned int)(s->staging_size / e->chunk);
+	if (depth && depth < e->nslots)
+		e->nslots = depth;
+	if (e->nslots < 1)
+		e->nslots = 1;
+
+	ret = io_uring_queue_init(phx_max(e->nslots, 8u) * 2, &e->ring, 0);
+	if (ret) {
+		ret = phx_err(-ret, "%s: io_uring unavailable: %s; is io_uring disabled (kernel.io_uring_disabled)?",
+			      dev->name, strerror(-ret));
+		goto out;
+	}
+	e->ring_ok = true;
+
+	e->staging_len = (size_t)(e->nslots * e->chunk);
+	e->staging = mmap(NULL, e->staging_len, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (e->staging == MAP_FAILED) {
+		e->staging = NULL;
+		ret = phx_err(ENOMEM, "%s: cannot allocate %zu bytes of staging memory",
+			      dev->name, e->staging_len);
+		goto out;
+	}
+	e->slots = calloc(e->nslots, sizeof(*e->slots));
+	iov = calloc(e->nslots, sizeof(*iov));
+	if (!e->slots || !iov) {
+		free(iov);
+		ret = phx_err(ENOMEM, "out of host memory for an engine");
+		goto out;
+	}
+	for (i = 0; i < e->nslots; i++) {
+		e->slots[i].mem = e->staging + (size_t)i * e->chunk;
+		e->slots[i].index = i;
+		iov[i].iov_base = e->slots[i].mem;
+		iov[i].iov_len = e->chunk;
+	}
+	/* Fixed buffers save a page pin per I/O; optional (memlock limits). */
+	e->fixed = !io_uring_register_buffers(&e->ring, iov, e->nslots);
+	free(iov);
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		goto out;
+	if (!dev->ops->host_register(dev, e->staging, e->staging_len)) {
+		e->pinned = true;
+		atomic_fetch_add(&dev->pinned, e->staging_len);
+	}
+	for (i = 0; i < PHX_NR_STREAMS; i++) {
+		ret = dev->ops->stream_create(dev, &e->streams[i]);
+		if (ret)
+			goto out;
+	}
+	for (i = 0; i < e->nslots; i++) {
+		ret = dev->ops->event_create(dev, &e->slots[i].event);
+		if (ret)
+			goto out;
+		e->slots[i].stream = e->streams[i % PHX_NR_STREAMS];
+	}
+	*out = e;
+	return 0;
+out:
+	engine_destroy(e);
+	return ret;
+}
+
+/* ---- jobs ----------------------------------------------------------- */
+
+static void job_add_region(struct job *j, uint64_t from, uint64_t to,
+			   bool direct)
+{
+	if (from >= to)
+		return;
+	j->region[j->nregions].from = from;
+	j->region[j->nregions].to = to;
+	j->region[j->nregions].direct = direct;
+	j->nregions++;
+}
+
+/* Decide how a job moves its bytes and cut its file range into regions. */
+static int job_plan(struct phx_engine *e, struct job *j)
+{
+	const struct phx_settings *s = phx_settings();
+	struct phx_device *dev = e->dev;
+	bool is_read = j->io->op == PHX_OP_READ;
+	bool direct = s->direct != 0;
+	uint64_t a_start = phx_align_down(j->start, PHX_DIO_ALIGN);
+	uint64_t a_end = phx_align_up(j->end, PHX_DIO_ALIGN);
+
+	if (direct && s->direct < 0 && is_read &&
+	    cached_percent(j->fde->user_fd, j->start, j->end - j->start) >=
+		    s->hot_fraction && s->hot_fraction <= 100)
+		direct = false;
+	if (direct && fd_direct(j->fde) < 0) {
+		if (s->direct > 0)
+			return phx_err(EINVAL,
+				       "fd %d cannot be opened with O_DIRECT (PHX_DIRECT=on): the file system refuses it",
+				       j->fde->user_fd);
+		direct = false;
+	}
+
+	/* p2p: the device memory itself is DMA-able host-mapped memory. */
+	if (direct && dev->ops->p2p && dev->ops->host_addr &&
+	    (j->dptr - j->start) % PHX_DIO_ALIGN == 0)
+		j->p2p = true;
+
+	if (!direct) {
+		if (fd_buffered(j->fde) < 0)
+			return -errno;
+		job_add_region(j, j->start, j->end, false);
+		return 0;
+	}
+	if (is_read && !j->p2p) {
+		/* The aligned superset; only the asked-for bytes are copied. */
+		job_add_region(j, a_start, a_end, true);
+		return 0;
+	}
+	/*
+	 * p2p reads and all direct writes: the unaligned edges go through
+	 * the page cache (a p2p read must not spill past the asked-for
+	 * range into device memory), the aligned middle O_DIRECT.
+	 */
+	a_start = phx_align_up(j->start, PHX_DIO_ALIGN);
+	a_end = phx_align_down(j->end, PHX_DIO_ALIGN);
+	if (a_start >= a_end) {
+		a_start = j->end;
+		a_end = j->end;
+	}
+	if ((j->start != a_start || j->end != a_end) && fd_buffered(j->fde) < 0)
+		return -errno;
+	job_add_region(j, j->start, a_start, false);
+	job_add_region(j, a_start, a_end, true);
+	job_add_region(j, a_end, j->end, false);
+	return 0;
+}
+
+static void job_complete(struct phx_engine *e, struct job *j)
+{
+	struct phx_device *dev = e->dev;
+	struct job **pp;
+	unsigned int p, best = PHX_PATH_NONE;
+
+	for (pp = &e->active; *pp; pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			break;
+		}
+	e->active_tail = NULL;
+	for (struct job *k = e->active; k; k = k->next)
+		e->active_tail = k;
+
+	for (p = 1; p < 5; p++)
+		if (j->by_path[p] > j->by_path[best])
+			best = p;
+	j->io->path = (enum phx_path)best;
+	j->io->result = j->err ? j->err : (int64_t)j->moved;
+	for (p = 1; p < 5; p++)
+		atomic_fetch_add(&dev->bytes[p], j->by_path[p]);
+	atomic_fetch_add(&dev->ios, 1);
+	if (j->err)
+		atomic_fetch_add(&dev->errors, 1);
+	if (j->fde)
+		fd_put(j->fde);
+	j->next = NULL;
+	if (e->done_tail)
+		e->done_tail->next = j;
+	else
+		e->done = j;
+	e->done_tail = j;
+}
+
+static bool job_issuable(const struct job *j)
+{
+	return !j->err && !j->eof && j->cur < j->nregions;
+}
+
+static void job_fail(struct job *j, int err)
+{
+	if (!j->err)
+		j->err = err;
+}
+
+/* Validate @io and turn it into a job queued on @e. */
+static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
+{
+	struct phx_device *dev = e->dev;
+	struct job *j;
+	int ret;
+
+	io->result = 0;
+	io->path = PHX_PATH_NONE;
+	if (io->op != PHX_OP_READ && io->op != PHX_OP_WRITE)
+		return phx_err(EINVAL, "unknown transfer op %d", (int)io->op);
+	if (io->file_off < 0 || io->len > INT64_MAX ||
+	    (uint64_t)io->file_off > (uint64_t)INT64_MAX - io->len)
+		return phx_err(EINVAL, "file range %lld+%llu is invalid",
+			       (long long)io->file_off,
+			       (unsigned long long)io->len);
+	if (io->buf) {
+		if (io->buf->dev != dev)
+			return phx_err(EINVAL, "buffer is on %s, not on %s",
+				       io->buf->dev->name, dev->name);
+		if (io->buf_off > io->buf->size ||
+		    io->len > io->buf->size - io->buf_off)
+			return phx_err(ERANGE,
+				       "range %llu+%llu is outside the %llu-byte buffer",
+				       (unsigned long long)io->buf_off,
+				       (unsigned long long)io->len,
+				       (unsigned long long)io->buf->size);
+	} else if (!io->dptr && io->len) {
+		return phx_err(EFAULT, "transfer has neither a buffer nor a device address");
+	}
+
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return phx_err(ENOMEM, "out of host memory for a transfer");
+	j->io = io;
+	j->buf = io->buf;
+	j->start = (uint64_t)io->file_off;
+	j->end = j->start + io->len;
+
+	/* -EAGAIN: every file slot is busy; the caller drains and retries */
+	ret = fd_get(e, io->fd, io->op, &j->fde);
+	if (ret)
+		goto out_free;
+
+	if (io->buf) {
+		/* Reads back the range; the lock orders it against resize. */
+		pthread_mutex_lock(&io->buf->lock);
+		if (io->op == PHX_OP_READ)
+			ret = phx_buf_commit_locked(io->buf, io->buf_off,
+						    io->len);
+		j->dptr = io->buf->dptr + io->buf_off;
+		pthread_mutex_unlock(&io->buf->lock);
+		if (ret)
+			goto out_put;
+	} else {
+		j->dptr = io->dptr;
+	}
+	if (io->len) {
+		ret = job_plan(e, j);
+		if (ret)
+			goto out_put;
+		if (j->nregions)
+			j->pos = j->region[0].from;
+	}
+	*out = j;
+	return 0;
+out_put:
+	fd_put(j->fde);
+out_free:
+	free(j);
+	return ret;
+}
+
+/* ---- the pipeline --------------------------------------------------- */
+
+static struct job *next_issuable(struct phx_engine *e)
+{
+	struct job *j;
+
+	for (j = e->active; j; j = j->next)
+		if (job_issuable(j))
+			return j;
+	return NULL;
+}
+
+static void slot_prep_io(struct phx_engine *e, struct slot *sl)
+{
+	struct job *j = sl->job;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+	int fd = sl->direct ? j->fde->direct_fd : j->fde->buffered_fd;
+	char *mem = (sl->target ? sl->target : sl->mem) + sl->done;
+	unsigned int n = (unsigned int)(sl->len - sl->done);
+	uint64_t off = sl->foff + sl->done;
+
+	/* The ring has twice as many entries as slots: never NULL. */
+	if (j->io->op == PHX_OP_READ) {
+		if (e->fixed && !sl->target)
+			io_uring_prep_read_fixed(sqe, fd, mem, n, off,
+						 (int)sl->index);
+		else
+			io_uring_prep_read(sqe, fd, mem, n, off);
+	} else {
+		if (e->fixed && !sl->target)
+			io_uring_prep_write_fixed(sqe, fd, mem, n, off,
+						  (int)sl->index);
+		else
+			io_uring_prep_write(sqe, fd, mem, n, off);
+	}
+	/* Page-cache copies run in parallel on io_uring's workers. */
+	if (!sl->direct)
+		sqe->flags |= IOSQE_ASYNC;
+	io_uring_sqe_set_data(sqe, sl);
+	sl->state = SLOT_IO;
+	e->to_submit++;
+}
+
+static void slot_free(struct phx_engine *e, struct slot *sl)
+{
+	struct job *j = sl->job;
+
+	sl->state = SLOT_FREE;
+	sl->job = NULL;
+	sl->target = NULL;
+	if (--j->pending == 0 && !job_issuable(j))
+		job_complete(e, j);
+}
+
+/* Account a finished segment and release the slot. */
+static void slot_finish(struct phx_engine *e, struct slot *sl)
+{
+	struct job *j = sl->job;
+	enum phx_path p = sl->target ? PHX_PATH_P2P :
+			  sl->direct ? PHX_PATH_STAGED :
+				       PHX_PATH_BUFFERED;
+
+	j->moved += sl->copied;
+	j->by_path[p] += sl->copied;
+	slot_free(e, sl);
+}
+
+/* Start a device copy for @sl; the slot completes when its event fires. */
+static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
+{
+	struct phx_device *dev = e->dev;
+	struct job *j = sl->job;
+	uint64_t cs, ce;
+	int ret;
+
+	if (to_device) {
+		cs = phx_max(sl->foff, j->start);
+		ce = phx_min(sl->foff + sl->done, j->end);
+	} else {
+		cs = sl->foff;
+		ce = sl->foff + sl->len;
+	}
+	sl->copied = ce > cs ? ce - cs : 0;
+	if (!sl->copied) {
+		slot_finish(e, sl);
+		return;
+	}
+	if (to_device)
+		ret = dev->ops->copy_htod(dev, j->dptr + (cs - j->start),
+					  sl->mem + (cs - sl->foff), sl->copied,
+					  sl->stream);
+	else if (j->buf)
+		ret = phx_buf_copy_out(j->buf,
+				       j->io->buf_off + (cs - j->start),
+				       sl->mem, sl->copied, sl->stream);
+	else
+		ret = dev->ops->copy_dtoh(dev, sl->mem,
+					  j->dptr + (cs - j->start),
+					  sl->copied, sl->stream);
+	if (!ret)
+		ret = dev->ops->event_record(dev, sl->event, sl->stream);
+	if (ret) {
+		job_fail(j, ret);
+		sl->copied = 0;
+		slot_free(e, sl);
+		return;
+	}
+	sl->state = SLOT_COPY;
+}
+
+/* Give free slots to jobs with segments left. */
+static void engine_fill(struct phx_engine *e)
+{
+	unsigned int i;
+
+	for (i = 0; i < e->nslots; i++) {
+		struct slot *sl = &e->slots[i];
+		struct job_region *r;
+		struct job *j;
+		uint64_t seg_end;
+
+		if (sl->state != SLOT_FREE)
+			continue;
+		j = next_issuable(e);
+		if (!j)
+			return;
+		r = &j->region[j->cur];
+		/* Segments end on chunk-aligned file offsets. */
+		seg_end = phx_min(r->to, phx_align_down(j->pos, e->chunk) +
+						 e->chunk);
+		sl->job = j;
+		sl->foff = j->pos;
+		sl->len = seg_end - j->pos;
+		sl->done = 0;
+		sl->copied = 0;
+		sl->direct = r->direct;
+		sl->target = NULL;
+		if (j->p2p && r->direct)
+			sl->target = (char *)e->dev->ops->host_addr(
+					     e->dev, j->dptr) +
+				     (sl->foff - j->start);
+		j->pos = seg_end;
+		if (j->pos >= r->to && ++j->cur < j->nregions)
+			j->pos = j->region[j->cur].from;
+		j->pending++;
+
+		if (j->io->op == PHX_OP_WRITE && !sl->target) {
+			sl->len = seg_end - sl->foff;
+			slot_copy(e, sl, false);
+		} else {
+			if (sl->target && j->io->op == PHX_OP_WRITE)
+				sl->copied = sl->len;
+			slot_prep_io(e, sl);
+		}
+	}
+}
+
+static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
+{
+	struct slot *sl = io_uring_cqe_get_data(cqe);
+	struct job *j = sl->job;
+	int res = cqe->res;
+
+	e->inflight--;
+	if (res == -EINVAL && sl->direct) {
+		/* O_DIRECT refused after all (FUSE, odd alignment): page cache */
+		int bfd = fd_buffered(j->fde);
+
+		if (bfd >= 0 && !sl->target) {
+			sl->direct = false;
+			slot_prep_io(e, sl);
+			return;
+		}
+	}
+	if (res == -EAGAIN || res == -EINTR) {
+		slot_prep_io(e, sl);
+		return;
+	}
+	if (res < 0) {
+		job_fail(j, phx_err(-res, "%s fd %d at offset %llu: %s",
+				    j->io->op == PHX_OP_READ ? "reading" :
+							       "writing",
+				    j->fde->user_fd,
+				    (unsigned long long)(sl->foff + sl->done),
+				    strerror(-res)));
+		sl->copied = 0;
+		slot_free(e, sl);
+		return;
+	}
+	sl->done += (uint64_t)res;
+	if (sl->done < sl->len) {
+		if (j->io->op == PHX_OP_READ &&
+		    (res == 0 || sl->foff + sl->done >= j->fde->size)) {
+			j->eof = true; /* short read at end of file */
+		} else if (res > 0) {
+			slot_prep_io(e, sl);
+			return;
+		} else {
+			job_fail(j, phx_err(EIO, "writing fd %d: no progress at offset %llu",
+					    j->fde->user_fd,
+					    (unsigned long long)(sl->foff +
+								 sl->done)));
+			sl->copied = 0;
+			slot_free(e, sl);
+			return;
+		}
+	}
+	if (j->io->op == PHX_OP_READ) {
+		if (sl->target) {
+			sl->copied = phx_min(sl->foff + sl->done, j->end) -
+				     phx_min(sl->foff, j->end);
+			slot_finish(e, sl);
+		} else {
+			slot_copy(e, sl, true);
+		}
+	} else {
+		slot_finish(e, sl);
+	}
+}
+
+/* Progress copies whose events fired; returns how many did. */
+static unsigned int engine_poll_copies(struct phx_engine *e)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int i, n = 0;
+
+	for (i = 0; i < e->nslots; i++) {
+		struct slot *sl = &e->slots[i];
+		int ret;
+
+		if (sl->state != SLOT_COPY)
+			continue;
+		ret = dev->ops->event_query(dev, sl->event);
+		if (ret == -EAGAIN)
+			continue;
+		n++;
+		if (ret) {
+			job_fail(sl->job, ret);
+			sl->copied = 0;
+			slot_free(e, sl);
+		} else if (sl->job->io->op == PHX_OP_WRITE) {
+			slot_prep_io(e, sl);
+		} else {
+			slot_finish(e, sl);
+		}
+	}
+	return n;
+}
+
+static struct slot *oldest_copy(struct phx_engine *e)
+{
+	unsigned int i;
+
+	for (i = 0; i < e->nslots; i++)
+		if (e->slots[i].state == SLOT_COPY)
+			return &e->slots[i];
+	return NULL;
+}
+
+/*
+ * One round of the pipeline.  With @block it sleeps until something
+ * happens (unless the engine is polled, which spins instead).
+ */
+static int engine_step(struct phx_engine *e, bool block)
+{
+	struct io_uring_cqe *cqe;
+	unsigned int progressed = 0, head, seen;
+	struct slot *sl;
+	int ret;
+
+	engine_fill(e);
+	if (e->to_submit) {
+		ret = io_uring_submit(&e->ring);
+		if (ret < 0)
+			return phx_err(-ret, "io_uring_submit: %s",
+				       strerror(-ret));
+		e->inflight += e->to_submit;
+		e->to_submit = 0;
+	}
+	progressed += engine_poll_copies(e);
+
+	seen = 0;
+	io_uring_for_each_cqe(&e->ring, head, cqe) {
+		engine_cqe(e, cqe);
+		seen++;
+	}
+	io_uring_cq_advance(&e->ring, seen);
+	progressed += seen;
+
+	if (progressed || !block || e->polled || e->to_submit)
+		return 0;
+
+	/* Copies are short next to disk reads: wait on them first. */
+	sl = oldest_copy(e);
+	if (sl) {
+		ret = e->dev->ops->event_sync(e->dev, sl->event);
+		return ret;
+	}
+	if (e->inflight) {
+		ret = io_uring_wait_cqe(&e->ring, &cqe);
+		if (ret < 0 && ret != -EINTR)
+			return phx_err(-ret, "io_uring_wait_cqe: %s",
+				       strerror(-ret));
+	}
+	return 0;
+}
+
+static bool engine_busy(const struct phx_engine *e)
+{
+	return e->active != NULL;
+}
+
+/* Run until @j completes (and no request of it is left in flight). */
+static int engine_run_job(struct phx_engine *e, struct job *j)
+{
+	int ret;
+
+	while (engine_busy(e)) {
+		ret = engine_step(e, true);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void engine_queue(struct phx_engine *e, struct job *j)
+{
+	j->next = NULL;
+	if (!j->nregions) {
+		/* nothing to move: complete now */
+		if (e->active_tail)
+			e->active_tail->next = j;
+		else
+			e->active = j;
+		e->active_tail = j;
+		job_complete(e, j);
+		return;
+	}
+	if (e->active_tail)
+		e->active_tail->next = j;
+	else
+		e->active = j;
+	e->active_tail = j;
+}
+
+/* ---- the pool and synchronous transfers ----------------------------- */
+
+static int engine_get(struct phx_device *dev, struct phx_engine **out)
+{
+	struct phx_engine *e;
+	int ret;
+
+	pthread_mutex_lock(&dev->pool_lock);
+	while (!dev->pool_free && dev->pool_count >= PHX_MAX_ENGINES)
+		pthread_cond_wait(&dev->pool_cond, &dev->pool_lock);
+	e = dev->pool_free;
+	if (e) {
+		dev->pool_free = e->next_free;
+		pthread_mutex_unlock(&dev->pool_lock);
+		*out = e;
+		return 0;
+	}
+	dev->pool_count++;
+	pthread_mutex_unlock(&dev->pool_lock);
+
+	ret = engine_create(dev, 0, false, &e);
+	if (ret) {
+		pthread_mutex_lock(&dev->pool_lock);
+		dev->pool_count--;
+		pthread_cond_signal(&dev->pool_cond);
+		pthread_mutex_unlock(&dev->pool_lock);
+		return ret;
+	}
+	*out = e;
+	return 0;
+}
+
+static void engine_put(struct phx_device *dev, struct phx_engine *e)
+{
+	pthread_mutex_lock(&dev->pool_lock);
+	e->next_free = dev->pool_free;
+	dev->pool_free = e;
+	pthread_cond_signal(&dev->pool_cond);
+	pthread_mutex_unlock(&dev->pool_lock);
+}
+
+void phx_engine_pool_destroy(struct phx_device *dev)
+{
+	struct phx_engine *e;
+
+	pthread_mutex_lock(&dev->pool_lock);
+	while ((e = dev->pool_free)) {
+		dev->pool_free = e->next_free;
+		dev->pool_count--;
+		engine_destroy(e);
+	}
+	pthread_mutex_unlock(&dev->pool_lock);
+}
+
+PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
+{
+	struct phx_engine *e;
+	struct job *j;
+	int ret;
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		return io->result = ret;
+	ret = engine_get(dev, &e);
+	if (ret)
+		return io->result = ret;
+	ret = job_start(e, io, &j);
+	if (ret) {
+		engine_put(dev, e);
+		atomic_fetch_add(&dev->errors, 1);
+		return io->result = ret;
+	}
+	engine_queue(e, j);
+	ret = engine_run_job(e, j);
+	/* the job is on the done list now */
+	e->done = e->done_tail = NULL;
+	free(j);
+	engine_put(dev, e);
+	if (ret)
+		return io->result = ret;
+	if (io->result >= 0)
+		phx_err_clear();
+	return io->result;
+}
+
+static int64_t buf_io(enum phx_op op, struct phx_buf *buf, uint64_t buf_off,
+		      int fd, int64_t file_off, uint64_t len)
+{
+	struct phx_io io = {
+		.op = op,
+		.fd = fd,
+		.file_off = file_off,
+		.buf = buf,
+		.buf_off = buf_off,
+		.len = len,
+	};
+
+	return phx_io_run(buf->dev, &io);
+}
+
+PHX_EXPORT int64_t phx_read(struct phx_buf *buf, uint64_t buf_off, int fd,
+			    int64_t file_off, uint64_t len)
+{
+	return buf_io(PHX_OP_READ, buf, buf_off, fd, file_off, len);
+}
+
+PHX_EXPORT int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
+			     int64_t file_off, uint64_t len)
+{
+	return buf_io(PHX_OP_WRITE, buf, buf_off, fd, file_off, len);
+}
+
+/* ---- host memory copies --------------------------------------------- */
+
+static int check_range(struct phx_buf *buf, uint64_t off, uint64_t len)
+{
+	if (off > buf->size || len > buf->size - off)
+		return phx_err(ERANGE,
+			       "range %llu+%llu is outside the %llu-byte buffer",
+			       (unsigned long long)off, (unsigned long long)len,
+			       (unsigned long long)buf->size);
+	return 0;
+}
+
+PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
+				 const void *src, uint64_t len)
+{
+	struct phx_device *dev = buf->dev;
+	void *stream;
+	phx_dptr_t dptr;
+	int ret;
+
+	ret = check_range(buf, off, len);
+	if (ret || !len)
+		return ret;
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&buf->lock);
+	ret = phx_buf_commit_locked(buf, off, len);
+	dptr = buf->dptr;
+	pthread_mutex_unlock(&buf->lock);
+	if (ret)
+		return ret;
+	ret = dev->ops->stream_create(dev, &stream);
+	if (ret)
+		return ret;
+	ret = dev->ops->copy_htod(dev, dptr + off, src, len, stream);
+	if (!ret)
+		ret = dev->ops->stream_sync(dev, stream);
+	dev->ops->stream_destroy(dev, stream);
+	if (!ret)
+		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
+	return ret;
+}
+
+PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf,
+				   uint64_t off, uint64_t len)
+{
+	struct phx_device *dev = buf->dev;
+	void *stream;
+	int ret;
+
+	ret = check_range(buf, off, len);
+	if (ret || !len)
+		return ret;
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	ret = dev->ops->stream_create(dev, &stream);
+	if (ret)
+		return ret;
+	ret = phx_buf_copy_out(buf, off, dst, len, stream);
+	if (!ret)
+		ret = dev->ops->stream_sync(dev, stream);
+	dev->ops->stream_destroy(dev, stream);
+	if (!ret)
+		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
+	return ret;
+}
+
+PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
+			      struct phx_buf *src, uint64_t src_off,
+			      uint64_t len)
+{
+	struct phx_device *dev = dst->dev;
+	uint64_t done = 0;
+	void *stream;
+	int ret;
+
+	if (dst->dev->ops != src->dev->ops)
+		return phx_err(EXDEV, "cannot copy between a %s and a %s device",
+			       dst->dev->ops->name, src->dev->ops->name);
+	ret = check_range(dst, dst_off, len);
+	if (!ret)
+		ret = check_range(src, src_off, len);
+	if (ret || !len)
+		return ret;
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&dst->lock);
+	ret = phx_buf_commit_locked(dst, dst_off, len);
+	pthread_mutex_unlock(&dst->lock);
+	if (ret)
+		return ret;
+	ret = dev->ops->stream_create(dev, &stream);
+	if (ret)
+		return ret;
+	/* Walk the source chunk by chunk: holes are zeros, not copies. */
+	pthread_mutex_lock(&src->lock);
+	while (!ret && done < len) {
+		uint64_t off = src_off + done;
+		const struct phx_buf_chunk *c = phx_buf_chunk_at(src, off);
+		uint64_t n = phx_min(len - done, c->off + c->size - off);
+
+		if (c->mapped)
+			ret = dev->ops->copy_dtod(dev, dst->dptr + dst_off + done,
+						  src->dptr + off, n, stream);
+		else
+			ret = dev->ops->memset_d8(dev, dst->dptr + dst_off + done,
+						  0, n, stream);
+		done += n;
+	}
+	pthread_mutex_unlock(&src->lock);
+	if (!ret)
+		ret = dev->ops->stream_sync(dev, stream);
+	dev->ops->stream_destroy(dev, stream);
+	return ret;
+}
+
+/* ---- batches -------------------------------------------------------- */
+
+struct phx_batch {
+	struct phx_device *dev;
+	struct phx_engine *engine;
+};
+
+PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
+				unsigned int flags, struct phx_batch **out)
+{
+	struct phx_batch *b;
+	int ret;
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return phx_err(ENOMEM, "out of host memory for a batch");
+	b->dev = dev;
+	ret = engine_create(dev, depth, flags & PHX_BATCH_POLL, &b->engine);
+	if (ret) {
+		free(b);
+		return ret;
+	}
+	*out = b;
+	return 0;
+}
+
+PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
+				unsigned int n)
+{
+	struct phx_engine *e = b->engine;
+	unsigned int i;
+	int ret;
+
+	ret = phx_device_bind(b->dev);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++) {
+		struct job *j;
+
+		while ((ret = job_start(e, &ios[i], &j)) == -EAGAIN &&
+		       engine_busy(e)) {
+			/* all file slots busy: let transfers finish */
+			ret = engine_step(e, true);
+			if (ret)
+				return i ? (int)i : ret;
+		}
+		if (ret) {
+			/* A bad entry completes with its own error. */
+			j = calloc(1, sizeof(*j));
+			if (!j)
+				return i ? (int)i :
+					   phx_err(ENOMEM, "out of host memory");
+			j->io = &ios[i];
+			j->err = ret;
+		}
+		engine_queue(e, j);
+	}
+	/* get the I/O going before returning */
+	ret = engine_step(e, false);
+	return ret ? ret : (int)n;
+}
+
+PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
+			      struct phx_io **done, unsigned int max,
+			      int timeout_ms)
+{
+	struct phx_engine *e = b->engine;
+	struct timespec t0, now;
+	unsigned int n = 0;
+	int ret;
+
+	ret = phx_device_bind(b->dev);
+	if (ret)
+		return ret;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		while (e->done && (!done || n < max)) {
+			struct job *j = e->done;
+
+			e->done = j->next;
+			if (!e->done)
+				e->done_tail = NULL;
+			if (done)
+				done[n] = j->io;
+			n++;
+			free(j);
+		}
+		if (n >= min || !engine_busy(e) || (done && n >= max))
+			break;
+		if (timeout_ms >= 0) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if ((now.tv_sec - t0.tv_sec) * 1000 +
+				    (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+			    timeout_ms)
+				break;
+		}
+		ret = engine_step(e, timeout_ms != 0);
+		if (ret)
+			return ret;
+	}
+	return (int)n;
+}
+
+PHX_EXPORT void phx_batch_destroy(struct phx_batch *b)
+{
+	struct phx_engine *e;
+
+	if (!b)
+		return;
+	e = b->engine;
+	phx_device_bind(b->dev);
+	while (engine_busy(e))
+		if (engine_step(e, true))
+			break;
+	while (e->done) {
+		struct job *j = e->done;
+
+		e->done = j->next;
+		free(j);
+	}
+	engine_destroy(e);
+	free(b);
+}
