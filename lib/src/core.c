@@ -211,11 +211,7 @@ PHX_EXPORT void phx_settings_get(struct phx_settings *out)
 
 /* ---- backends and the device registry ------------------------------- */
 
-/*
- * Backends that were not built in (no CUDA headers on an old toolchain,
- * the module backend on a non-Linux build) are weak and NULL.
- */
-extern const struct phx_backend_ops phx_cuda_ops __attribute__((weak));
+/* The module backend is optional in a build: weak, NULL when absent. */
 extern const struct phx_backend_ops phx_kmod_ops __attribute__((weak));
 
 static const struct phx_backend_ops *const backends[] = {
