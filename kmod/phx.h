@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * phx.h - internal interfaces between the parts of phx.ko.
+ */
+#ifndef PHX_H
+#define PHX_H
+
+#include <linux/kref.h>
+#include <linux/list.h>
+#include <linux/memremap.h>
+#include <linux/miscdevice.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/rwsem.h>
+#include <linux/workqueue.h>
+
+#include "phx_uapi.h"
+
+struct gen_pool;
+struct phx_range;
+
+/**
+ * struct phx_dev - one device whose memory phx.ko exposes as /dev/phxN.
+ * @kref: held by the PCI binding and by every open file and range.
+ * @pdev: the PCI device whose BAR holds the memory (a reference is held).
+ * @provider: enum phx_provider.
+ * @bar: the BAR index.
+ * @index: N in /dev/phxN.
+ * @name: "phxN".
+ * @phys: CPU physical address of the BAR.
+ * @bus: bus address of the BAR (what other PCI devices DMA to).
+ * @size: bytes managed (the BAR size).
+ * @pgmap: ZONE_DEVICE page map over the BAR, unless P2PDMA made it.
+ * @pool: allocator of BAR ranges (PHX_PROVIDER_BAR without P2PDMA).
+ * @allocated: bytes handed out as ranges.
+ * @misc: the character device.
+ * @published: @misc is registered.
+ * @lock: held for read while pages are handed out (mmap, read, write);
+ *	  taken for write to tear the pages down.
+ * @dead: no access to the pages any more; protected by @lock.
+ * @ranges_lock: protects @ranges and @pending.
+ * @ranges: live ranges (an open file or mapping refers to each).
+ * @pending: ranges already closed whose pages are still pinned.
+ * @reap_work: retries @pending.
+ */
+struct phx_dev {
+	struct kref kref;
+	struct pci_dev *pdev;
+	enum phx_provider provider;
+	int bar;
+	int index;
+	char name[16];
+	phys_addr_t phys;
+	pci_bus_addr_t bus;
+	resource_size_t size;
+	struct dev_pagemap pgmap;
+	struct gen_pool *pool;
+	atomic64_t allocated;
+	struct miscdevice misc;
+	bool published;
+	struct rw_semaphore lock;
+	bool dead;
+	struct mutex ranges_lock;
+	struct list_head ranges;
+	struct list_head pending;
+	struct delayed_work reap_work;
+};
+
+/**
+ * struct phx_range_ops - how a kind of range gives its memory back.
+ * @release: called once no page of the range is pinned any more, or
+ *	     when the device goes away; frees the memory, not the range.
+ */
+struct phx_range_ops {
+	void (*release)(struct phx_range *range);
+};
+
+/**
+ * struct phx_range - a piece of device memory handed to userspace.
+ * @phx: its device (a reference is held).
+ * @ops: how to give the memory back.
+ * @node: in @phx->ranges or @phx->pending, protected by its ranges_lock.
+ * @inode: the inode of the range's file (set once the file exists).
+ * @pages: the ZONE_DEVICE pages, in file order.
+ * @nr_pages: entries in @pages.
+ * @offset: offset of @pages[0] in the device memory.
+ * @contiguous: the pages are one run of device memory.
+ * @released: @ops->release has run; protected by @phx->ranges_lock.
+ * @revoked: the exporter took the memory back; protected by @phx->lock.
+ * @priv: owned by @ops.
+ */
+struct phx_range {
+	struct phx_dev *phx;
+	const struct phx_range_ops *ops;
+	struct list_head node;
+	struct inode *inode;
+	struct page **pages;
+	unsigned long nr_pages;
+	u64 offset;
+	bool contiguous;
+	bool released;
+	bool revoked;
+	void *priv;
+};
+
+static inline u64 phx_range_size(const struct phx_range *range)
+{
+	return (u64)range->nr_pages << PAGE_SHIFT;
+}
+
+/* phx_main.c */
+struct phx_dev *phx_dev_create(struct pci_dev *pdev, enum phx_provider provider,
+			       int bar);
+int phx_dev_publish(struct phx_dev *phx);
+void phx_dev_kill(struct phx_dev *phx);
+void phx_dev_put(struct phx_dev *phx);
+
+/* phx_range.c */
+int phx_fs_init(void);
+void phx_fs_exit(void);
+struct phx_range *phx_range_create(struct phx_dev *phx, unsigned long nr_pages,
+				   const struct phx_range_ops *ops);
+void phx_range_destroy(struct phx_range *range);
+int phx_range_get_fd(struct phx_range *range, struct file **filep);
+void phx_range_zap(struct phx_range *range);
+bool phx_range_pinned(const struct phx_range *range);
+void phx_dev_reap(struct phx_dev *phx);
+
+/* phx_nvidia.c */
+int phx_nvidia_init(void);
+void phx_nvidia_exit(void);
+long phx_nvidia_import(struct phx_dev *phx, struct phx_ioc_import __user *arg);
+
+#endif /* PHX_H */
