@@ -498,11 +498,6 @@ static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 	io->path = PHX_PATH_NONE;
 	if (io->op != PHX_OP_READ && io->op != PHX_OP_WRITE)
 		return phx_err(EINVAL, "unknown transfer op %d", (int)io->op);
-	if (io->file_off < 0 || io->len > INT64_MAX ||
-	    (uint64_t)io->file_off > (uint64_t)INT64_MAX - io->len)
-		return phx_err(EINVAL, "file range %lld+%llu is invalid",
-			       (long long)io->file_off,
-			       (unsigned long long)io->len);
 	if (io->buf) {
 		if (io->buf->dev != dev)
 			return phx_err(EINVAL, "buffer is on %s, not on %s",
@@ -518,6 +513,11 @@ static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 		return phx_err(EFAULT, "transfer has neither a buffer nor a device address");
 	}
 
+	if (io->file_off < 0 || io->len > INT64_MAX ||
+	    (uint64_t)io->file_off > (uint64_t)INT64_MAX - io->len)
+		return phx_err(EINVAL, "file range %lld+%llu is invalid",
+			       (long long)io->file_off,
+			       (unsigned long long)io->len);
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return phx_err(ENOMEM, "out of host memory for a transfer");

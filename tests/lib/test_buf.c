@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/* test_buf.c - device buffers: allocation, growth, sparseness, sharing. */
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include "util.h"
+
+Test(device, list_and_open)
+{
+	struct phx_device_info info[8];
+	struct phx_device *dev, *again;
+	const char *why = NULL;
+	enum phx_device_kind kind = phx_default_kind(&why);
+	int n;
+
+	cr_assert_neq(kind, PHX_DEVICE_NONE);
+	cr_assert_not_null(why);
+	n = phx_device_list(PHX_DEVICE_NONE, info, 8);
+	cr_assert_geq(n, 1, "%s", phx_strerror_last());
+	cr_assert_eq(info[0].kind, kind);
+	cr_assert_gt(info[0].capacity, 0);
+	dev = open_default();
+	cr_assert_eq(phx_device_open(info[0].name, &again), 0);
+	cr_assert_eq(dev, again, "same device, same object");
+	phx_device_close(again);
+	struct phx_device_info di;
+
+	cr_assert_eq(phx_device_info(dev, &di), 0);
+	cr_assert_str_eq(di.name, info[0].name);
+	phx_device_close(dev);
+}
+
+Test(device, bad_names_and_missing_devices)
+{
+	struct phx_device *dev;
+
+	cr_assert_eq(phx_device_open("nonsense", &dev), -EINVAL);
+	cr_assert(strstr(phx_strerror_last(), "bad device name"));
+	cr_assert_eq(phx_device_open("sim63", &dev), -ENODEV);
+	cr_assert_eq(phx_device_open("gpu63", &dev), -ENODEV);
+	cr_assert_str_not_empty(phx_strerror_last());
+}
+
+Test(device, sim_count_from_environment)
+{
+	struct phx_device_info info[8];
+
+	setenv("PHX_SIM_DEVICES", "3", 1);
+	cr_assert_eq(phx_device_list(PHX_DEVICE_SIM, info, 8), 3);
+	cr_assert_str_eq(info[2].name, "sim2");
+}
+
+Test(buf, out_of_device_memory)
+{
+	struct phx_device *dev = open_default();
+	struct phx_device_info info;
+	struct phx_buf *a, *b;
+
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	/* a cap makes the test fast on any device */
+	cr_assert_eq(phx_device_set_limit(dev, 64 * MiB), 0);
+	cr_assert_eq(phx_buf_alloc(dev, 128 * MiB, 0, &a), -ENOSPC);
+	cr_assert(strstr(phx_strerror_last(), "out of device memory"));
+	cr_assert_eq(phx_buf_alloc(dev, 16 * MiB, 0, &a), 0);
+	cr_assert_eq(phx_buf_alloc(dev, 0, PHX_BUF_SPARSE, &b), 0);
+	cr_assert_eq(phx_buf_resize(b, 40 * MiB), 0, "sparse growth is free");
+	char one = 1;
+
+	cr_assert_eq(phx_memcpy_to_buf(b, 39 * MiB, &one, 1), 0, "%s",
+		     phx_strerror_last());
+	/* filling the sparse buffer runs out, and what is there stays */
+	int fd = make_file(dir_direct(), 40 * MiB, 3, false, NULL);
+
+	cr_assert_eq(phx_read(b, 0, fd, 0, 40 * MiB), -ENOSPC);
+	char got = 0;
+
+	cr_assert_eq(phx_memcpy_from_buf(&got, b, 39 * MiB, 1), 0);
+	cr_assert_eq(got, 1);
+	phx_buf_free(a);
+	cr_assert_eq(phx_read(b, 0, fd, 0, 40 * MiB), 40 * MiB, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_buf_alloc(dev, 1ULL << 50, 0, &a), -EFBIG);
+	phx_buf_free(b);
+	phx_device_close(dev);
+}
+
+Test(buf, growth_preserves_data)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 3 * MiB + 5;
+	unsigned char *data = xmalloc(n), *zero = calloc(1, MiB);
+	struct phx_buf *buf;
+	phx_dptr_t before;
+
+	fill_random(data, n, 11);
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 0, data, n), 0);
+	before = phx_buf_dptr(buf);
+	/* past the initial reservation: the chunks move, the bytes do not */
+	cr_assert_eq(phx_buf_resize(buf, 700 * MiB), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_buf_size(buf), 700 * MiB);
+	(void)before;
+	assert_buf_eq(buf, 0, data, n);
+	assert_buf_eq(buf, n, zero, MiB);
+	assert_buf_eq(buf, 699 * MiB, zero, MiB);
+
+	/* shrink, then grow again: the cut-off part reads as zeros */
+	cr_assert_eq(phx_buf_resize(buf, 1000), 0);
+	cr_assert_eq(phx_buf_resize(buf, n), 0);
+	assert_buf_eq(buf, 0, data, 1000);
+	assert_buf_eq(buf, 1000, zero, MiB);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(data);
+	free(zero);
+}
+
+Test(buf, sparse_until_written)
+{
+	struct phx_device *dev = open_default();
+	struct phx_device_info info;
+	struct phx_buf *buf;
+	unsigned char data[5000], back[5000];
+	uint64_t used0;
+
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	used0 = info.used;
+	cr_assert_eq(phx_buf_alloc(dev, 8ULL << 30, PHX_BUF_SPARSE, &buf), 0,
+		     "%s", phx_strerror_last());
+	cr_assert_eq(phx_buf_committed(buf), 0);
+	fill_random(data, sizeof(data), 5);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 5ULL << 30, data, sizeof(data)),
+		     0);
+	cr_assert_leq(phx_buf_committed(buf), 64 * MiB,
+		      "one write commits one chunk, not the buffer");
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	cr_assert_eq(info.used - used0, phx_buf_committed(buf));
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 5ULL << 30, sizeof(back)),
+		     0);
+	cr_assert(!memcmp(back, data, sizeof(data)));
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 1ULL << 30, sizeof(back)),
+		     0);
+	for (size_t i = 0; i < sizeof(back); i++)
+		cr_assert_eq(back[i], 0, "holes read as zeros");
+	phx_buf_free(buf);
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	cr_assert_eq(info.used, used0, "free returns the memory");
+	phx_device_close(dev);
+}
+
+Test(buf, device_to_device_copy)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 2 * MiB + 3;
+	unsigned char *data = xmalloc(n);
+	struct phx_buf *a, *b;
+
+	fill_random(data, n, 8);
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &a), 0);
+	cr_assert_eq(phx_buf_alloc(dev, 0, PHX_BUF_SPARSE, &b), 0);
+	cr_assert_eq(phx_buf_resize(b, n + 10), 0);
+	cr_assert_eq(phx_memcpy_to_buf(a, 0, data, n), 0);
+	cr_assert_eq(phx_memcpy_buf(b, 10, a, 0, n), 0, "%s",
+		     phx_strerror_last());
+	assert_buf_eq(b, 10, data, n);
+	phx_buf_free(a);
+	phx_buf_free(b);
+	phx_device_close(dev);
+	free(data);
+}
+
+/* The child imports the parent's buffer, checks it and writes into it. */
+static int child_import(int sock, const unsigned char *want, size_t n)
+{
+	struct phx_device *dev;
+	struct phx_buf *buf;
+	unsigned char *got = malloc(n);
+	char ok = 0;
+
+	if (phx_device_open(NULL, &dev) || phx_buf_recv(dev, sock, &buf)) {
+		fprintf(stderr, "import: %s\n", phx_strerror_last());
+		return 1;
+	}
+	if (phx_buf_size(buf) != n || phx_memcpy_from_buf(got, buf, 0, n) ||
+	    memcmp(got, want, n))
+		return 2;
+	/* in place: the parent sees this */
+	memset(got, 0x5a, 4096);
+	if (phx_memcpy_to_buf(buf, 8192, got, 4096))
+		return 3;
+	if (phx_buf_resize(buf, 2 * n) != -EPERM)
+		return 4;
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	return write(sock, &ok, 1) == 1 ? 0 : 5;
+}
+
+Test(buf, export_import_between_processes)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 6 * MiB + 1234;
+	unsigned char *data = xmalloc(n), *back = xmalloc(4096);
+	struct phx_buf *buf;
+	int sv[2], status;
+	char c;
+	pid_t pid;
+
+	fill_random(data, n, 21);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(sv[0]);
+		_exit(child_import(sv[1], data, n));
+	}
+	close(sv[1]);
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 0, data, n), 0);
+	cr_assert_eq(phx_buf_send(buf, sv[0]), 0, "%s", phx_strerror_last());
+	cr_assert_eq(read(sv[0], &c, 1), 1, "child finished");
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "child failed with %d", WEXITSTATUS(status));
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 8192, 4096), 0);
+	for (int i = 0; i < 4096; i++)
+		cr_assert_eq(back[i], 0x5a, "child's write is visible");
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(data);
+	free(back);
+}

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/* test_io.c - synchronous reads and writes between files and buffers. */
+#include <sys/resource.h>
+#include <signal.h>
+
+#include "util.h"
+
+/* Several times the staging ring the suite runs with (1 MiB). */
+static const size_t sizes[] = {
+	0, 1, 4095, 4096, 4097, MiB - 1, MiB, MiB + 1, 5 * MiB + 12345,
+};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+/*
+ * Read @len bytes at a random file offset into a random buffer offset;
+ * check the bytes, the count (short at EOF) and the data path.
+ */
+static void read_case(const char *dir, size_t len, uint64_t seed, bool cold,
+		      enum phx_path want_path)
+{
+	struct phx_device *dev = open_default();
+	uint64_t s = seed;
+	size_t file_off = len ? rnd_next(&s) % 9000 : 0;
+	size_t buf_off = rnd_next(&s) % 5000;
+	size_t fsize = file_off + len;
+	struct phx_buf *buf;
+	void *data;
+	int64_t got;
+	int fd;
+
+	fd = make_file(dir, fsize, seed, cold, &data);
+	cr_assert_eq(phx_buf_alloc(dev, buf_off + len + 100, 0, &buf), 0,
+		     "alloc: %s", phx_strerror_last());
+	struct phx_io io = {
+		.op = PHX_OP_READ, .fd = fd, .file_off = (int64_t)file_off,
+		.buf = buf, .buf_off = buf_off, .len = len,
+	};
+	got = phx_io_run(dev, &io);
+	cr_assert_eq(got, (int64_t)len, "read %zu at %zu: got %lld: %s", len,
+		     file_off, (long long)got, phx_strerror_last());
+	assert_buf_eq(buf, buf_off, (char *)data + file_off, len);
+	if (len)
+		cr_expect_eq(io.path, want_path, "path %s, expected %s",
+			     phx_path_name(io.path), phx_path_name(want_path));
+	else
+		cr_expect_eq(io.path, PHX_PATH_NONE);
+
+	/* past EOF: short read of what is there, then 0 */
+	io.file_off = (int64_t)(fsize > 10 ? fsize - 10 : 0);
+	io.len = len;
+	got = phx_io_run(dev, &io);
+	cr_assert_eq(got, (int64_t)phx_min_sz(len, fsize - (size_t)io.file_off),
+		     "short read at EOF: %lld", (long long)got);
+	io.file_off = (int64_t)fsize + 5000;
+	cr_assert_eq(phx_io_run(dev, &io), 0, "read past EOF");
+
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+Test(io, read_sizes_cold_direct)
+{
+	for (size_t i = 0; i < NSIZES; i++)
+		read_case(dir_direct(), sizes[i], 100 + i, true,
+			  PHX_PATH_STAGED);
+}
+
+Test(io, read_sizes_hot)
+{
+	for (size_t i = 0; i < NSIZES; i++)
+		read_case(dir_direct(), sizes[i], 200 + i, false,
+			  PHX_PATH_BUFFERED);
+}
+
+Test(io, read_sizes_tmpfs)
+{
+	for (size_t i = 0; i < NSIZES; i++)
+		read_case(dir_tmpfs(), sizes[i], 300 + i, false,
+			  PHX_PATH_BUFFERED);
+}
+
+/* Write @len bytes from a buffer to a file at random offsets, read back. */
+static void write_case(const char *dir, size_t len, uint64_t seed)
+{
+	struct phx_device *dev = open_default();
+	uint64_t s = seed;
+	size_t file_off = rnd_next(&s) % 9000;
+	size_t buf_off = rnd_next(&s) % 5000;
+	unsigned char *data = xmalloc(len), *back = xmalloc(len + file_off);
+	struct phx_buf *buf;
+	int64_t got;
+	int fd = empty_file(dir);
+
+	fill_random(data, len, seed);
+	cr_assert_eq(phx_buf_alloc(dev, buf_off + len, PHX_BUF_SPARSE, &buf),
+		     0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, buf_off, data, len), 0);
+	got = phx_write(buf, buf_off, fd, (int64_t)file_off, len);
+	cr_assert_eq(got, (int64_t)len, "write %zu at %zu: %lld: %s", len,
+		     file_off, (long long)got, phx_strerror_last());
+	if (!len)
+		file_off = 0; /* writing nothing does not extend the file */
+	cr_assert_eq(pread(fd, back, len + file_off, 0),
+		     (ssize_t)(len + file_off));
+	for (size_t i = 0; i < file_off; i++)
+		cr_assert_eq(back[i], 0, "hole before the write is not zero");
+	cr_assert(!memcmp(back + file_off, data, len),
+		  "file content differs after writing %zu bytes", len);
+
+	/* round trip: read it back into another place of the buffer */
+	struct phx_buf *buf2;
+
+	cr_assert_eq(phx_buf_alloc(dev, len, 0, &buf2), 0);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	got = phx_read(buf2, 0, fd, (int64_t)file_off, len);
+	cr_assert_eq(got, (int64_t)len);
+	assert_buf_eq(buf2, 0, data, len);
+
+	phx_buf_free(buf2);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+	free(back);
+}
+
+Test(io, write_sizes_direct)
+{
+	for (size_t i = 0; i < NSIZES; i++)
+		write_case(dir_direct(), sizes[i], 400 + i);
+}
+
+Test(io, write_sizes_tmpfs)
+{
+	for (size_t i = 0; i < NSIZES; i++)
+		write_case(dir_tmpfs(), sizes[i], 500 + i);
+}
+
+Test(io, random_offsets_round_trip)
+{
+	struct phx_device *dev = open_default();
+	size_t fsize = 3 * MiB + 777;
+	unsigned char *data, *back = xmalloc(fsize);
+	struct phx_buf *buf;
+	uint64_t s = 42;
+	int fd = make_file(dir_direct(), fsize, 7, true, (void **)&data);
+
+	cr_assert_eq(phx_buf_alloc(dev, fsize, 0, &buf), 0);
+	/* Fill the buffer with random pieces, each read at its own offset. */
+	for (int i = 0; i < 200; i++) {
+		size_t off = rnd_next(&s) % fsize;
+		size_t len = rnd_next(&s) % (fsize - off) % (300 * 1024) + 1;
+
+		cr_assert_eq(phx_read(buf, off, fd, (int64_t)off, len),
+			     (int64_t)len, "piece %d: %s", i,
+			     phx_strerror_last());
+	}
+	cr_assert_eq(phx_read(buf, 0, fd, 0, fsize), (int64_t)fsize);
+	assert_buf_eq(buf, 0, data, fsize);
+
+	/* Write it out in random pieces to a new file; compare. */
+	int out = empty_file(dir_direct());
+
+	for (size_t off = 0; off < fsize;) {
+		size_t len = phx_min_sz(rnd_next(&s) % (700 * 1024) + 1,
+					fsize - off);
+
+		cr_assert_eq(phx_write(buf, off, out, (int64_t)off, len),
+			     (int64_t)len);
+		off += len;
+	}
+	cr_assert_eq(pread(out, back, fsize, 0), (ssize_t)fsize);
+	cr_assert(!memcmp(back, data, fsize));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	close(out);
+	free(data);
+	free(back);
+}
+
+Test(io, o_direct_fd_from_caller)
+{
+	struct phx_device *dev = open_default();
+	size_t fsize = 2 * MiB + 99;
+	char path[4096];
+	void *data;
+	struct phx_buf *buf;
+	int fd = make_file(dir_direct(), fsize, 9, true, &data);
+
+	/* The caller opened it O_DIRECT itself (as LMCache does). */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int dfd = open(path, O_RDWR | O_DIRECT);
+
+	cr_assert_geq(dfd, 0);
+	cr_assert_eq(phx_buf_alloc(dev, fsize, 0, &buf), 0);
+	cr_assert_eq(phx_read(buf, 3, dfd, 5, fsize - 5), (int64_t)fsize - 5,
+		     "%s", phx_strerror_last());
+	assert_buf_eq(buf, 3, (char *)data + 5, fsize - 5);
+	/* unaligned write through an O_DIRECT fd: edges need the page cache */
+	cr_assert_eq(phx_write(buf, 3, dfd, 11, 100000), 100000, "%s",
+		     phx_strerror_last());
+	char *back = xmalloc(100000);
+
+	cr_assert_eq(pread(fd, back, 100000, 11), 100000);
+	cr_assert(!memcmp(back, (char *)data + 5, 100000));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(dfd);
+	close(fd);
+	free(back);
+	free(data);
+}
+
+/* ---- errors --------------------------------------------------------- */
+
+Test(io_errors, bad_fd)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf;
+
+	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
+	cr_assert_eq(phx_read(buf, 0, 12345, 0, 10), -EBADF);
+	cr_assert_str_not_empty(phx_strerror_last());
+	cr_assert_eq(phx_read(buf, 0, -1, 0, 10), -EBADF);
+
+	int wfd = open("/dev/null", O_WRONLY);
+	int fd = make_file(dir_direct(), 100, 1, false, NULL);
+	int rfd;
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	rfd = open(path, O_RDONLY);
+	cr_assert_eq(phx_read(buf, 0, wfd, 0, 10), -EBADF,
+		     "reading a write-only fd");
+	cr_assert_eq(phx_write(buf, 0, rfd, 0, 10), -EBADF,
+		     "writing a read-only fd");
+	cr_assert(strstr(phx_strerror_last(), "not open for writing"));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
+Test(io_errors, range_outside_buffer)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf;
+	int fd = make_file(dir_direct(), 8192, 1, false, NULL);
+
+	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
+	cr_assert_eq(phx_read(buf, 0, fd, 0, 4097), -ERANGE);
+	cr_assert_eq(phx_read(buf, 4000, fd, 0, 97), -ERANGE);
+	cr_assert_eq(phx_read(buf, UINT64_MAX, fd, 0, 2), -ERANGE);
+	cr_assert_eq(phx_write(buf, 1, fd, 0, UINT64_MAX), -ERANGE);
+	cr_assert_eq(phx_read(buf, 0, fd, -1, 10), -EINVAL);
+	cr_assert_eq(phx_read(buf, 0, fd, INT64_MAX, 10), -EINVAL);
+	cr_assert(strstr(phx_strerror_last(), "invalid"));
+	char tmp[8];
+
+	cr_assert_eq(phx_memcpy_from_buf(tmp, buf, 4090, 8), -ERANGE);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 4095, tmp, 2), -ERANGE);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
+Test(io_errors, not_a_file)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf;
+	int p[2];
+
+	cr_assert_eq(pipe(p), 0);
+	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
+	cr_assert_eq(phx_read(buf, 0, p[0], 0, 10), -EINVAL);
+	cr_assert(strstr(phx_strerror_last(), "not a regular file"));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
+Test(io_errors, o_direct_refused)
+{
+	struct phx_device *dev;
+	struct phx_buf *buf;
+	int fd;
+
+	setenv("PHX_DIRECT", "on", 1);
+	dev = open_default();
+	/* procfs files cannot be opened O_DIRECT */
+	fd = open("/proc/self/status", O_RDONLY);
+	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
+	cr_assert_eq(phx_read(buf, 0, fd, 0, 100), -EINVAL);
+	cr_assert(strstr(phx_strerror_last(), "O_DIRECT"), "message: %s",
+		  phx_strerror_last());
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
+Test(io_errors, write_fails_in_the_kernel)
+{
+	struct phx_device *dev = open_default();
+	struct rlimit rl = { MiB, MiB };
+	struct phx_buf *buf;
+	int fd = empty_file(dir_direct());
+
+	/* The file size limit makes the kernel itself fail the write. */
+	cr_assert_eq(phx_buf_alloc(dev, 4 * MiB, 0, &buf), 0);
+	signal(SIGXFSZ, SIG_IGN);
+	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	cr_assert_eq(phx_write(buf, 0, fd, 2 * MiB, MiB), -EFBIG, "%s",
+		     phx_strerror_last());
+	cr_assert(strstr(phx_strerror_last(), "writing fd"));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}

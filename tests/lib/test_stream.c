@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/* test_stream.c - stream-ordered transfers. */
+#include <pthread.h>
+
+#include "util.h"
+
+Test(stream, parameters_read_when_the_stream_gets_there)
+{
+	struct phx_device *dev = open_default();
+	size_t fsize = 4 * MiB;
+	unsigned char *data;
+	struct phx_stream *st;
+	struct phx_buf *buf, *big;
+	uint64_t len = 1;
+	int64_t foff = 0, boff = 0, done = -12345;
+	int fd = make_file(dir_direct(), fsize, 51, true, (void **)&data);
+
+	cr_assert_eq(phx_buf_alloc(dev, fsize, 0, &buf), 0);
+	cr_assert_eq(phx_buf_alloc(dev, 256 * MiB, 0, &big), 0);
+	cr_assert_eq(phx_stream_create(dev, &st), 0);
+	/* queue work first so the transfer waits its turn */
+	struct phx_io pre = { 0 };
+
+	(void)pre;
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
+				    &len, &foff, &boff, &done),
+		     0, "%s", phx_strerror_last());
+	/* change the values after queueing: the new ones must be used */
+	len = 2 * MiB + 7;
+	foff = 12345;
+	boff = 999;
+	cr_assert_eq(phx_stream_sync(st), 0);
+	cr_assert_eq(done, (int64_t)len, "bytes_done %lld",
+		     (long long)done);
+	assert_buf_eq(buf, 999, data + 12345, len);
+
+	/* a write, ordered after the read on the same stream */
+	int out = empty_file(dir_direct());
+	uint64_t wlen = MiB;
+	int64_t wfoff = 4096, wboff = 999, wdone = 0;
+	unsigned char *back = xmalloc(MiB);
+
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_WRITE, out, phx_buf_dptr(buf),
+				    &wlen, &wfoff, &wboff, &wdone),
+		     0);
+	cr_assert_eq(phx_stream_sync(st), 0);
+	cr_assert_eq(wdone, (int64_t)MiB);
+	cr_assert_eq(pread(out, back, MiB, 4096), (ssize_t)MiB);
+	cr_assert(!memcmp(back, data + 12345, MiB));
+
+	/* errors come back through bytes_done */
+	int64_t bad = 0;
+
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, 9999, phx_buf_dptr(buf),
+				    &wlen, &wfoff, &wboff, &bad),
+		     0);
+	cr_assert_eq(phx_stream_sync(st), 0);
+	cr_assert_eq(bad, -EBADF);
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd, 0, NULL, &wfoff,
+				    &wboff, &bad),
+		     -EFAULT);
+	phx_stream_destroy(st);
+	phx_buf_free(buf);
+	phx_buf_free(big);
+	phx_device_close(dev);
+	free(back);
+	free(data);
+}
+
+Test(stream, wrapped_default_stream)
+{
+	struct phx_device *dev = open_default();
+	struct phx_stream *st;
+	struct phx_buf *buf;
+	unsigned char *data;
+	uint64_t len = 100000;
+	int64_t foff = 3, boff = 0, done = 0;
+	int fd = make_file(dir_tmpfs(), 200000, 61, false, (void **)&data);
+
+	cr_assert_eq(phx_buf_alloc(dev, 200000, 0, &buf), 0);
+	cr_assert_eq(phx_stream_wrap(dev, NULL, &st), 0);
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
+				    &len, &foff, &boff, &done),
+		     0);
+	cr_assert_eq(phx_stream_sync(st), 0);
+	cr_assert_eq(done, 100000);
+	assert_buf_eq(buf, 0, data + 3, 100000);
+	phx_stream_destroy(st);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(data);
+}

@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/* util.h - helpers shared by the libphoenix suites. */
+#ifndef PHX_TEST_UTIL_H
+#define PHX_TEST_UTIL_H
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "phoenix.h"
+
+#define MiB (1ULL << 20)
+
+static inline size_t phx_min_sz(size_t a, size_t b)
+{
+	return a < b ? a : b;
+}
+
+/* Directory on a file system with O_DIRECT (ext4 in CI). */
+static inline const char *dir_direct(void)
+{
+	const char *d = getenv("PHX_TEST_EXT4");
+
+	return d && *d ? d : "/tmp";
+}
+
+/* Directory on tmpfs. */
+static inline const char *dir_tmpfs(void)
+{
+	const char *d = getenv("PHX_TEST_TMPFS");
+
+	return d && *d ? d : "/dev/shm";
+}
+
+/* xorshift: reproducible per test, never produces zero bytes. */
+static inline uint64_t rnd_next(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static inline void fill_random(void *p, size_t n, uint64_t seed)
+{
+	unsigned char *b = p;
+	uint64_t s = seed | 1, v = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (i % 8 == 0)
+			v = rnd_next(&s);
+		b[i] = (unsigned char)(v >> (8 * (i % 8)));
+		if (!b[i])
+			b[i] = 0xa5;
+	}
+}
+
+static inline void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	cr_assert_not_null(p, "out of memory");
+	return p;
+}
+
+/*
+ * Create a file of @size random bytes in @dir; returns an fd opened
+ * O_RDWR.  With @cold the file is synced and dropped from the page cache.
+ */
+static inline int make_file(const char *dir, size_t size, uint64_t seed,
+			    bool cold, void **content)
+{
+	char path[4096];
+	void *data = xmalloc(size);
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/phx-test-XXXXXX", dir);
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0, "mkstemp in %s: %s", dir, strerror(errno));
+	unlink(path);
+	fill_random(data, size, seed);
+	cr_assert_eq(pwrite(fd, data, size, 0), (ssize_t)size);
+	if (cold) {
+		fsync(fd);
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	}
+	if (content)
+		*content = data;
+	else
+		free(data);
+	return fd;
+}
+
+static inline int empty_file(const char *dir)
+{
+	char path[4096];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/phx-test-XXXXXX", dir);
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0, "mkstemp in %s: %s", dir, strerror(errno));
+	unlink(path);
+	return fd;
+}
+
+static inline struct phx_device *open_default(void)
+{
+	struct phx_device *dev = NULL;
+	int ret = phx_device_open(NULL, &dev);
+
+	cr_assert_eq(ret, 0, "phx_device_open: %s", phx_strerror_last());
+	return dev;
+}
+
+/* Read back [off, off+len) of @buf and compare with @want. */
+static inline void assert_buf_eq(struct phx_buf *buf, uint64_t off,
+				 const void *want, size_t len)
+{
+	unsigned char *got = xmalloc(len);
+	size_t i;
+	int ret = phx_memcpy_from_buf(got, buf, off, len);
+
+	cr_assert_eq(ret, 0, "phx_memcpy_from_buf: %s", phx_strerror_last());
+	if (memcmp(got, want, len)) {
+		for (i = 0; i < len; i++)
+			if (got[i] != ((const unsigned char *)want)[i])
+				break;
+		cr_assert_fail("buffer differs at byte %zu of %zu", i, len);
+	}
+	free(got);
+}
+
+#endif
