@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dev_kmod.c - device memory that the phx.ko kernel module exposes.
+ *
+ * Each /dev/phxN is a device.  A chunk is an allocation of the module: a
+ * regular file whose MAP_SHARED mapping consists of the device's
+ * ZONE_DEVICE pages.  Chunks are mapped into an address range reserved in
+ * this process, so a buffer's device address is an ordinary host address:
+ * the engine takes the p2p path, O_DIRECT reads and writes between a file
+ * and that address are DMA by the disk controller into device memory.
+ *
+ * What it does not do: there is no copy engine, so copies, memsets and
+ * host functions run synchronously on the calling thread when queued, and
+ * a stream is always idle by the time anyone waits on it.  That keeps the
+ * stream ordering the rest of the library relies on.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "../../kmod/phx_uapi.h"
+
+/* Phoenix's registration granularity; a multiple of every page size. */
+#define KMOD_GRANULARITY (64ULL << 10)
+#define KMOD_MAX_DEVICES 64
+
+/* Streams and events carry no state: everything completes when queued. */
+static char kmod_stream_token;
+
+struct kmod_dev {
+	int fd; /* /dev/phxN */
+};
+
+static int kmod_open_node(int index)
+{
+	char path[32];
+
+	snprintf(path, sizeof(path), "/dev/phx%d", index);
+	return open(path, O_RDWR | O_CLOEXEC);
+}
+
+static int kmod_probe(const char **why)
+{
+	int n, fd;
+
+	for (n = 0; n < KMOD_MAX_DEVICES; n++) {
+		fd = kmod_open_node(n);
+		if (fd < 0)
+			break;
+		close(fd);
+	}
+	if (n == 0) {
+		*why = errno == ENOENT ?
+			       "no /dev/phx0: the phx.ko module is not loaded or found no device" :
+			       "cannot open /dev/phx0 (permission?)";
+		return -ENODEV;
+	}
+	return n;
+}
+
+static int kmod_info(int fd, struct phx_ioc_info *info)
+{
+	if (ioctl(fd, PHX_IOC_INFO, info))
+		return -errno;
+	return 0;
+}
+
+static int kmod_query(int index, struct phx_device_info *info)
+{
+	struct phx_ioc_info ki;
+	int fd, ret;
+
+	fd = kmod_open_node(index);
+	if (fd < 0)
+		return phx_err(errno, "phx%d: cannot open /dev/phx%d: %s",
+			       index, index, strerror(errno));
+	ret = kmod_info(fd, &ki);
+	close(fd);
+	if (ret)
+		return phx_err(-ret, "phx%d: PHX_IOC_INFO failed: %s", index,
+			       strerror(-ret));
+	snprintf(info->model, sizeof(info->model), "phx.ko %s memory of %s",
+		 ki.provider == PHX_PROVIDER_NVIDIA ? "GPU" : "BAR",
+		 ki.pci_name);
+	info->capacity = ki.size;
+	info->free = ki.free;
+	info->numa_node = -1;
+	return 0;
+}
+
+static int kmod_open(struct phx_device *dev)
+{
+	struct kmod_dev *kd;
+	struct phx_ioc_info ki;
+	int ret;
+
+	kd = calloc(1, sizeof(*kd));
+	if (!kd)
+		return phx_err(ENOMEM, "%s: out of host memory", dev->name);
+	kd->fd = kmod_open_node(dev->index);
+	if (kd->fd < 0) {
+		ret = phx_err(errno, "%s: cannot open /dev/phx%d: %s",
+			      dev->name, dev->index, strerror(errno));
+		free(kd);
+		return ret;
+	}
+	ret = kmod_info(kd->fd, &ki);
+	if (ret) {
+		close(kd->fd);
+		free(kd);
+		return phx_err(-ret, "%s: PHX_IOC_INFO failed: %s", dev->name,
+			       strerror(-ret));
+	}
+	dev->priv = kd;
+	dev->granularity = KMOD_GRANULARITY;
+	if (ki.page_size > dev->granularity)
+		dev->granularity = ki.page_size;
+	return 0;
+}
+
+static void kmod_close(struct phx_device *dev)
+{
+	struct kmod_dev *kd = dev->priv;
+
+	close(kd->fd);
+	free(kd);
+	dev->priv = NULL;
+}
+
+static int kmod_va_reserve(struct phx_device *dev, uint64_t size,
+			   phx_dptr_t *out)
+{
+	void *p = mmap(NULL, size, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		return phx_err(errno == ENOMEM ? EFBIG : errno,
+			       "%s: cannot reserve %llu bytes of address space: %s",
+			       dev->name, (unsigned long long)size,
+			       strerror(errno));
+	*out = (phx_dptr_t)(uintptr_t)p;
+	return 0;
+}
+
+static void kmod_va_release(struct phx_device *dev, phx_dptr_t va,
+			    uint64_t size)
+{
+	munmap((void *)(uintptr_t)va, size);
+}
+
+static int kmod_chunk_create(struct phx_device *dev, uint64_t size,
+			     phx_chunk_t *out)
+{
+	struct kmod_dev *kd = dev->priv;
+	struct phx_ioc_alloc req = { .size = size };
+
+	if (ioctl(kd->fd, PHX_IOC_ALLOC, &req)) {
+		int err = errno;
+
+		if (err == ENOSPC)
+			return phx_err(ENOSPC,
+				       "%s: device memory full: %llu bytes not available; free buffers first",
+				       dev->name, (unsigned long long)size);
+		return phx_err(err, "%s: PHX_IOC_ALLOC of %llu bytes: %s",
+			       dev->name, (unsigned long long)size,
+			       strerror(err));
+	}
+	*out = (phx_chunk_t)req.fd;
+	return 0;
+}
+
+static void kmod_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
+			       uint64_t size)
+{
+	close((int)chunk);
+}
+
+static int kmod_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			  phx_chunk_t chunk)
+{
+	void *p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_FIXED, (int)chunk, 0);
+
+	if (p == MAP_FAILED)
+		return phx_err(errno, "%s: mapping device memory: %s",
+			       dev->name, strerror(errno));
+	return 0;
+}
+
+static void kmod_chunk_unmap(struct phx_device *dev, phx_dptr_t at,
+			     uint64_t size)
+{
+	/* Put the reservation back rather than leave a hole. */
+	mmap((void *)(uintptr_t)at, size, PROT_NONE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+static int kmod_chunk_export(struct phx_device *dev, phx_chunk_t chunk,
+			     uint64_t size, int *fd)
+{
+	*fd = fcntl((int)chunk, F_DUPFD_CLOEXEC, 0);
+	if (*fd < 0)
+		return phx_err(errno, "%s: exporting a chunk: %s", dev->name,
+			       strerror(errno));
+	return 0;
+}
+
+static int kmod_chunk_import(struct phx_device *dev, int fd, uint64_t size,
+			     phx_chunk_t *out)
+{
+	struct phx_ioc_range range;
+	int nfd;
+
+	if (ioctl(fd, PHX_IOC_RANGE, &range) || range.size < size)
+		return phx_err(EINVAL,
+			       "%s: imported fd is not a phx.ko allocation of %llu bytes",
+			       dev->name, (unsigned long long)size);
+	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (nfd < 0)
+		return phx_err(errno, "%s: importing a chunk: %s", dev->name,
+			       strerror(errno));
+	*out = (phx_chunk_t)nfd;
+	return 0;
+}
+
+static void *kmod_host_addr(struct phx_device *dev, phx_dptr_t va)
+{
+	return (void *)(uintptr_t)va;
+}
+
+static int kmod_host_register(struct phx_device *dev, void *p, size_t len)
+{
+	return 0;
+}
+
+static void kmod_host_unregister(struct phx_device *dev, void *p)
+{
+}
+
+static int kmod_stream_create(struct phx_device *dev, void **stream)
+{
+	*stream = &kmod_stream_token;
+	return 0;
+}
+
+static void kmod_stream_destroy(struct phx_device *dev, void *stream)
+{
+}
+
+static int kmod_stream_sync(struct phx_device *dev, void *stream)
+{
+	return 0;
+}
+
+static void *kmod_stream_default(struct phx_device *dev)
+{
+	return &kmod_stream_token;
+}
+
+static int kmod_copy_htod(struct phx_device *dev, phx_dptr_t dst,
+			  const void *src, size_t len, void *stream)
+{
+	memcpy((void *)(uintptr_t)dst, src, len);
+	return 0;
+}
+
+static int kmod_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
+			  size_t len, void *stream)
+{
+	memcpy(dst, (const void *)(uintptr_t)src, len);
+	return 0;
+}
+
+static int kmod_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
+			  phx_dptr_t src, size_t len, void *stream)
+{
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, len);
+	return 0;
+}
+
+static int kmod_memset_d8(struct phx_device *dev, phx_dptr_t dst,
+			  uint8_t value, size_t len, void *stream)
+{
+	memset((void *)(uintptr_t)dst, value, len);
+	return 0;
+}
+
+static int kmod_event_create(struct phx_device *dev, void **event)
+{
+	*event = &kmod_stream_token;
+	return 0;
+}
+
+static void kmod_event_destroy(struct phx_device *dev, void *event)
+{
+}
+
+static int kmod_event_record(struct phx_device *dev, void *event,
+			     void *stream)
+{
+	return 0;
+}
+
+static int kmod_event_query(struct phx_device *dev, void *event)
+{
+	return 0;
+}
+
+static int kmod_event_sync(struct phx_device *dev, void *event)
+{
+	return 0;
+}
+
+static int kmod_launch_host_fn(struct phx_device *dev, void *stream,
+			       void (*fn)(void *), void *arg)
+{
+	fn(arg);
+	return 0;
+}
+
+const struct phx_backend_ops phx_kmod_ops = {
+	.name = "kmod",
+	.dir_prefix = "phx",
+	.kind = PHX_DEVICE_KMOD,
+	.probe = kmod_probe,
+	.query = kmod_query,
+	.open = kmod_open,
+	.close = kmod_close,
+	.va_reserve = kmod_va_reserve,
+	.va_release = kmod_va_release,
+	.chunk_create = kmod_chunk_create,
+	.chunk_release = kmod_chunk_release,
+	.chunk_map = kmod_chunk_map,
+	.chunk_unmap = kmod_chunk_unmap,
+	.chunk_export = kmod_chunk_export,
+	.chunk_import = kmod_chunk_import,
+	.host_addr = kmod_host_addr,
+	.p2p = true,
+	.host_register = kmod_host_register,
+	.host_unregister = kmod_host_unregister,
+	.stream_create = kmod_stream_create,
+	.stream_destroy = kmod_stream_destroy,
+	.stream_sync = kmod_stream_sync,
+	.stream_default = kmod_stream_default,
+	.copy_htod = kmod_copy_htod,
+	.copy_dtoh = kmod_copy_dtoh,
+	.copy_dtod = kmod_copy_dtod,
+	.memset_d8 = kmod_memset_d8,
+	.event_create = kmod_event_create,
+	.event_destroy = kmod_event_destroy,
+	.event_record = kmod_event_record,
+	.event_query = kmod_event_query,
+	.event_sync = kmod_event_sync,
+	.launch_host_fn = kmod_launch_host_fn,
+};
