@@ -43,6 +43,8 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory -k $(TESTS)
+	@echo "== libphoenix under ASan + UBSan"
+	@$(MAKE) --no-print-directory SAN=1 test-lib
 
 test-gpu:
 	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod,$(TESTS))
