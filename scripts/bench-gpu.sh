@@ -1,0 +1,66 @@
+#!/bin/sh
+# File <-> GPU benchmark on the GPU machine, in one call: libphoenix
+# against raw disk (io_uring O_DIRECT and buffered), cuFile, pread +
+# cuMemcpyHtoD and the pinned copy rate, on one file of random bytes,
+# ending with one table (see tests/bench/phx-bench.c).  About 5 minutes
+# for the default 4 GiB file; run as root so the page cache can be dropped
+# and cuFile finds the file system's udev properties.
+#
+# Usage: scripts/bench-gpu.sh [DIR] [phx-bench options]
+#   DIR   a directory on the disk to measure (default /var/tmp/phx-bench);
+#         the random file is created there once and kept for later runs.
+# Build phx-bench first with scripts/gpu-bundle.sh (it lands in .gpu/bin).
+set -eu
+cd "$(dirname "$0")/.."
+
+dir=/var/tmp/phx-bench
+case "${1:-}" in
+''|-*) ;;
+*) dir=$1; shift ;;
+esac
+bin=${PHX_BENCH:-.gpu/bin/phx-bench}
+
+fail() { echo "bench-gpu: $*" >&2; exit 1; }
+
+[ -x "$bin" ] ||
+	fail "$bin not found; run scripts/gpu-bundle.sh where the project builds, then bring .gpu here"
+mkdir -p "$dir" || fail "cannot create $dir"
+
+mnt() { findmnt -n -f -o "$1" -T "$dir" 2>/dev/null | head -n 1 | tr -d ' '; }
+fstype=$(mnt FSTYPE)
+majmin=$(mnt MAJ:MIN)
+case "$fstype" in
+tmpfs|ramfs|overlay)
+	fail "$dir is on $fstype, not on a disk; pass a directory on the disk" ;;
+esac
+
+# The data file and one written copy, plus slack.
+avail=$(df -P -B1 "$dir" | awk 'NR == 2 { print $4 }')
+need=$((9 * 1024 * 1024 * 1024))
+[ -e "$dir/phx-bench.dat" ] && need=$((need - 4 * 1024 * 1024 * 1024))
+[ "$avail" -ge "$need" ] ||
+	fail "$dir has $((avail >> 20)) MiB free, $((need >> 20)) MiB needed; free space or pass another directory"
+
+# cuFile reads the file system's type from the udev database, which a VM
+# without udev lacks; add the two properties it needs (never overwrite).
+udev_props() {
+	f=/run/udev/data/b$1
+	[ -e "$f" ] && return 0
+	mkdir -p /run/udev/data &&
+		printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=%s\n' "$fstype" >"$f" &&
+		echo "bench-gpu: wrote $f for cuFile"
+}
+if [ "$(id -u)" = 0 ] && [ -n "$majmin" ] && [ "${majmin%%:*}" != 0 ]; then
+	udev_props "$majmin" || echo "bench-gpu: cannot write udev data; cuFile may fail"
+	# A partition: its disk too.
+	if [ -e "/sys/dev/block/$majmin/partition" ]; then
+		parent=$(cat "/sys/dev/block/$majmin/../dev" 2>/dev/null || true)
+		[ -n "$parent" ] && udev_props "$parent" || true
+	fi
+else
+	echo "bench-gpu: not root: cold runs use fadvise(DONTNEED) and cuFile may fail"
+fi
+
+echo "bench-gpu: $dir on $fstype ($majmin), $(nproc) CPUs, $(uname -r)"
+# Keep a 600 s call from being cut off without its table.
+exec timeout --foreground 590 "$bin" "$@" "$dir"
