@@ -503,7 +503,7 @@ PHX_EXPORT enum phx_device_kind phx_device_kind(const struct phx_device *dev)
 
 PHX_EXPORT void *phx_device_native(struct phx_device *dev)
 {
-	return dev->ops->kind == PHX_DEVICE_CUDA ? dev->priv : NULL;
+	return dev->ops->native ? dev->ops->native(dev) : NULL;
 }
 
 PHX_EXPORT int phx_device_set_limit(struct phx_device *dev, uint64_t limit)

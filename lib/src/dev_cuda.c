@@ -399,6 +399,11 @@ static int cuda_bind(struct phx_device *dev)
 	return cu_bind_ctx(dev, cuda_priv(dev)->ctx);
 }
 
+static void *cuda_native(struct phx_device *dev)
+{
+	return cuda_priv(dev)->ctx;
+}
+
 /* The host NUMA node from sysfs, for drivers without HOST_NUMA_ID. */
 static int cu_sysfs_numa(CUdevice cudev)
 {
@@ -969,6 +974,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.query = cuda_query,
 	.open = cuda_open,
 	.close = cuda_close,
+	.native = cuda_native,
 	.bind = cuda_bind,
 	.va_reserve = cuda_va_reserve,
 	.va_release = cuda_va_release,

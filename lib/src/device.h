@@ -44,6 +44,9 @@ struct phx_backend_ops {
 	int (*open)(struct phx_device *dev);
 	void (*close)(struct phx_device *dev);
 
+	/* The backend's own handle for phx_device_native(); may be NULL. */
+	void *(*native)(struct phx_device *dev);
+
 	/*
 	 * Make @dev's context current in the calling thread (cuda); may be
 	 * NULL.  Called at the top of each public entry point.
