@@ -24,14 +24,17 @@ endif
 
 $(BUILD)/lib/src/%.o: lib/src/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Ilib/src -fvisibility=hidden -c $< -o $@
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Ilib/src -fvisibility=hidden -c $< -o $@
 
 $(LIB_A): $(LIB_OBJS)
 	@rm -f $@
-	ar rcs $@ $^
+	@echo "  AR      $@"
+	@ar rcs $@ $^
 
 $(LIB_SO): $(LIB_OBJS)
-	$(CC) -shared -Wl,-soname,libphoenix.so.0 -Wl,--no-undefined \
+	@echo "  LD      $@"
+	@$(CC) -shared -Wl,-soname,libphoenix.so.0 -Wl,--no-undefined -Wl,--exclude-libs,ALL \
 		$(LDFLAGS) -o $@ $^ $(URING_LIB) $(LDLIBS)
 
 ALL += $(LIB_A) $(LIB_SO)
@@ -42,7 +45,8 @@ LIB_TEST_BIN := $(BUILD)/tests/test-lib
 
 $(LIB_TEST_BIN): $(LIB_TEST_SRCS) tests/lib/util.h $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Itests/lib -o $@ $(LIB_TEST_SRCS) \
+	@echo "  CC      $@"
+	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Itests/lib -o $@ $(LIB_TEST_SRCS) \
 		$(LIB_A) $(URING_LIB) -lcriterion $(LDFLAGS) $(LDLIBS)
 
 # Scratch space for the suites: ext4 (O_DIRECT) and tmpfs (no O_DIRECT).

@@ -211,17 +211,12 @@ PHX_EXPORT void phx_settings_get(struct phx_settings *out)
 
 /* ---- backends and the device registry ------------------------------- */
 
-/* The module backend is optional in a build: weak, NULL when absent. */
-extern const struct phx_backend_ops phx_kmod_ops __attribute__((weak));
-
 static const struct phx_backend_ops *const backends[] = {
 	[PHX_DEVICE_CUDA] = &phx_cuda_ops,
 	[PHX_DEVICE_SIM] = &phx_sim_ops,
 	[PHX_DEVICE_KMOD] = &phx_kmod_ops,
 };
 #define NR_KINDS 4
-
-static const char *const not_built = "support for it was not built in";
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static int probe_count[NR_KINDS];
@@ -238,13 +233,7 @@ static int backend_probe(enum phx_device_kind kind, const char **why)
 	pthread_mutex_lock(&registry_lock);
 	if (!probed[kind]) {
 		probe_why[kind] = NULL;
-		if (backends[kind])
-			probe_count[kind] =
-				backends[kind]->probe(&probe_why[kind]);
-		else
-			probe_count[kind] = -ENODEV;
-		if (!backends[kind])
-			probe_why[kind] = not_built;
+		probe_count[kind] = backends[kind]->probe(&probe_why[kind]);
 		probed[kind] = true;
 	}
 	n = probe_count[kind];
