@@ -428,8 +428,10 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 	ret = dev->ops->open(dev);
 	if (!ret) {
 		memset(&info, 0, sizeof(info));
+		info.numa_node = -1;
 		ret = dev->ops->query(index, &info);
 		dev->capacity = info.capacity;
+		dev->numa_node = info.numa_node;
 	}
 	if (ret) {
 		if (dev->priv)

@@ -135,6 +135,7 @@ struct phx_device {
 	int refs;		 /* protected by the registry lock */
 	void *priv;		 /* backend state */
 	uint64_t granularity;	 /* chunk size unit; set by ops->open() */
+	int numa_node;		 /* host node nearest the device, or -1 */
 	uint64_t capacity;	 /* bytes */
 	uint64_t limit;		 /* 0: capacity */
 	atomic_uint_fast64_t used;	 /* committed by our buffers */
@@ -147,6 +148,9 @@ struct phx_device {
 	pthread_cond_t pool_cond;
 	struct phx_engine *pool_free;
 	unsigned int pool_count;
+	/* idle copy streams for host<->device copies; under pool_lock */
+	void *streams[16];
+	unsigned int nstreams;
 
 	/* stream-ordered transfers, see stream.c */
 	struct phx_async_worker *async;

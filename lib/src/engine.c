@@ -264,6 +264,34 @@ static unsigned int cached_percent(int fd, uint64_t off, uint64_t len)
 
 /* ---- engine lifetime ------------------------------------------------ */
 
+#define PHX_MPOL_PREFERRED 1
+
+/*
+ * Allocate staging memory on the host node nearest the device, so the
+ * device's DMA does not cross the socket interconnect.  Single-node
+ * machines (and unknown nodes) take the default policy.
+ */
+static void *staging_alloc(struct phx_device *dev, size_t len)
+{
+	unsigned long mask[16] = { 0 };
+	int node = dev->numa_node;
+	void *p;
+
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (node >= 0 && node < 1024 &&
+	    !access("/sys/devices/system/node/node1", F_OK)) {
+		mask[node / 64] = 1UL << (node % 64);
+		/* a preference, not a hard binding: best effort */
+		syscall(SYS_mbind, p, len, PHX_MPOL_PREFERRED, mask, 1024UL,
+			0U);
+	}
+	memset(p, 0, len); /* fault it in now, where the policy says */
+	return p;
+}
+
 static void engine_destroy(struct phx_engine *e)
 {
 	struct phx_device *dev = e->dev;
@@ -321,10 +349,8 @@ static int engine_create(struct phx_device *dev, unsigned int depth,
 	e->ring_ok = true;
 
 	e->staging_len = (size_t)(e->nslots * e->chunk);
-	e->staging = mmap(NULL, e->staging_len, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (e->staging == MAP_FAILED) {
-		e->staging = NULL;
+	e->staging = staging_alloc(dev, e->staging_len);
+	if (!e->staging) {
 		ret = phx_err(ENOMEM, "%s: cannot allocate %zu bytes of staging memory",
 			      dev->name, e->staging_len);
 		goto out;
@@ -946,11 +972,41 @@ static void engine_put(struct phx_device *dev, struct phx_engine *e)
 	pthread_mutex_unlock(&dev->pool_lock);
 }
 
+/*
+ * Streams for host memory copies, reused: creating one per copy costs a
+ * driver call (a thread on sim) for every FUSE request.
+ */
+static int stream_get(struct phx_device *dev, void **stream)
+{
+	pthread_mutex_lock(&dev->pool_lock);
+	if (dev->nstreams) {
+		*stream = dev->streams[--dev->nstreams];
+		pthread_mutex_unlock(&dev->pool_lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&dev->pool_lock);
+	return dev->ops->stream_create(dev, stream);
+}
+
+static void stream_put(struct phx_device *dev, void *stream)
+{
+	pthread_mutex_lock(&dev->pool_lock);
+	if (dev->nstreams < sizeof(dev->streams) / sizeof(dev->streams[0])) {
+		dev->streams[dev->nstreams++] = stream;
+		stream = NULL;
+	}
+	pthread_mutex_unlock(&dev->pool_lock);
+	if (stream)
+		dev->ops->stream_destroy(dev, stream);
+}
+
 void phx_engine_pool_destroy(struct phx_device *dev)
 {
 	struct phx_engine *e;
 
 	pthread_mutex_lock(&dev->pool_lock);
+	while (dev->nstreams)
+		dev->ops->stream_destroy(dev, dev->streams[--dev->nstreams]);
 	while ((e = dev->pool_free)) {
 		dev->pool_free = e->next_free;
 		dev->pool_count--;
@@ -1049,13 +1105,13 @@ PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 	pthread_mutex_unlock(&buf->lock);
 	if (ret)
 		return ret;
-	ret = dev->ops->stream_create(dev, &stream);
+	ret = stream_get(dev, &stream);
 	if (ret)
 		return ret;
 	ret = dev->ops->copy_htod(dev, dptr + off, src, len, stream);
 	if (!ret)
 		ret = dev->ops->stream_sync(dev, stream);
-	dev->ops->stream_destroy(dev, stream);
+	stream_put(dev, stream);
 	if (!ret)
 		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
 	return ret;
@@ -1074,13 +1130,13 @@ PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf,
 	ret = phx_device_bind(dev);
 	if (ret)
 		return ret;
-	ret = dev->ops->stream_create(dev, &stream);
+	ret = stream_get(dev, &stream);
 	if (ret)
 		return ret;
 	ret = phx_buf_copy_out(buf, off, dst, len, stream);
 	if (!ret)
 		ret = dev->ops->stream_sync(dev, stream);
-	dev->ops->stream_destroy(dev, stream);
+	stream_put(dev, stream);
 	if (!ret)
 		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
 	return ret;
@@ -1111,7 +1167,7 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	pthread_mutex_unlock(&dst->lock);
 	if (ret)
 		return ret;
-	ret = dev->ops->stream_create(dev, &stream);
+	ret = stream_get(dev, &stream);
 	if (ret)
 		return ret;
 	/* Walk the source chunk by chunk: holes are zeros, not copies. */
@@ -1132,7 +1188,7 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	pthread_mutex_unlock(&src->lock);
 	if (!ret)
 		ret = dev->ops->stream_sync(dev, stream);
-	dev->ops->stream_destroy(dev, stream);
+	stream_put(dev, stream);
 	return ret;
 }
 
