@@ -230,3 +230,30 @@ Test(buf, export_import_between_processes)
 	free(data);
 	free(back);
 }
+
+Test(device, missing_gpu_is_reported)
+{
+	struct phx_device_info info;
+	struct phx_device *dev;
+	char why[512];
+
+	if (phx_device_list(PHX_DEVICE_CUDA, &info, 1) > 0)
+		cr_skip_test("a GPU is present");
+	snprintf(why, sizeof(why), "%s", phx_strerror_last());
+	cr_assert(strstr(why, "no cuda devices"), "message: %s", why);
+	cr_assert_eq(phx_device_open("gpu0", &dev), -ENODEV);
+	cr_assert(strstr(phx_strerror_last(), "cannot open cuda device 0"),
+		  "message: %s", phx_strerror_last());
+}
+
+Test(device, bad_device_variable)
+{
+	struct phx_device *dev;
+	const char *why;
+
+	setenv("PHX_DEVICE", "tpu", 1);
+	cr_assert_eq(phx_default_kind(&why), PHX_DEVICE_NONE);
+	cr_assert_eq(phx_device_open(NULL, &dev), -EINVAL);
+	cr_assert(strstr(phx_strerror_last(), "PHX_DEVICE"), "message: %s",
+		  phx_strerror_last());
+}
