@@ -367,7 +367,9 @@ enum phx_batch_flags {
 /**
  * phx_batch_create() - a context for submitting many transfers at once.
  * @dev: device of all destinations.
- * @depth: most transfers in flight (0: the default queue depth).
+ * @depth: most requests in flight (0: PHX_QUEUE_DEPTH).  The staging
+ *	   memory (PHX_STAGING_SIZE) is split among them, so a deep batch
+ *	   of small reads costs no more host memory than a shallow one.
  * @flags: enum phx_batch_flags.
  *
  * A batch is used by one thread at a time.

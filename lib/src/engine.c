@@ -319,8 +319,8 @@ static void engine_destroy(struct phx_engine *e)
 	free(e);
 }
 
-static int engine_create(struct phx_device *dev, unsigned int depth,
-			 bool polled, struct phx_engine **out)
+static int engine_create(struct phx_device *dev, bool batch,
+			 unsigned int depth, bool polled, struct phx_engine **out)
 {
 	const struct phx_settings *s = phx_settings();
 	struct phx_engine *e;
@@ -333,10 +333,17 @@ static int engine_create(struct phx_device *dev, unsigned int depth,
 		return phx_err(ENOMEM, "out of host memory for an engine");
 	e->dev = dev;
 	e->polled = polled;
+	/*
+	 * Synchronous engines favour big requests (a few large transfers);
+	 * batches favour depth (many small ones), in the same staging size.
+	 */
 	e->chunk = s->chunk_size;
 	e->nslots = (unsigned int)(s->staging_size / e->chunk);
-	if (depth && depth < e->nslots)
-		e->nslots = depth;
+	if (batch) {
+		e->nslots = depth ? depth : s->queue_depth;
+		e->chunk = phx_align_down(s->staging_size / e->nslots, 4096);
+		e->chunk = phx_min(phx_max(e->chunk, 64 << 10), s->chunk_size);
+	}
 	if (e->nslots < 1)
 		e->nslots = 1;
 
@@ -951,7 +958,7 @@ static int engine_get(struct phx_device *dev, struct phx_engine **out)
 	dev->pool_count++;
 	pthread_mutex_unlock(&dev->pool_lock);
 
-	ret = engine_create(dev, 0, false, &e);
+	ret = engine_create(dev, false, 0, false, &e);
 	if (ret) {
 		pthread_mutex_lock(&dev->pool_lock);
 		dev->pool_count--;
@@ -1212,7 +1219,8 @@ PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
 	if (!b)
 		return phx_err(ENOMEM, "out of host memory for a batch");
 	b->dev = dev;
-	ret = engine_create(dev, depth, flags & PHX_BATCH_POLL, &b->engine);
+	ret = engine_create(dev, true, phx_min(depth, 4096u),
+			    flags & PHX_BATCH_POLL, &b->engine);
 	if (ret) {
 		free(b);
 		return ret;

@@ -1,0 +1,377 @@
+// SPDX-License-Identifier: MIT
+/*
+ * phxfile.c - libphxfile.so, the phxFile ABI that LMCache's "phx" storage
+ * backend loads (through ctypes.util.find_library("phxfile")), implemented
+ * on libphoenix.
+ *
+ * Every call returns 0 or a negative errno.  The async calls are stream
+ * ordered the way cuFileReadAsync is: the values behind nbytes,
+ * file_offset and buf_offset are read when the stream reaches the
+ * operation, and *bytes_done is written when it completes.  That is
+ * phx_io_enqueue() exactly, so this file only keeps the tables the ABI
+ * implies: the driver's device, registered buffers, file handles and
+ * streams.
+ *
+ * What it deliberately does not do: buffer registration pins nothing
+ * (libphoenix stages through its own pinned memory, or moves bytes peer
+ * to peer), so it only records the range for deregistration; and all
+ * memory is taken to live on the device phxFileDriverOpen() opened
+ * (device 0 of the default kind).
+ *
+ * libphoenix and liburing are linked in statically, and a version script
+ * keeps every name but the ABI's local, so the library carries everything
+ * it needs and interposes nothing.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "phoenix.h"
+
+#define PHXFILE_EXPORT __attribute__((visibility("default")))
+
+_Static_assert(sizeof(size_t) == sizeof(uint64_t),
+	       "phxFile passes size_t where libphoenix takes uint64_t");
+
+/* A registered file: the fd stays the caller's. */
+struct phxfile_handle {
+	int fd;
+};
+
+/* A registered memory range, for deregistration. */
+struct phxfile_range {
+	const void *addr;
+	size_t length;
+	struct phxfile_range *next;
+};
+
+/* A caller's stream and libphoenix's wrapper around it. */
+struct phxfile_stream {
+	void *native;
+	struct phx_stream *stream;
+	bool registered; /* by phxFileStreamRegister, not made on first use */
+	struct phxfile_stream *next;
+};
+
+/* The driver state; everything below is protected by phxfile_lock. */
+static pthread_mutex_t phxfile_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct phx_device *phxfile_dev;
+static unsigned int phxfile_opens;
+static struct phxfile_range *phxfile_ranges;
+static struct phxfile_stream *phxfile_streams;
+
+PHXFILE_EXPORT int phxFileDriverOpen(void);
+PHXFILE_EXPORT int phxFileDriverClose(void);
+PHXFILE_EXPORT int phxFileBufRegister(const void *addr, size_t length);
+PHXFILE_EXPORT int phxFileBufDeregister(const void *addr);
+PHXFILE_EXPORT int phxFileHandleRegister(void **fh, int fd);
+PHXFILE_EXPORT int phxFileHandleDeregister(void *fh);
+PHXFILE_EXPORT int phxFileStreamRegister(void *stream);
+PHXFILE_EXPORT int phxFileStreamDeregister(void *stream);
+PHXFILE_EXPORT int phxFileReadAsync(void *fh, void *buf_base, size_t *nbytes,
+				    int64_t *file_offset, int64_t *buf_offset,
+				    int64_t *bytes_done, void *stream);
+PHXFILE_EXPORT int phxFileWriteAsync(void *fh, void *buf_base, size_t *nbytes,
+				     int64_t *file_offset, int64_t *buf_offset,
+				     int64_t *bytes_done, void *stream);
+
+/**
+ * phxFileDriverOpen() - open the device all later calls use.
+ *
+ * Reference counted: each open needs a phxFileDriverClose().  Returns 0,
+ * or -ENODEV when no device is usable.
+ */
+int phxFileDriverOpen(void)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&phxfile_lock);
+	if (!phxfile_opens)
+		ret = phx_device_open(NULL, &phxfile_dev);
+	if (!ret)
+		phxfile_opens++;
+	pthread_mutex_unlock(&phxfile_lock);
+	return ret;
+}
+
+static void streams_release_locked(void)
+{
+	while (phxfile_streams) {
+		struct phxfile_stream *s = phxfile_streams;
+
+		phxfile_streams = s->next;
+		phx_stream_destroy(s->stream);
+		free(s);
+	}
+}
+
+/**
+ * phxFileDriverClose() - drop a reference taken by phxFileDriverOpen().
+ *
+ * The last close waits for the work queued through this library on every
+ * stream it knows, then forgets all registrations.  Returns 0, or -EINVAL
+ * when the driver is not open.
+ */
+int phxFileDriverClose(void)
+{
+	pthread_mutex_lock(&phxfile_lock);
+	if (!phxfile_opens) {
+		pthread_mutex_unlock(&phxfile_lock);
+		return -EINVAL;
+	}
+	if (!--phxfile_opens) {
+		streams_release_locked();
+		while (phxfile_ranges) {
+			struct phxfile_range *r = phxfile_ranges;
+
+			phxfile_ranges = r->next;
+			free(r);
+		}
+		phx_device_close(phxfile_dev);
+		phxfile_dev = NULL;
+	}
+	pthread_mutex_unlock(&phxfile_lock);
+	return 0;
+}
+
+/**
+ * phxFileBufRegister() - declare device memory that transfers will use.
+ * @addr: device address (a CUdeviceptr on CUDA).
+ * @length: bytes.
+ *
+ * Optional, as with cuFile: transfers work on unregistered memory too.
+ * Returns 0, -EINVAL (NULL or empty range, driver not open), -EEXIST
+ * (already registered) or -ENOMEM.
+ */
+int phxFileBufRegister(const void *addr, size_t length)
+{
+	struct phxfile_range *r;
+	int ret = 0;
+
+	if (!addr || !length)
+		return -EINVAL;
+	pthread_mutex_lock(&phxfile_lock);
+	if (!phxfile_opens) {
+		ret = -EINVAL;
+		goto out;
+	}
+	for (r = phxfile_ranges; r; r = r->next) {
+		if (r->addr == addr) {
+			ret = -EEXIST;
+			goto out;
+		}
+	}
+	r = malloc(sizeof(*r));
+	if (!r) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	r->addr = addr;
+	r->length = length;
+	r->next = phxfile_ranges;
+	phxfile_ranges = r;
+out:
+	pthread_mutex_unlock(&phxfile_lock);
+	return ret;
+}
+
+/**
+ * phxFileBufDeregister() - forget a range given to phxFileBufRegister().
+ *
+ * Returns 0 or -EINVAL when @addr was not registered.
+ */
+int phxFileBufDeregister(const void *addr)
+{
+	struct phxfile_range **p, *r;
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&phxfile_lock);
+	for (p = &phxfile_ranges; (r = *p); p = &r->next) {
+		if (r->addr == addr) {
+			*p = r->next;
+			free(r);
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&phxfile_lock);
+	return ret;
+}
+
+/**
+ * phxFileHandleRegister() - wrap a file descriptor for the async calls.
+ * @fh: receives the handle.
+ * @fd: an open file (O_DIRECT or not); it stays the caller's to close,
+ *	after phxFileHandleDeregister().
+ *
+ * Returns 0, -EINVAL (@fh NULL), -EBADF (@fd not open) or -ENOMEM.
+ */
+int phxFileHandleRegister(void **fh, int fd)
+{
+	struct phxfile_handle *h;
+
+	if (!fh)
+		return -EINVAL;
+	if (fcntl(fd, F_GETFL) < 0)
+		return -EBADF;
+	h = malloc(sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->fd = fd;
+	*fh = h;
+	return 0;
+}
+
+/**
+ * phxFileHandleDeregister() - free a handle; its transfers must be done.
+ */
+int phxFileHandleDeregister(void *fh)
+{
+	if (!fh)
+		return -EINVAL;
+	free(fh);
+	return 0;
+}
+
+static struct phxfile_stream *stream_find_locked(void *native)
+{
+	struct phxfile_stream *s;
+
+	for (s = phxfile_streams; s; s = s->next)
+		if (s->native == native)
+			return s;
+	return NULL;
+}
+
+/* The wrapper for @native, made on first use; caller holds the lock. */
+static int stream_get_locked(void *native, bool registering,
+			     struct phxfile_stream **out)
+{
+	struct phxfile_stream *s = stream_find_locked(native);
+	int ret;
+
+	if (s) {
+		s->registered |= registering;
+		*out = s;
+		return 0;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	ret = phx_stream_wrap(phxfile_dev, native, &s->stream);
+	if (ret) {
+		free(s);
+		return ret;
+	}
+	s->native = native;
+	s->registered = registering;
+	s->next = phxfile_streams;
+	phxfile_streams = s;
+	*out = s;
+	return 0;
+}
+
+/**
+ * phxFileStreamRegister() - declare a stream the async calls will use.
+ * @stream: a CUstream on CUDA (NULL: the default stream).
+ *
+ * Optional: an unknown stream is wrapped on first use.  Returns 0,
+ * -EINVAL (driver not open) or -ENOMEM.
+ */
+int phxFileStreamRegister(void *stream)
+{
+	struct phxfile_stream *s;
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&phxfile_lock);
+	if (phxfile_opens)
+		ret = stream_get_locked(stream, true, &s);
+	pthread_mutex_unlock(&phxfile_lock);
+	return ret;
+}
+
+/**
+ * phxFileStreamDeregister() - forget a stream; waits for its queued work.
+ *
+ * Returns 0 or -EINVAL when the stream is unknown.
+ */
+int phxFileStreamDeregister(void *stream)
+{
+	struct phxfile_stream **p, *s;
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&phxfile_lock);
+	for (p = &phxfile_streams; (s = *p); p = &s->next) {
+		if (s->native == stream) {
+			*p = s->next;
+			phx_stream_destroy(s->stream);
+			free(s);
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&phxfile_lock);
+	return ret;
+}
+
+static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
+			 size_t *nbytes, int64_t *file_offset,
+			 int64_t *buf_offset, int64_t *bytes_done,
+			 void *stream)
+{
+	struct phxfile_handle *h = fh;
+	struct phxfile_stream *s;
+	int ret;
+
+	if (!h || !nbytes || !file_offset || !buf_offset || !bytes_done)
+		return -EINVAL;
+	pthread_mutex_lock(&phxfile_lock);
+	if (!phxfile_opens) {
+		pthread_mutex_unlock(&phxfile_lock);
+		return -EINVAL;
+	}
+	ret = stream_get_locked(stream, false, &s);
+	if (!ret)
+		ret = phx_io_enqueue(s->stream, op, h->fd,
+				     (phx_dptr_t)(uintptr_t)buf_base,
+				     (const uint64_t *)nbytes, file_offset,
+				     buf_offset, bytes_done);
+	pthread_mutex_unlock(&phxfile_lock);
+	return ret;
+}
+
+/**
+ * phxFileReadAsync() - queue a read of the file into device memory.
+ * @fh: from phxFileHandleRegister().
+ * @buf_base: device address of the destination buffer.
+ * @nbytes, @file_offset, @buf_offset: read when @stream reaches the
+ *	operation; the data lands at @buf_base + *@buf_offset.
+ * @bytes_done: receives the bytes read (short only at end of file) or a
+ *	negative errno when the read completes.
+ * @stream: a CUstream (NULL: the default stream).
+ *
+ * Returns 0 once queued; the pointers must stay valid until then.
+ */
+int phxFileReadAsync(void *fh, void *buf_base, size_t *nbytes,
+		     int64_t *file_offset, int64_t *buf_offset,
+		     int64_t *bytes_done, void *stream)
+{
+	return phxfile_async(PHX_OP_READ, fh, buf_base, nbytes, file_offset,
+			     buf_offset, bytes_done, stream);
+}
+
+/**
+ * phxFileWriteAsync() - queue a write of device memory to the file.
+ *
+ * The mirror of phxFileReadAsync(): @bytes_done receives the bytes
+ * written or a negative errno.
+ */
+int phxFileWriteAsync(void *fh, void *buf_base, size_t *nbytes,
+		      int64_t *file_offset, int64_t *buf_offset,
+		      int64_t *bytes_done, void *stream)
+{
+	return phxfile_async(PHX_OP_WRITE, fh, buf_base, nbytes, file_offset,
+			     buf_offset, bytes_done, stream);
+}
