@@ -137,6 +137,8 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev,
+			       CUdevice peerDev);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuCtxGetCurrent(CUcontext *pctx);
@@ -198,6 +200,7 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 	X(cuDeviceTotalMem_v2)            \
 	X(cuDeviceGetAttribute)           \
 	X(cuDeviceGetPCIBusId)            \
+	X(cuDeviceCanAccessPeer)          \
 	X(cuDevicePrimaryCtxRetain)       \
 	X(cuDevicePrimaryCtxRelease_v2)   \
 	X(cuCtxGetCurrent)                \
@@ -243,11 +246,16 @@ static int cu_ndev; /* devices, or -ENODEV */
 static const char *cu_why; /* static reason when unusable */
 static char cu_why_buf[128]; /* storage for reasons with a detail */
 
+#define PHX_CUDA_MAX_GPUS 64
+
 struct cuda_dev {
 	CUdevice cudev;
 	CUcontext ctx; /* retained primary context */
 	CUstream zero_stream; /* clears new chunks */
 	CUmemAllocationHandleType handle_type; /* NONE if not exportable */
+	/* this GPU, then every GPU that can reach its memory as a peer */
+	CUmemAccessDesc access[PHX_CUDA_MAX_GPUS];
+	int naccess;
 };
 
 static inline struct cuda_dev *cuda_priv(struct phx_device *dev)
@@ -528,6 +536,7 @@ static int cuda_open(struct phx_device *dev)
 		cd->cudev);
 	cd->handle_type = posix_fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR :
 				     CU_MEM_HANDLE_TYPE_NONE;
+	cu_access_list(cd);
 
 	res = cu.cuDevicePrimaryCtxRetain(&cd->ctx, cd->cudev);
 	if (res != CUDA_SUCCESS) {
@@ -608,6 +617,32 @@ static void cu_access_desc(struct cuda_dev *cd, CUmemAccessDesc *desc)
 	desc->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 }
 
+/*
+ * Who may touch this GPU's buffers: the GPU itself and every peer that
+ * can, so copies between GPUs (mv across /mnt/phx/gpuN) go peer to peer.
+ */
+static void cu_access_list(struct cuda_dev *cd)
+{
+	int i, can;
+
+	cu_access_desc(cd, &cd->access[0]);
+	cd->naccess = 1;
+	for (i = 0; i < cu_ndev && cd->naccess < PHX_CUDA_MAX_GPUS; i++) {
+		CUdevice peer;
+
+		if (i == cd->cudev || cu.cuDeviceGet(&peer, i) != CUDA_SUCCESS)
+			continue;
+		can = 0;
+		if (cu.cuDeviceCanAccessPeer(&can, peer, cd->cudev) !=
+			    CUDA_SUCCESS ||
+		    !can)
+			continue;
+		cd->access[cd->naccess] = cd->access[0];
+		cd->access[cd->naccess].location.id = peer;
+		cd->naccess++;
+	}
+}
+
 /* Map @chunk at a scratch address and clear it; see the file header. */
 static int cu_zero_chunk(struct phx_device *dev, CUmemGenericAllocationHandle h,
 			 uint64_t size)
@@ -685,7 +720,6 @@ static void cuda_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
 static int cuda_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 			  phx_chunk_t chunk)
 {
-	CUmemAccessDesc desc;
 	CUresult res;
 	int ret = cuda_bind(dev);
 
@@ -696,8 +730,8 @@ static int cuda_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 		return cu_fail(dev, res, 0, "cuMemMap(0x%llx, %llu)",
 			       (unsigned long long)at,
 			       (unsigned long long)size);
-	cu_access_desc(cuda_priv(dev), &desc);
-	res = cu.cuMemSetAccess(at, size, &desc, 1);
+	res = cu.cuMemSetAccess(at, size, cuda_priv(dev)->access,
+				(size_t)cuda_priv(dev)->naccess);
 	if (res != CUDA_SUCCESS) {
 		cu.cuMemUnmap(at, size);
 		return cu_fail(dev, res, 0, "cuMemSetAccess(0x%llx, %llu)",
