@@ -498,6 +498,40 @@ static void cuda_close(struct phx_device *dev)
 	dev->priv = NULL;
 }
 
+static void cu_access_desc(struct cuda_dev *cd, CUmemAccessDesc *desc)
+{
+	memset(desc, 0, sizeof(*desc));
+	desc->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	desc->location.id = cd->cudev;
+	desc->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
+/*
+ * Who may touch this GPU's buffers: the GPU itself and every peer that
+ * can, so copies between GPUs (mv across /mnt/phx/gpuN) go peer to peer.
+ */
+static void cu_access_list(struct cuda_dev *cd)
+{
+	int i, can;
+
+	cu_access_desc(cd, &cd->access[0]);
+	cd->naccess = 1;
+	for (i = 0; i < cu_ndev && cd->naccess < PHX_CUDA_MAX_GPUS; i++) {
+		CUdevice peer;
+
+		if (i == cd->cudev || cu.cuDeviceGet(&peer, i) != CUDA_SUCCESS)
+			continue;
+		can = 0;
+		if (cu.cuDeviceCanAccessPeer(&can, peer, cd->cudev) !=
+			    CUDA_SUCCESS ||
+		    !can)
+			continue;
+		cd->access[cd->naccess] = cd->access[0];
+		cd->access[cd->naccess].location.id = peer;
+		cd->naccess++;
+	}
+}
+
 static int cuda_open(struct phx_device *dev)
 {
 	CUmemAllocationProp prop;
@@ -607,40 +641,6 @@ static void cuda_va_release(struct phx_device *dev, phx_dptr_t va,
 {
 	if (cuda_bind(dev) == 0)
 		cu.cuMemAddressFree(va, size);
-}
-
-static void cu_access_desc(struct cuda_dev *cd, CUmemAccessDesc *desc)
-{
-	memset(desc, 0, sizeof(*desc));
-	desc->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	desc->location.id = cd->cudev;
-	desc->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-}
-
-/*
- * Who may touch this GPU's buffers: the GPU itself and every peer that
- * can, so copies between GPUs (mv across /mnt/phx/gpuN) go peer to peer.
- */
-static void cu_access_list(struct cuda_dev *cd)
-{
-	int i, can;
-
-	cu_access_desc(cd, &cd->access[0]);
-	cd->naccess = 1;
-	for (i = 0; i < cu_ndev && cd->naccess < PHX_CUDA_MAX_GPUS; i++) {
-		CUdevice peer;
-
-		if (i == cd->cudev || cu.cuDeviceGet(&peer, i) != CUDA_SUCCESS)
-			continue;
-		can = 0;
-		if (cu.cuDeviceCanAccessPeer(&can, peer, cd->cudev) !=
-			    CUDA_SUCCESS ||
-		    !can)
-			continue;
-		cd->access[cd->naccess] = cd->access[0];
-		cd->access[cd->naccess].location.id = peer;
-		cd->naccess++;
-	}
 }
 
 /* Map @chunk at a scratch address and clear it; see the file header. */
