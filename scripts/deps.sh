@@ -4,7 +4,7 @@
 set -eu
 
 PKGS="build-essential pkg-config libfuse3-dev fuse3 liburing-dev \
-libcriterion-dev python3 python3-pip rsync attr util-linux"
+libcriterion-dev python3 python3-pip python3-venv rsync attr util-linux"
 
 missing=""
 for p in $PKGS; do

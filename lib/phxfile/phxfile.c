@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: MIT
+/* SPDX-License-Identifier: MIT */
 /*
  * phxfile.c - libphxfile.so, the phxFile ABI that LMCache's "phx" storage
  * backend loads (through ctypes.util.find_library("phxfile")), implemented
@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 

@@ -1,0 +1,46 @@
+# The phoenix Python package (python/phoenix, pure Python over ctypes) and
+# libphxfile.so (lib/phxfile: LMCache's phxFile ABI on libphoenix).
+#
+#   make install-python   libphoenix.so + libphxfile.so into $(PREFIX)/lib,
+#                         then `pip install ./python`
+#   make test-python      the pytest suites in python/tests
+
+PHXFILE_SO := $(BUILD)/libphxfile.so
+PHXFILE_OBJS := $(BUILD)/lib/phxfile/phxfile.o
+PYTHON ?= python3
+
+$(BUILD)/lib/phxfile/%.o: lib/phxfile/%.c lib/include/phoenix.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -fvisibility=hidden -c $< -o $@
+
+# libphoenix and liburing go in statically and the version script leaves
+# only the phxFile names exported, so the library stands alone.
+$(PHXFILE_SO): $(PHXFILE_OBJS) $(LIB_A) lib/phxfile/phxfile.map
+	$(CC) -shared -Wl,-soname,libphxfile.so.0 -Wl,--no-undefined \
+		-Wl,--version-script=lib/phxfile/phxfile.map \
+		$(LDFLAGS) -o $@ $(PHXFILE_OBJS) $(LIB_A) $(URING_LIB) $(LDLIBS)
+
+ALL += $(PHXFILE_SO)
+
+.PHONY: install-python test-python python-gpu-deps
+install-python: $(LIB_SO) $(PHXFILE_SO)
+	install -d $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libphoenix.so.0
+	ln -sf libphoenix.so.0 $(DESTDIR)$(PREFIX)/lib/libphoenix.so
+	install -m 755 $(PHXFILE_SO) $(DESTDIR)$(PREFIX)/lib/libphxfile.so.0
+	ln -sf libphxfile.so.0 $(DESTDIR)$(PREFIX)/lib/libphxfile.so
+	-ldconfig
+	$(PYTHON) -m pip install ./python
+
+# Runs with $(PYTHON) when it has numpy, safetensors and pytest, else in a
+# virtual environment under $(BUILD)/pyvenv filled from PyPI.
+test-python: $(LIB_SO) $(PHXFILE_SO)
+	@PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD)
+
+# pytest as pure-Python files under $(BUILD)/pylib, for machines that have
+# numpy, safetensors and torch but no pytest and no package index.
+python-gpu-deps:
+	$(PYTHON) -m pip install -q --upgrade --target $(BUILD)/pylib pytest
+
+TESTS += test-python
+-include $(PHXFILE_OBJS:.o=.d)
