@@ -1,0 +1,58 @@
+"""Shared fixtures: the simulated device, scratch files of random bytes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import phoenix
+
+
+def scratch_dirs() -> list[Path]:
+    """Where test files go: the build's scratch folder (a real disk, so
+    O_DIRECT works) and the system temporary folder (often tmpfs)."""
+    dirs = []
+    env = os.environ.get("PHX_TEST_DIR")
+    if env:
+        dirs.append(Path(env))
+    dirs.append(Path(tempfile.gettempdir()))
+    return dirs
+
+
+@pytest.fixture(params=range(len(scratch_dirs())),
+                ids=[d.name or str(d) for d in scratch_dirs()])
+def scratch(request) -> Path:
+    base = scratch_dirs()[request.param]
+    base.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="phx-py-", dir=base))
+    yield d
+    for f in d.iterdir():
+        f.unlink()
+    d.rmdir()
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    return np.random.default_rng(abs(hash(request.node.nodeid)) % (1 << 32))
+
+
+@pytest.fixture
+def dev() -> phoenix.Device:
+    """The default device (sim0 without a GPU)."""
+    d = phoenix.Device()
+    yield d
+    d.close()
+
+
+def random_file(path: Path, size: int, rng: np.random.Generator) -> bytes:
+    data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(data)
+    return data
+
+
+def host_visible(dev: phoenix.Device) -> bool:
+    return dev.kind != "cuda"

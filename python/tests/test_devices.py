@@ -1,0 +1,127 @@
+"""Devices, buffers, errors and DLPack export."""
+
+from __future__ import annotations
+
+import errno
+
+import numpy as np
+import pytest
+
+import phoenix
+from phoenix import _dlpack
+
+pytestmark = pytest.mark.skipif(phoenix.default_kind()[0] == "cuda",
+                                reason="host views need the simulated device")
+
+
+def test_version_and_devices():
+    assert phoenix.version().count(".") == 2
+    kind, why = phoenix.default_kind()
+    assert kind == "sim" and why
+    devs = phoenix.devices()
+    assert devs and devs[0].name == "sim0" and devs[0].kind == "sim"
+    assert devs[0].capacity > 0
+    assert phoenix.devices("sim")[0].name == "sim0"
+
+
+def test_device_open_close_and_names():
+    with phoenix.Device("sim0") as d:
+        assert d.name == "sim0" and d.kind == "sim" and d.index == 0
+        assert "sim0" in repr(d)
+    with phoenix.Device("sim:0") as d:
+        assert d.name == "sim0"
+    assert phoenix.device("sim0") is phoenix.device("sim0")
+
+
+def test_bad_device_is_oserror_with_errno():
+    with pytest.raises(phoenix.PhoenixError) as ei:
+        phoenix.Device("sim99")
+    assert isinstance(ei.value, OSError)
+    assert ei.value.errno in (errno.ENODEV, errno.EINVAL)
+    assert "sim99" in str(ei.value)
+
+
+def test_out_of_memory_is_enospc(dev):
+    with pytest.raises(phoenix.PhoenixError) as ei:
+        dev.alloc(dev.info.capacity + (1 << 30))
+    assert ei.value.errno in (errno.ENOSPC, errno.EFBIG)
+    assert ei.value.strerror
+
+
+def test_alloc_zeroed_and_host_copy(dev, rng):
+    buf = dev.alloc(1 << 20)
+    assert buf.size == len(buf) == 1 << 20
+    assert dev.query().used >= 1 << 20
+    assert buf.to_bytes(0, 4096) == bytes(4096)
+    data = rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()
+    buf.copy_from_host(data, 123)
+    assert buf.to_bytes(123, 5000) == data
+    buf.copy_from_host(bytearray(b"xyz"), 0)
+    assert buf.to_bytes(0, 3) == b"xyz"
+    buf.free()
+    assert "freed" in repr(buf)
+    with pytest.raises(phoenix.PhoenixError):
+        buf.size
+
+
+def test_sparse_and_resize(dev):
+    buf = dev.alloc(64 << 20, sparse=True)
+    assert buf.committed < 64 << 20
+    buf.copy_from_host(b"a" * 100, 10 << 20)
+    assert buf.committed > 0
+    buf.resize(128 << 20)
+    assert buf.size == 128 << 20
+    assert buf.to_bytes(10 << 20, 100) == b"a" * 100
+    assert buf.to_bytes(100 << 20, 16) == bytes(16)
+
+
+def test_numpy_from_dlpack_shares_memory(dev):
+    buf = dev.alloc(4096)
+    a = np.from_dlpack(buf)
+    assert a.dtype == np.uint8 and a.shape == (4096,)
+    buf.copy_from_host(b"\x07" * 10, 5)
+    assert (a[5:15] == 7).all()
+    a[100] = 42
+    assert buf.to_bytes(100, 1) == b"\x2a"
+    assert buf.__dlpack_device__() == (_dlpack.KDL_CPU, 0)
+    assert not hasattr(buf, "__cuda_array_interface__")
+
+
+def test_dlpack_keeps_buffer_alive(dev):
+    buf = dev.alloc(8192)
+    buf.copy_from_host(b"keep", 0)
+    a = np.from_dlpack(buf.view("F32", (2, 1024)))
+    del buf
+    import gc
+
+    gc.collect()
+    assert a.view(np.uint8).ravel()[:4].tobytes() == b"keep"
+    assert a.shape == (2, 1024) and a.dtype == np.float32
+
+
+def test_dlpack_capsules_both_versions(dev):
+    buf = dev.alloc(64)
+    before = len(_dlpack._live)
+    legacy = buf.__dlpack__()
+    versioned = buf.__dlpack__(max_version=(1, 1))
+    assert type(legacy).__name__ == "PyCapsule"
+    del legacy, versioned  # unconsumed capsules release their tensor
+    assert len(_dlpack._live) == before
+
+
+def test_typed_views(dev, rng):
+    buf = dev.alloc(1 << 16)
+    ref = rng.standard_normal(100).astype(np.float64)
+    buf.copy_from_host(ref.tobytes(), 800)
+    v = buf.view(np.float64, (10, 10), 800)
+    assert (v.numpy() == ref.reshape(10, 10)).all()
+    assert (np.asarray(v) == ref.reshape(10, 10)).all()
+    assert buf[800:808].numpy().tobytes() == ref[:1].tobytes()
+    assert buf.view("BF16", (4,)).numpy().itemsize == 2
+    with pytest.raises(ValueError):
+        buf.view("F32", (1 << 16,))
+
+
+def test_stats(dev, scratch):
+    s = dev.stats()
+    assert set(s) >= {"staged", "buffered", "p2p", "ios", "errors"}
