@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl.c - phxfs's control socket: status, sharing a file's memory with
+ * another process, and pulling a file in through the transfer engine.
+ * One line per request, see phxfs_client.h; each connection has a thread.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "phxfs.h"
+#include "phxfs_client.h"
+
+/* Bytes per engine call of CP: the progress granularity. */
+#define CP_STEP (256ULL << 20)
+
+static pthread_t accept_thread;
+
+struct conn {
+	struct phxfs *fs;
+	int fd;
+	struct ucred cred;
+};
+
+static void send_line(int fd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void send_line(int fd, const char *fmt, ...)
+{
+	char line[PHXFS_LINE_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n > sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	line[n++] = '\n';
+	if (send(fd, line, (size_t)n, MSG_NOSIGNAL) < 0)
+		return;
+}
+
+static void send_err(int fd, int err, const char *what)
+{
+	send_line(fd, "ERR %d %s: %s", err, what, strerror(err));
+}
+
+/* Take an open reference on regular file @ino, or NULL. */
+static struct phxfs_inode *file_get(struct phxfs *fs, unsigned long long ino)
+{
+	struct phxfs_inode *inode;
+
+	pthread_mutex_lock(&fs->lock);
+	inode = phxfs_inode_get(fs, (fuse_ino_t)ino);
+	if (inode && S_ISREG(inode->mode))
+		inode->nopen++;
+	else
+		inode = NULL;
+	pthread_mutex_unlock(&fs->lock);
+	return inode;
+}
+
+static void file_put(struct phxfs *fs, struct phxfs_inode *inode)
+{
+	pthread_mutex_lock(&fs->lock);
+	phxfs_inode_unref(fs, inode, 0, 1);
+	pthread_mutex_unlock(&fs->lock);
+}
+
+/* May @cred write @inode?  Supplementary groups are not known here. */
+static bool may_write(struct phxfs_inode *inode, const struct ucred *cred)
+{
+	if (!cred->uid)
+		return true;
+	if (cred->uid == inode->uid)
+		return inode->mode & S_IWUSR;
+	if (cred->gid == inode->gid)
+		return inode->mode & S_IWGRP;
+	return inode->mode & S_IWOTH;
+}
+
+static void do_open(struct conn *c, unsigned long long ino)
+{
+	struct phxfs_inode *inode = file_get(c->fs, ino);
+	int ret;
+
+	if (!inode) {
+		send_err(c->fd, ENOENT, "OPEN");
+		return;
+	}
+	if (c->cred.uid && c->cred.uid != inode->uid) {
+		send_err(c->fd, EACCES, "OPEN: only the owner may map a file");
+		goto out;
+	}
+	pthread_rwlock_wrlock(&inode->io_lock);
+	ret = phxfs_data_ensure(inode);
+	if (ret) {
+		pthread_rwlock_unlock(&inode->io_lock);
+		send_line(c->fd, "ERR %d OPEN: %s", -ret, phx_strerror_last());
+		goto out;
+	}
+	send_line(c->fd, "OK %s %llu", inode->dev->name,
+		  (unsigned long long)atomic_load(&inode->size));
+	ret = phx_buf_send(inode->buf, c->fd);
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (ret)
+		fprintf(stderr, "phxfs: sharing inode %llu: %s\n", ino,
+			phx_strerror_last());
+out:
+	file_put(c->fs, inode);
+}
+
+/* Size of what @fd holds (a regular file or a block device). */
+static int64_t fd_size(int fd)
+{
+	struct stat st;
+	off_t end;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if (S_ISREG(st.st_mode))
+		return st.st_size;
+	if (!S_ISBLK(st.st_mode))
+		return -EINVAL;
+	end = lseek(fd, 0, SEEK_END);
+	return end < 0 ? -errno : end;
+}
+
+/* Pull @src into @inode, which the client has just truncated. */
+static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
+		   uint64_t total, uint64_t *done, enum phx_path *path)
+{
+	int ret;
+
+	pthread_rwlock_wrlock(&inode->io_lock);
+	ret = phxfs_data_resize(inode, total);
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (ret)
+		return ret;
+	/* Shared: readers of the file need not wait for the whole copy. */
+	pthread_rwlock_rdlock(&inode->io_lock);
+	while (*done < total) {
+		struct phx_io io = {
+			.op = PHX_OP_READ,
+			.fd = src,
+			.file_off = (int64_t)*done,
+			.buf = inode->buf,
+			.buf_off = *done,
+			.len = total - *done < CP_STEP ? total - *done : CP_STEP,
+		};
+
+		if (!inode->buf || atomic_load(&inode->size) < total) {
+			ret = -ESTALE; /* truncated under us */
+			break;
+		}
+		if (phx_io_run(inode->dev->dev, &io) <= 0) {
+			ret = io.result ? (int)io.result : -EIO;
+			break;
+		}
+		*done += (uint64_t)io.result;
+		*path = io.path;
+		send_line(c->fd, "PROGRESS %llu %llu",
+			  (unsigned long long)*done,
+			  (unsigned long long)total);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	return ret;
+}
+
+static void do_cp(struct conn *c, unsigned long long ino, int src)
+{
+	struct phxfs_inode *inode = file_get(c->fs, ino);
+	enum phx_path path = PHX_PATH_NONE;
+	uint64_t done = 0;
+	int64_t total;
+	int ret;
+
+	if (!inode) {
+		send_err(c->fd, ENOENT, "CP: no such file in phxfs");
+		return;
+	}
+	if (!may_write(inode, &c->cred)) {
+		send_err(c->fd, EACCES, "CP");
+		goto out;
+	}
+	total = fd_size(src);
+	if (total < 0) {
+		send_err(c->fd, (int)-total, "CP: the source has no size");
+		goto out;
+	}
+	ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path);
+	if (ret) {
+		/* Keep what arrived; the rest was never there. */
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", phx_strerror_last());
+		pthread_rwlock_wrlock(&inode->io_lock);
+		phxfs_data_resize(inode, done);
+		pthread_rwlock_unlock(&inode->io_lock);
+		send_line(c->fd, "ERR %d %s", -ret,
+			  *msg ? msg : strerror(-ret));
+	} else {
+		atomic_store(&inode->path, path);
+		send_line(c->fd, "OK %llu %s", (unsigned long long)done,
+			  phx_path_name(path));
+	}
+	fuse_lowlevel_notify_inval_inode(c->fs->se, inode->ino, 0, 0);
+out:
+	file_put(c->fs, inode);
+}
+
+static void send_dev(struct conn *c, struct phxfs_dev *d)
+{
+	struct phx_device_info info;
+	struct phx_stats st;
+	uint64_t moved = 0, best = 0;
+	enum phx_path path = PHX_PATH_NONE;
+	unsigned int p;
+
+	if (phx_device_info(d->dev, &info))
+		return;
+	phx_stats_get(d->dev, &st);
+	for (p = 1; p < 5; p++) {
+		moved += st.bytes[p];
+		if (st.bytes[p] > best) {
+			best = st.bytes[p];
+			path = (enum phx_path)p;
+		}
+	}
+	send_line(c->fd, "DEV %s %s %llu %llu %u %s %llu %llu %llu %llu %s",
+		  d->name, phx_kind_name(d->kind),
+		  (unsigned long long)info.capacity,
+		  (unsigned long long)info.used, atomic_load(&d->files),
+		  phx_path_name(path), (unsigned long long)moved,
+		  (unsigned long long)atomic_load(&d->fuse_in),
+		  (unsigned long long)atomic_load(&d->fuse_out),
+		  (unsigned long long)d->reserve, info.model);
+}
+
+/* "FILE" lines for every regular file below @dir; fs->lock held. */
+static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
+		       size_t len)
+{
+	struct phxfs_dentry *d;
+	size_t n = strlen(path);
+
+	for (d = dir->children; d; d = d->sib_next) {
+		struct phxfs_inode *inode = d->inode;
+
+		if (n + strlen(d->name) + 2 > len)
+			continue;
+		sprintf(path + n, "/%s", d->name);
+		if (S_ISDIR(inode->mode)) {
+			send_files(c, inode, path, len);
+		} else if (S_ISREG(inode->mode)) {
+			struct phx_buf *buf = inode->buf;
+
+			send_line(c->fd, "FILE %s %llu %llu %s %s",
+				  inode->dev->name,
+				  (unsigned long long)atomic_load(&inode->size),
+				  (unsigned long long)(buf ? phx_buf_committed(buf) : 0),
+				  phx_path_name(atomic_load(&inode->path)),
+				  path);
+		}
+		path[n] = '\0';
+	}
+}
+
+static void do_status(struct conn *c)
+{
+	char path[4096] = "";
+	unsigned int i;
+
+	for (i = 0; i < c->fs->ndevs; i++)
+		send_dev(c, &c->fs->devs[i]);
+	pthread_mutex_lock(&c->fs->lock);
+	send_files(c, c->fs->root, path, sizeof(path));
+	pthread_mutex_unlock(&c->fs->lock);
+	send_line(c->fd, "MOUNT %s", c->fs->mountpoint);
+	send_line(c->fd, "END");
+}
+
+/* Read the request line and at most one descriptor sent with it. */
+static int recv_request(int fd, char *line, size_t len, int *passed)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	size_t n = 0;
+
+	*passed = -1;
+	while (n + 1 < len) {
+		struct iovec iov = { line + n, 1 };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+				      .msg_control = cbuf,
+				      .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *cm;
+		ssize_t r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -EPIPE;
+		cm = CMSG_FIRSTHDR(&msg);
+		if (cm && cm->cmsg_type == SCM_RIGHTS && *passed < 0)
+			memcpy(passed, CMSG_DATA(cm), sizeof(int));
+		if (line[n] == '\n')
+			break;
+		n++;
+	}
+	line[n] = '\0';
+	return 0;
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	char line[512];
+	unsigned long long ino;
+	int passed;
+
+	if (recv_request(c->fd, line, sizeof(line), &passed))
+		goto out;
+	if (!strcmp(line, "STATUS"))
+		do_status(c);
+	else if (sscanf(line, "OPEN %llu", &ino) == 1)
+		do_open(c, ino);
+	else if (sscanf(line, "CP %llu", &ino) == 1 && passed >= 0)
+		do_cp(c, ino, passed);
+	else
+		send_err(c->fd, EINVAL, "unknown request");
+out:
+	if (passed >= 0)
+		close(passed);
+	close(c->fd);
+	free(c);
+	return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+	struct phxfs *fs = arg;
+
+	for (;;) {
+		struct conn *c;
+		socklen_t sl = sizeof(c->cred);
+		pthread_t t;
+		int fd = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			break; /* shut down */
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c ||
+		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &sl)) {
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->fs = fs;
+		c->fd = fd;
+		if (pthread_create(&t, NULL, conn_main, c)) {
+			free(c);
+			close(fd);
+			continue;
+		}
+		pthread_detach(t);
+	}
+	return NULL;
+}
+
+/* Where the socket goes: /run/phxfs for root, the runtime dir otherwise. */
+static int sock_path(struct phxfs *fs)
+{
+	const char *rt = getenv("XDG_RUNTIME_DIR");
+	char dir[64];
+	int n;
+
+	if (!geteuid())
+		snprintf(dir, sizeof(dir), "/run/phxfs");
+	else if (rt && *rt && strlen(rt) < 40)
+		snprintf(dir, sizeof(dir), "%s/phxfs", rt);
+	else
+		snprintf(dir, sizeof(dir), "/tmp/phxfs-%u",
+			 (unsigned int)geteuid());
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return -errno;
+	n = snprintf(fs->sock_path, sizeof(fs->sock_path), "%s/%d.sock", dir,
+		     (int)getpid());
+	return n >= (int)sizeof(fs->sock_path) ? -ENAMETOOLONG : 0;
+}
+
+int phxfs_ctl_start(struct phxfs *fs)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int ret;
+
+	ret = sock_path(fs);
+	if (ret)
+		return ret;
+	strcpy(sa.sun_path, fs->sock_path);
+	unlink(fs->sock_path);
+	fs->sock_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fs->sock_fd < 0)
+		return -errno;
+	if (bind(fs->sock_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    chmod(fs->sock_path, 0666) || listen(fs->sock_fd, 64)) {
+		ret = -errno;
+		goto out_close;
+	}
+	ret = -pthread_create(&accept_thread, NULL, accept_main, fs);
+	if (ret)
+		goto out_close;
+	return 0;
+
+out_close:
+	close(fs->sock_fd);
+	unlink(fs->sock_path);
+	fs->sock_fd = -1;
+	return ret;
+}
+
+void phxfs_ctl_stop(struct phxfs *fs)
+{
+	if (fs->sock_fd < 0)
+		return;
+	shutdown(fs->sock_fd, SHUT_RDWR);
+	pthread_join(accept_thread, NULL);
+	close(fs->sock_fd);
+	unlink(fs->sock_path);
+	fs->sock_fd = -1;
+}

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/* inode.c - phxfs's inode table and directory entries (all under fs->lock). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "phxfs.h"
+
+#define INODE_BUCKETS (1u << 16)
+#define DENTRY_BUCKETS (1u << 16)
+
+static unsigned int ino_bucket(fuse_ino_t ino)
+{
+	return (unsigned int)((ino * 0x9E3779B97F4A7C15ULL) >> 48) &
+	       (INODE_BUCKETS - 1);
+}
+
+/* FNV-1a over the parent's number and the name. */
+static unsigned int dentry_bucket(fuse_ino_t parent, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ULL ^ parent;
+
+	while (*name) {
+		h ^= (unsigned char)*name++;
+		h *= 0x100000001b3ULL;
+	}
+	return (unsigned int)(h ^ (h >> 32)) & (DENTRY_BUCKETS - 1);
+}
+
+void phxfs_touch(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+int phxfs_table_init(struct phxfs *fs)
+{
+	fs->inodes = calloc(INODE_BUCKETS, sizeof(*fs->inodes));
+	fs->dentries = calloc(DENTRY_BUCKETS, sizeof(*fs->dentries));
+	if (!fs->inodes || !fs->dentries)
+		return -ENOMEM;
+	pthread_mutex_init(&fs->lock, NULL);
+	fs->next_ino = FUSE_ROOT_ID;
+	fs->root = phxfs_inode_new(fs, NULL, S_IFDIR | 0755, 0, 0);
+	if (!fs->root)
+		return -ENOMEM;
+	fs->root->parent = fs->root;
+	fs->root->nlookup = 1; /* never forgotten */
+	return 0;
+}
+
+static void inode_free(struct phxfs *fs, struct phxfs_inode *inode)
+{
+	struct phxfs_inode **p = &fs->inodes[ino_bucket(inode->ino)];
+
+	while (*p != inode)
+		p = &(*p)->hash_next;
+	*p = inode->hash_next;
+	phxfs_data_free(inode);
+	pthread_rwlock_destroy(&inode->io_lock);
+	free(inode->symlink);
+	free(inode);
+	fs->ninodes--;
+}
+
+void phxfs_table_destroy(struct phxfs *fs)
+{
+	unsigned int i;
+
+	for (i = 0; fs->dentries && i < DENTRY_BUCKETS; i++) {
+		while (fs->dentries[i]) {
+			struct phxfs_dentry *d = fs->dentries[i];
+
+			fs->dentries[i] = d->hash_next;
+			free(d);
+		}
+	}
+	for (i = 0; fs->inodes && i < INODE_BUCKETS; i++)
+		while (fs->inodes[i])
+			inode_free(fs, fs->inodes[i]);
+	free(fs->inodes);
+	free(fs->dentries);
+}
+
+struct phxfs_inode *phxfs_inode_get(struct phxfs *fs, fuse_ino_t ino)
+{
+	struct phxfs_inode *inode = fs->inodes[ino_bucket(ino)];
+
+	while (inode && inode->ino != ino)
+		inode = inode->hash_next;
+	return inode;
+}
+
+struct phxfs_inode *phxfs_inode_new(struct phxfs *fs, struct phxfs_dev *dev,
+				    mode_t mode, uid_t uid, gid_t gid)
+{
+	struct phxfs_inode *inode = calloc(1, sizeof(*inode));
+	unsigned int b;
+
+	if (!inode)
+		return NULL;
+	inode->ino = fs->next_ino++;
+	inode->mode = mode;
+	inode->uid = uid;
+	inode->gid = gid;
+	inode->nlink = S_ISDIR(mode) ? 2 : 1;
+	inode->dev = dev;
+	pthread_rwlock_init(&inode->io_lock, NULL);
+	phxfs_touch(&inode->mtime);
+	inode->atime = inode->ctime = inode->mtime;
+	b = ino_bucket(inode->ino);
+	inode->hash_next = fs->inodes[b];
+	fs->inodes[b] = inode;
+	fs->ninodes++;
+	return inode;
+}
+
+struct phxfs_dentry *phxfs_dentry_find(struct phxfs *fs,
+				       struct phxfs_inode *dir,
+				       const char *name)
+{
+	struct phxfs_dentry *d = fs->dentries[dentry_bucket(dir->ino, name)];
+
+	while (d && (d->parent != dir || strcmp(d->name, name)))
+		d = d->hash_next;
+	return d;
+}
+
+int phxfs_dentry_add(struct phxfs *fs, struct phxfs_inode *dir,
+		     const char *name, struct phxfs_inode *inode)
+{
+	size_t len = strlen(name);
+	struct phxfs_dentry *d = malloc(sizeof(*d) + len + 1);
+	unsigned int b = dentry_bucket(dir->ino, name);
+
+	if (!d)
+		return -ENOMEM;
+	memcpy(d->name, name, len + 1);
+	d->parent = dir;
+	d->inode = inode;
+	d->hash_next = fs->dentries[b];
+	fs->dentries[b] = d;
+	d->sib_prev = NULL;
+	d->sib_next = dir->children;
+	if (dir->children)
+		dir->children->sib_prev = d;
+	dir->children = d;
+	dir->nchildren++;
+	if (S_ISDIR(inode->mode)) {
+		inode->parent = dir;
+		dir->nlink++;
+	}
+	phxfs_touch(&dir->mtime);
+	dir->ctime = dir->mtime;
+	return 0;
+}
+
+/* Unlink @d from its directory; the inode keeps its link count. */
+void phxfs_dentry_remove(struct phxfs *fs, struct phxfs_dentry *d)
+{
+	struct phxfs_inode *dir = d->parent;
+	struct phxfs_dentry **p =
+		&fs->dentries[dentry_bucket(dir->ino, d->name)];
+
+	while (*p != d)
+		p = &(*p)->hash_next;
+	*p = d->hash_next;
+	if (d->sib_prev)
+		d->sib_prev->sib_next = d->sib_next;
+	else
+		dir->children = d->sib_next;
+	if (d->sib_next)
+		d->sib_next->sib_prev = d->sib_prev;
+	dir->nchildren--;
+	if (S_ISDIR(d->inode->mode))
+		dir->nlink--;
+	phxfs_touch(&dir->mtime);
+	dir->ctime = dir->mtime;
+	free(d);
+}
+
+void phxfs_inode_unref(struct phxfs *fs, struct phxfs_inode *inode,
+		       uint64_t nlookup, unsigned int nopen)
+{
+	inode->nlookup -= nlookup;
+	inode->nopen -= nopen;
+	if (inode->nlink || inode->nopen)
+		return;
+	/* Unlinked and closed: the memory goes now, the number on forget. */
+	phxfs_data_free(inode);
+	if (!inode->nlookup)
+		inode_free(fs, inode);
+}
+
+void phxfs_fill_stat(struct phxfs *fs, struct phxfs_inode *inode,
+		     struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = inode->ino;
+	st->st_mode = inode->mode;
+	st->st_nlink = inode->nlink;
+	st->st_uid = inode->uid;
+	st->st_gid = inode->gid;
+	st->st_atim = inode->atime;
+	st->st_mtim = inode->mtime;
+	st->st_ctim = inode->ctime;
+	st->st_blksize = (blksize_t)fs->blksize;
+	if (S_ISREG(inode->mode)) {
+		struct phx_buf *buf = inode->buf;
+
+		st->st_size = (off_t)atomic_load(&inode->size);
+		st->st_blocks = buf ? (blkcnt_t)(phx_buf_committed(buf) / 512) :
+				      0;
+	} else if (S_ISLNK(inode->mode)) {
+		st->st_size = (off_t)strlen(inode->symlink);
+	} else if (S_ISDIR(inode->mode)) {
+		st->st_size = 4096;
+	}
+}

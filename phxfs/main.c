@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * main.c - phxfs: device (GPU) memory as a file system.
+ *
+ * Every device libphoenix finds is a top-level directory (gpu0, sim0, ...);
+ * every regular file below it is one sparse device allocation that grows
+ * without copying.  Contents live only in device memory: they are gone
+ * when the daemon exits.  A control socket lets other processes map a
+ * file's memory in place and lets `phx cp` pull a file in through the
+ * transfer engine.
+ *
+ *   phxfs [SOURCE] MOUNTPOINT [-f] [-s] [-d] [-o OPTIONS]
+ *
+ *   -o reserve=SIZE   device memory left to others (default 0)
+ *   -o kind=KIND      cuda, sim or kmod (default: PHX_DEVICE, else auto)
+ *   -o blksize=SIZE   st_blksize of files, the write size of cp (4M)
+ *   -o threads=N      most FUSE worker threads (16)
+ *   -o max_write=SIZE largest write request (1M: libfuse's buffer)
+ *   -o writeback      page-cached writes instead of direct I/O
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "phxfs.h"
+
+#define PHXFS_OPT(t, p, v) { t, offsetof(struct phxfs_opts, p), v }
+
+static const struct fuse_opt phxfs_opt_spec[] = {
+	PHXFS_OPT("reserve=%s", reserve, 0),
+	PHXFS_OPT("kind=%s", kind, 0),
+	PHXFS_OPT("blksize=%s", blksize, 0),
+	PHXFS_OPT("threads=%u", threads, 0),
+	PHXFS_OPT("max_write=%s", max_write, 0),
+	PHXFS_OPT("writeback", writeback, 1),
+	FUSE_OPT_END
+};
+
+/* Positional arguments: [SOURCE] MOUNTPOINT, as mount helpers pass them. */
+static char *nonopts[2];
+static int nnonopts;
+
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	if (key != FUSE_OPT_KEY_NONOPT)
+		return 1;
+	if (nnonopts == 2) {
+		fprintf(stderr, "phxfs: too many arguments: '%s'\n", arg);
+		return -1;
+	}
+	nonopts[nnonopts++] = strdup(arg);
+	return 0;
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [SOURCE] MOUNTPOINT [options]\n\n"
+	       "Device memory as files: one directory per device, one device\n"
+	       "allocation per file.  Contents vanish when phxfs exits.\n\n"
+	       "phxfs options:\n"
+	       "    -o reserve=SIZE    device memory left to others (0)\n"
+	       "    -o kind=KIND       cuda, sim or kmod (PHX_DEVICE, else auto)\n"
+	       "    -o blksize=SIZE    st_blksize of files (4M)\n"
+	       "    -o threads=N       most FUSE worker threads (16)\n"
+	       "    -o max_write=SIZE  largest write request (1M)\n"
+	       "    -o writeback       page-cached writes instead of direct I/O\n\n",
+	       prog);
+	fuse_cmdline_help();
+	fuse_lowlevel_help();
+}
+
+static int parse_sizes(struct phxfs *fs)
+{
+	uint64_t v = 4ULL << 20;
+
+	if (fs->opts.reserve && phx_parse_size(fs->opts.reserve, &fs->reserve)) {
+		fprintf(stderr, "phxfs: bad reserve=%s; use e.g. reserve=1G\n",
+			fs->opts.reserve);
+		return -EINVAL;
+	}
+	if (fs->opts.blksize && (phx_parse_size(fs->opts.blksize, &v) ||
+				 v < 4096 || v > (1ULL << 30))) {
+		fprintf(stderr,
+			"phxfs: bad blksize=%s; use a size from 4K to 1G\n",
+			fs->opts.blksize);
+		return -EINVAL;
+	}
+	fs->max_write = 1ULL << 20;
+	if (fs->opts.max_write &&
+	    (phx_parse_size(fs->opts.max_write, &fs->max_write) ||
+	     fs->max_write < 4096 || fs->max_write > (1ULL << 30))) {
+		fprintf(stderr,
+			"phxfs: bad max_write=%s; use a size from 4K to 1G\n",
+			fs->opts.max_write);
+		return -EINVAL;
+	}
+	/* st_blksize must be a power of two for cp and friends. */
+	fs->blksize = 1ULL << (63 - __builtin_clzll(v));
+	if (!fs->opts.threads)
+		fs->opts.threads = 16;
+	return 0;
+}
+
+/*
+ * Go to the background before anything starts threads or touches a GPU
+ * (neither survives fork); the parent waits for the mount and exits with
+ * its outcome, so `phxfs /mnt/phx && cp ...` works.  Returns the pipe
+ * to report on, or -1 in the foreground.
+ */
+static int background(void)
+{
+	int p[2];
+	char status = 1;
+	pid_t pid;
+
+	if (pipe(p)) {
+		perror("phxfs: pipe");
+		exit(1);
+	}
+	pid = fork();
+	if (pid < 0) {
+		perror("phxfs: fork");
+		exit(1);
+	}
+	if (pid) {
+		close(p[1]);
+		if (read(p[0], &status, 1) != 1)
+			waitpid(pid, NULL, 0);
+		_exit(status);
+	}
+	close(p[0]);
+	setsid();
+	return p[1];
+}
+
+static void report_ready(int pipe_fd)
+{
+	char ok = 0;
+	int fd;
+
+	if (pipe_fd < 0)
+		return;
+	if (chdir("/"))
+		return;
+	fd = open("/dev/null", O_RDWR);
+	if (fd >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	if (write(pipe_fd, &ok, 1) != 1)
+		return;
+	close(pipe_fd);
+}
+
+static int run_loop(struct phxfs *fs, struct fuse_cmdline_opts *cmd)
+{
+	struct fuse_loop_config *cfg;
+	int ret;
+
+	if (cmd->singlethread)
+		return fuse_session_loop(fs->se);
+	cfg = fuse_loop_cfg_create();
+	if (!cfg)
+		return -ENOMEM;
+	fuse_loop_cfg_set_clone_fd(cfg, 1);
+	fuse_loop_cfg_set_max_threads(cfg, fs->opts.threads);
+	fuse_loop_cfg_set_idle_threads(cfg, fs->opts.threads);
+	ret = fuse_session_loop_mt(fs->se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	return ret;
+}
+
+static int add_mount_opts(struct fuse_args *args, const char *fsname)
+{
+	char opts[256];
+
+	snprintf(opts, sizeof(opts),
+		 "-odefault_permissions,fsname=%s,subtype=phxfs%s", fsname,
+		 geteuid() ? "" : ",allow_other");
+	return fuse_opt_add_arg(args, opts);
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts cmd = { 0 };
+	static struct phxfs fs = { .sock_fd = -1 };
+	int pipe_fd = -1, ret = 1;
+
+	if (fuse_opt_parse(&args, &fs.opts, phxfs_opt_spec, opt_proc))
+		return 1;
+	if (nnonopts && fuse_opt_add_arg(&args, nonopts[nnonopts - 1]))
+		return 1;
+	if (fuse_parse_cmdline(&args, &cmd))
+		return 1;
+	if (cmd.show_help) {
+		usage(argv[0]);
+		return 0;
+	}
+	if (cmd.show_version) {
+		printf("phxfs (libphoenix %s, FUSE %d.%d)\n", phx_version(),
+		       FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION);
+		return 0;
+	}
+	if (!cmd.mountpoint) {
+		fprintf(stderr, "usage: %s [SOURCE] MOUNTPOINT [options]; "
+				"see --help\n", argv[0]);
+		return 1;
+	}
+	if (parse_sizes(&fs) ||
+	    add_mount_opts(&args, nnonopts == 2 ? nonopts[0] : "phxfs"))
+		return 1;
+	snprintf(fs.mountpoint, sizeof(fs.mountpoint), "%s", cmd.mountpoint);
+	if (!cmd.foreground)
+		pipe_fd = background();
+
+	if (phxfs_table_init(&fs) || phxfs_devices_open(&fs))
+		goto out_table;
+	fs.se = fuse_session_new(&args, &phxfs_ops, sizeof(phxfs_ops), &fs);
+	if (!fs.se)
+		goto out_table;
+	if (fuse_set_signal_handlers(fs.se))
+		goto out_session;
+	if (fuse_session_mount(fs.se, cmd.mountpoint))
+		goto out_signals;
+	ret = phxfs_ctl_start(&fs);
+	if (ret) {
+		fprintf(stderr, "phxfs: control socket %s: %s\n", fs.sock_path,
+			strerror(-ret));
+		ret = 1;
+		goto out_unmount;
+	}
+	report_ready(pipe_fd);
+	ret = run_loop(&fs, &cmd) ? 1 : 0;
+	phxfs_ctl_stop(&fs);
+out_unmount:
+	fuse_session_unmount(fs.se);
+out_signals:
+	fuse_remove_signal_handlers(fs.se);
+out_session:
+	fuse_session_destroy(fs.se);
+out_table:
+	phxfs_table_destroy(&fs);
+	phxfs_devices_close(&fs);
+	free(cmd.mountpoint);
+	fuse_opt_free_args(&args);
+	return ret;
+}
