@@ -154,7 +154,7 @@ static void settings_init(void)
 	struct rlimit rl;
 
 	settings = (struct phx_settings){
-		.staging_size = 32ULL << 20,
+		.staging_size = 64ULL << 20,
 		.chunk_size = 4ULL << 20,
 		.queue_depth = 16,
 		.alloc_chunk = 64ULL << 20,
