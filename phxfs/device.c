@@ -41,22 +41,22 @@ static int dev_add(struct phxfs *fs, const struct phx_device_info *info)
 	memcpy(d->name, info->name, sizeof(d->name));
 	d->name[sizeof(d->name) - 1] = '\0';
 	d->kind = info->kind;
-	if (fs->reserve) {
-		if (fs->reserve >= info->capacity) {
-			fprintf(stderr,
-				"phxfs: %s: reserve %llu bytes is not below its capacity %llu; lower -o reserve=\n",
-				d->name, (unsigned long long)fs->reserve,
-				(unsigned long long)info->capacity);
-			ret = -EINVAL;
-			goto out_close;
-		}
-		d->reserve = fs->reserve;
-		ret = phx_device_set_limit(d->dev,
-					   info->capacity - fs->reserve);
-		if (ret) {
-			fprintf(stderr, "phxfs: %s\n", phx_strerror_last());
-			goto out_close;
-		}
+	if (fs->reserve >= info->capacity) {
+		fprintf(stderr,
+			"phxfs: %s: reserve=%llu is not below its capacity %llu; lower it\n",
+			d->name, (unsigned long long)fs->reserve,
+			(unsigned long long)info->capacity);
+		ret = -EINVAL;
+		goto out_close;
+	}
+	d->reserve = fs->reserve;
+	d->limit = info->capacity - fs->reserve;
+	if (fs->size && fs->size < d->limit)
+		d->limit = fs->size;
+	ret = phx_device_set_limit(d->dev, d->limit);
+	if (ret) {
+		fprintf(stderr, "phxfs: %s\n", phx_strerror_last());
+		goto out_close;
 	}
 	d->root = phxfs_inode_new(fs, d, S_IFDIR | 01777, 0, 0);
 	if (!d->root) {

@@ -12,6 +12,7 @@
  *   phxfs [SOURCE] MOUNTPOINT [-f] [-s] [-d] [-o OPTIONS]
  *
  *   -o reserve=SIZE   device memory left to others (default 0)
+ *   -o size=SIZE      most device memory phxfs uses on each device
  *   -o kind=KIND      cuda, sim or kmod (default: PHX_DEVICE, else auto)
  *   -o blksize=SIZE   st_blksize of files, the write size of cp (4M)
  *   -o threads=N      most FUSE worker threads (16)
@@ -33,6 +34,7 @@
 
 static const struct fuse_opt phxfs_opt_spec[] = {
 	PHXFS_OPT("reserve=%s", reserve, 0),
+	PHXFS_OPT("size=%s", size, 0),
 	PHXFS_OPT("kind=%s", kind, 0),
 	PHXFS_OPT("blksize=%s", blksize, 0),
 	PHXFS_OPT("threads=%u", threads, 0),
@@ -65,6 +67,7 @@ static void usage(const char *prog)
 	       "allocation per file.  Contents vanish when phxfs exits.\n\n"
 	       "phxfs options:\n"
 	       "    -o reserve=SIZE    device memory left to others (0)\n"
+	       "    -o size=SIZE       most memory used on each device (all)\n"
 	       "    -o kind=KIND       cuda, sim or kmod (PHX_DEVICE, else auto)\n"
 	       "    -o blksize=SIZE    st_blksize of files (4M)\n"
 	       "    -o threads=N       most FUSE worker threads (16)\n"
@@ -89,6 +92,12 @@ static int parse_sizes(struct phxfs *fs)
 		fprintf(stderr,
 			"phxfs: bad blksize=%s; use a size from 4K to 1G\n",
 			fs->opts.blksize);
+		return -EINVAL;
+	}
+	if (fs->opts.size && (phx_parse_size(fs->opts.size, &fs->size) ||
+			      !fs->size)) {
+		fprintf(stderr, "phxfs: bad size=%s; use e.g. size=8G\n",
+			fs->opts.size);
 		return -EINVAL;
 	}
 	fs->max_write = 1ULL << 20;

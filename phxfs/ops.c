@@ -601,13 +601,29 @@ static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 	else
 		inode->nopen++;
 	pthread_mutex_unlock(&fs->lock);
-	if (err) {
-		fuse_reply_err(req, err);
-		return;
+	if (err)
+		goto out_err;
+	if ((fi->flags & O_TRUNC) && S_ISREG(inode->mode)) {
+		/* atomic_o_trunc: the truncation is ours to do */
+		pthread_rwlock_wrlock(&inode->io_lock);
+		err = -phxfs_data_resize(inode, 0);
+		pthread_rwlock_unlock(&inode->io_lock);
+		pthread_mutex_lock(&fs->lock);
+		phxfs_touch(&inode->mtime);
+		inode->ctime = inode->mtime;
+		if (err)
+			phxfs_inode_unref(fs, inode, 0, 1);
+		pthread_mutex_unlock(&fs->lock);
+		if (err)
+			goto out_err;
 	}
 	fi->fh = (uintptr_t)inode;
 	open_flags(fs, fi);
 	fuse_reply_open(req, fi);
+	return;
+
+out_err:
+	fuse_reply_err(req, err);
 }
 
 static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,

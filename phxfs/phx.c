@@ -14,6 +14,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -343,7 +344,7 @@ static int cmd_mount(int argc, char **argv)
 	char *dargv[8];
 	bool fg = false;
 	const char *mp;
-	struct stat st;
+	struct statvfs sv;
 	int opt, n = 0;
 
 	while ((opt = getopt(argc, argv, "fo:")) != -1) {
@@ -359,7 +360,8 @@ static int cmd_mount(int argc, char **argv)
 		}
 	}
 	mp = optind < argc ? argv[optind] : default_mount();
-	if (stat(mp, &st) && errno == ENOTCONN) {
+	/* statfs always reaches the daemon: attributes may be cached. */
+	if (statvfs(mp, &sv) && errno == ENOTCONN) {
 		if (detach(mp, true)) {
 			fprintf(stderr, "phx: %s: cannot remove the stale mount of a dead phxfs; run umount -l %s\n",
 				mp, mp);
@@ -400,8 +402,8 @@ static int cmd_mount(int argc, char **argv)
 static int cmd_umount(int argc, char **argv)
 {
 	const char *mp = argc > 1 ? argv[1] : default_mount();
-	struct stat st;
-	bool stale = stat(mp, &st) && errno == ENOTCONN;
+	struct statvfs sv;
+	bool stale = statvfs(mp, &sv) && errno == ENOTCONN;
 	int ret = detach(mp, stale);
 
 	if (ret == -EBUSY) {

@@ -41,6 +41,7 @@ struct phxfs_dev {
 	char name[16];		  /* "gpu0", "sim0": the directory name */
 	enum phx_device_kind kind;
 	uint64_t reserve;	  /* bytes kept free for other users */
+	uint64_t limit;		  /* most bytes phxfs may hold on it */
 	struct phxfs_inode *root; /* its directory */
 	atomic_uint files;	  /* regular files that hold a buffer */
 	atomic_uint_fast64_t fuse_in, fuse_out; /* bytes through the mount */
@@ -48,6 +49,7 @@ struct phxfs_dev {
 
 struct phxfs_opts {
 	char *reserve;	/* -o reserve=SIZE */
+	char *size;	/* -o size=SIZE: cap per device */
 	char *kind;	/* -o kind=cuda|sim|kmod */
 	char *blksize;	/* -o blksize=SIZE: st_blksize of files */
 	char *max_write; /* -o max_write=SIZE: largest FUSE write */
@@ -61,6 +63,7 @@ struct phxfs {
 	uint64_t blksize;
 	uint64_t max_write;
 	uint64_t reserve;
+	uint64_t size;
 	char mountpoint[4096];
 	char sock_path[108];	/* control socket, see ctl.c */
 	int sock_fd;

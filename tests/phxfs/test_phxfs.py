@@ -1,0 +1,741 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""phxfs integration suite.
+
+Mounts a real phxfs in a temporary directory and drives it with the tools
+users have (cp, dd, cat, cmp, sha256sum, truncate, rsync, tar, the shell,
+Python's open()) on random data, checking every byte against a copy kept
+on a normal file system.
+
+    python3 tests/phxfs/test_phxfs.py [--build DIR] [-k PATTERN]
+
+PHX_DEVICE picks the devices (sim by default; cuda on a GPU machine).
+Every mount is capped at 256 MiB per device (-o size=) so that running out
+of memory is quick to reach.  Needs root for the permission and mount
+helper tests (they are skipped otherwise) and /dev/fuse.
+"""
+import argparse
+import ctypes
+import errno
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+MiB = 1 << 20
+CAP = 256 * MiB
+
+ARGS = None
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+class Skip(Exception):
+    pass
+
+
+def sh(cmd, check=True, user=None, **kw):
+    """Run a shell command; returns CompletedProcess (text)."""
+    if user:
+        cmd = "runuser -u %s -- sh -c %s" % (user, shq(cmd))
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                       **kw)
+    if check and r.returncode:
+        raise AssertionError("%r failed (%d): %s" % (cmd, r.returncode,
+                                                     r.stderr.strip()))
+    return r
+
+
+def shq(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def need(tool):
+    if not shutil.which(tool):
+        raise Skip("%s not installed" % tool)
+
+
+def need_root():
+    if os.geteuid():
+        raise Skip("needs root")
+
+
+def rand(n, seed=None):
+    return random.Random(seed).randbytes(n)
+
+
+def write(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def same(a, b):
+    """Byte-for-byte equality of two files, with a useful message."""
+    da, db = read(a), read(b)
+    if da != db:
+        where = next((i for i in range(min(len(da), len(db)))
+                      if da[i] != db[i]), min(len(da), len(db)))
+        raise AssertionError("%s and %s differ at byte %d (sizes %d, %d)"
+                             % (a, b, where, len(da), len(db)))
+
+
+def expect_errno(err, fn, *a):
+    try:
+        fn(*a)
+    except OSError as e:
+        if e.errno != err:
+            raise AssertionError("expected %s, got %s" %
+                                 (errno.errorcode[err],
+                                  errno.errorcode.get(e.errno, e.errno)))
+        return
+    raise AssertionError("expected %s, got success" % errno.errorcode[err])
+
+
+class Phxfs:
+    """One phxfs mount, started and stopped with the phx command."""
+
+    def __init__(self, build, scratch):
+        self.phx = os.path.join(build, "phx")
+        self.daemon = os.path.join(build, "phxfs")
+        self.mp = os.path.join(scratch, "mnt")
+        os.makedirs(self.mp, exist_ok=True)
+        os.chmod(scratch, 0o755)
+        self.env = dict(os.environ)
+        self.env.setdefault("PHX_DEVICE", "sim")
+        if self.env["PHX_DEVICE"] == "sim":
+            self.env.setdefault("PHX_SIM_DEVICES", "2")
+            self.env.setdefault("PHX_SIM_CAPACITY", "1G")
+        self.opts = "size=%d" % CAP
+
+    def mount(self, extra=""):
+        opts = self.opts + ("," + extra if extra else "")
+        r = subprocess.run([self.phx, "mount", "-o", opts, self.mp],
+                           env=self.env, capture_output=True, text=True)
+        if r.returncode:
+            raise AssertionError("phx mount failed: " + r.stderr)
+        self.devs = sorted(os.listdir(self.mp))
+        self.dev = os.path.join(self.mp, self.devs[0])
+        return r
+
+    def umount(self):
+        r = subprocess.run([self.phx, "umount", self.mp], env=self.env,
+                           capture_output=True, text=True)
+        return r
+
+    def daemon_pid(self):
+        sock = os.getxattr(self.mp, "user.phx.socket").decode()
+        return int(os.path.basename(sock).split(".")[0])
+
+    def run_phx(self, *args, check=True):
+        r = subprocess.run([self.phx] + list(args), env=self.env,
+                           capture_output=True, text=True)
+        if check and r.returncode:
+            raise AssertionError("phx %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+
+FS = None
+SCRATCH = None
+
+
+def fresh(name):
+    """A new empty directory on the mount and one in scratch."""
+    d = os.path.join(FS.dev, name)
+    os.mkdir(d)
+    os.chmod(d, 0o777)
+    ref = os.path.join(SCRATCH, "ref-" + name)
+    os.makedirs(ref, exist_ok=True)
+    return d, ref
+
+
+# ---- tests ----------------------------------------------------------------
+
+@test
+def layout_and_df():
+    assert FS.devs, "no device directories"
+    for d in FS.devs:
+        st = os.stat(os.path.join(FS.mp, d))
+        assert st.st_mode & 0o1777 == 0o1777, oct(st.st_mode)
+    sv = os.statvfs(FS.dev)
+    size = sv.f_blocks * sv.f_frsize
+    assert size == CAP, "df size %d, want %d" % (size, CAP)
+    out = sh("df -B1 %s" % FS.dev).stdout.split("\n")[1].split()
+    assert int(out[1]) == CAP, out
+    expect_errno(errno.EPERM, os.mkdir, os.path.join(FS.mp, "newdev"))
+
+
+@test
+def cp_cat_cmp_sha256():
+    d, ref = fresh("cp")
+    src = os.path.join(ref, "blob")
+    write(src, rand(20 * MiB + 12345, 1))
+    dst = os.path.join(d, "blob")
+    sh("cp %s %s" % (src, dst))
+    sh("cmp %s %s" % (src, dst))
+    sh("cat %s > %s/out" % (dst, ref))
+    same(src, ref + "/out")
+    a = sh("sha256sum < %s" % src).stdout
+    b = sh("sha256sum < %s" % dst).stdout
+    assert a == b
+    st = os.stat(dst)
+    assert st.st_size == 20 * MiB + 12345
+    assert st.st_blksize >= MiB and st.st_blksize & (st.st_blksize - 1) == 0
+    assert st.st_blocks * 512 >= st.st_size
+    ls = sh("ls -l %s" % dst).stdout.split()
+    assert int(ls[4]) == st.st_size, ls
+
+
+@test
+def dd_everything():
+    d, ref = fresh("dd")
+    src = os.path.join(ref, "src")
+    write(src, rand(9 * MiB + 777, 2))
+    cmds = [
+        "bs=1M", "bs=4k", "bs=3333", "bs=1M oflag=direct",
+        "bs=64k seek=10 conv=notrunc", "bs=4k skip=7 count=100",
+        "bs=1M seek=3 count=2", "bs=512 seek=1000 count=5 conv=notrunc",
+        "bs=2M iflag=fullblock conv=notrunc seek=1",
+    ]
+    for i, c in enumerate(cmds):
+        for base in (d, ref):
+            sh("dd if=%s of=%s/f status=none %s" % (src, base, c))
+        same(ref + "/f", d + "/f")
+    # reading back with dd: skip and odd block sizes
+    for c in ["bs=1M", "bs=7777 skip=3", "bs=1M iflag=direct", "bs=4k count=9"]:
+        sh("dd if=%s/f of=%s/a status=none %s" % (d, ref, c))
+        sh("dd if=%s/f of=%s/b status=none %s" % (ref, ref, c))
+        same(ref + "/a", ref + "/b")
+
+
+@test
+def truncate_grow_shrink():
+    d, _ = fresh("trunc")
+    f = os.path.join(d, "t")
+    data = rand(3 * MiB, 3)
+    write(f, data)
+    sh("truncate -s 5M %s" % f)
+    got = read(f)
+    assert got[:3 * MiB] == data and got[3 * MiB:] == bytes(2 * MiB)
+    sh("truncate -s 1000 %s" % f)
+    assert read(f) == data[:1000]
+    sh("truncate -s 2M %s" % f)
+    got = read(f)
+    assert got[:1000] == data[:1000] and got[1000:] == bytes(2 * MiB - 1000)
+    sh("truncate -s 0 %s" % f)
+    assert os.stat(f).st_size == 0 and read(f) == b""
+    # a hole in the middle of a sparse file reads as zeros
+    with open(f, "r+b") as fh:
+        fh.seek(50 * MiB)
+        fh.write(b"tail")
+    st = os.stat(f)
+    assert st.st_size == 50 * MiB + 4
+    assert st.st_blocks * 512 < 50 * MiB, "sparse file fully backed"
+    with open(f, "rb") as fh:
+        fh.seek(25 * MiB)
+        assert fh.read(MiB) == bytes(MiB)
+
+
+@test
+def shell_redirection_and_append():
+    d, _ = fresh("sh")
+    f = os.path.join(d, "log")
+    sh("echo one > %s && echo two >> %s && printf three >> %s" % (f, f, f))
+    assert read(f) == b"one\ntwo\nthree"
+    sh("cat %s %s > %s.2" % (f, f, f))
+    assert read(f + ".2") == b"one\ntwo\nthree" * 2
+    sh("echo new > %s" % f)
+    assert read(f) == b"new\n"
+
+
+@test
+def python_open():
+    d, _ = fresh("py")
+    f = os.path.join(d, "p")
+    data = rand(2 * MiB + 3, 4)
+    with open(f, "wb") as fh:
+        fh.write(data)
+    with open(f, "r+b") as fh:
+        fh.seek(MiB)
+        fh.write(b"X" * 10)
+        fh.seek(0, os.SEEK_END)
+        fh.write(b"END")
+    want = data[:MiB] + b"X" * 10 + data[MiB + 10:] + b"END"
+    assert read(f) == want
+    with open(f, "ab") as fh:
+        fh.write(b"++")
+    assert read(f) == want + b"++"
+    with open(os.path.join(d, "t.txt"), "w") as fh:
+        fh.write("héllo\n" * 1000)
+    with open(os.path.join(d, "t.txt")) as fh:
+        assert fh.read() == "héllo\n" * 1000
+    fd = os.open(f, os.O_RDWR)
+    os.pwrite(fd, b"abc", 5)
+    assert os.pread(fd, 3, 5) == b"abc"
+    os.close(fd)
+
+
+def make_tree(root):
+    rng = random.Random(5)
+    for i in range(4):
+        sub = os.path.join(root, "d%d" % i, "e%d" % (i % 2))
+        os.makedirs(sub, exist_ok=True)
+        for j in range(5):
+            write(os.path.join(sub, "f%d" % j),
+                  rng.randbytes(rng.choice([0, 1, 4096, 70000, MiB + 5])))
+    os.symlink("d0/e0/f1", os.path.join(root, "link"))
+    os.makedirs(os.path.join(root, "empty"))
+
+
+@test
+def cp_r_rsync_tar():
+    d, ref = fresh("tree")
+    src = os.path.join(ref, "src")
+    make_tree(src)
+    sh("cp -r %s %s/cpr" % (src, d))
+    sh("diff -r %s %s/cpr" % (src, d))
+    sh("cp -a %s %s/cpa" % (src, d))
+    sh("diff -r %s %s/cpa" % (src, d))
+    sh("tar -C %s -cf %s/t.tar ." % (src, ref))
+    os.mkdir(d + "/tar")
+    sh("tar -x -C %s/tar -f %s/t.tar" % (d, ref))
+    sh("diff -r %s %s/tar" % (src, d))
+    # and back out of the mount
+    os.makedirs(ref + "/back")
+    sh("tar -C %s/tar -cf - . | tar -x -C %s/back -f -" % (d, ref))
+    sh("diff -r %s %s/back" % (src, ref))
+    need("rsync")
+    sh("rsync -a %s/ %s/rs/" % (src, d))
+    sh("diff -r %s %s/rs" % (src, d))
+    write(os.path.join(src, "d1", "e1", "f2"), rand(5000, 6))
+    sh("rsync -a %s/ %s/rs/" % (src, d))
+    sh("diff -r %s %s/rs" % (src, d))
+
+
+def parallel(cmds):
+    procs = [subprocess.Popen(c, shell=True, stderr=subprocess.PIPE)
+             for c in cmds]
+    for p, c in zip(procs, cmds):
+        _, err = p.communicate()
+        assert p.returncode == 0, "%s: %s" % (c, err.decode())
+
+
+@test
+def eight_writers_eight_files():
+    d, ref = fresh("par8")
+    for i in range(8):
+        write("%s/s%d" % (ref, i), rand(6 * MiB + i, 10 + i))
+    parallel(["dd if=%s/s%d of=%s/f%d bs=%s status=none" %
+              (ref, i, d, i, ["1M", "64k", "4M", "100k"][i % 4])
+              for i in range(8)])
+    for i in range(8):
+        same("%s/s%d" % (ref, i), "%s/f%d" % (d, i))
+
+
+@test
+def four_writers_one_file():
+    d, ref = fresh("par4")
+    part = 5 * MiB
+    src = os.path.join(ref, "src")
+    write(src, rand(4 * part, 20))
+    # reverse order so that growing and in-place writes race
+    parallel(["dd if=%s of=%s/f bs=1M skip=%d seek=%d count=5 "
+              "conv=notrunc status=none" % (src, d, 5 * i, 5 * i)
+              for i in reversed(range(4))])
+    same(src, d + "/f")
+
+
+@test
+def unlink_while_open():
+    d, _ = fresh("unl")
+    f = os.path.join(d, "u")
+    data = rand(8 * MiB, 7)
+    write(f, data)
+    used0 = FS_used()
+    fh = open(f, "r+b")
+    os.unlink(f)
+    assert not os.path.exists(f)
+    assert fh.read() == data
+    fh.seek(0)
+    fh.write(b"still here")
+    fh.seek(0)
+    assert fh.read(10) == b"still here"
+    assert FS_used() >= used0 - MiB, "freed while still open"
+    fh.close()
+    time.sleep(0.1)
+    assert FS_used() <= used0 - 7 * MiB, "not freed after the last close"
+
+
+def FS_used():
+    sv = os.statvfs(FS.dev)
+    return (sv.f_blocks - sv.f_bfree) * sv.f_frsize
+
+
+@test
+def mv_rename_link():
+    d, _ = fresh("mv")
+    data = rand(3 * MiB, 8)
+    write(d + "/a", data)
+    sh("mv %s/a %s/b" % (d, d))
+    assert not os.path.exists(d + "/a") and read(d + "/b") == data
+    write(d + "/c", b"over")
+    os.rename(d + "/b", d + "/c")
+    assert read(d + "/c") == data
+    os.makedirs(d + "/x/y")
+    write(d + "/x/y/z", b"zz")
+    sh("mv %s/x %s/w" % (d, d))
+    assert read(d + "/w/y/z") == b"zz"
+    expect_errno(errno.EINVAL, os.rename, d + "/w", d + "/w/y/inside")
+    os.link(d + "/c", d + "/hard")
+    assert os.stat(d + "/c").st_nlink == 2 and read(d + "/hard") == data
+    os.unlink(d + "/c")
+    assert read(d + "/hard") == data
+    os.symlink("hard", d + "/sym")
+    assert os.readlink(d + "/sym") == "hard" and read(d + "/sym") == data
+    if len(FS.devs) < 2:
+        return
+    other = os.path.join(FS.mp, FS.devs[1])
+    sh("mv %s/hard %s/moved" % (d, other))
+    assert read(other + "/moved") == data
+    assert os.getxattr(other + "/moved", "user.phx.device").decode() == \
+        FS.devs[1]
+    sh("mv %s/w %s/wdir" % (d, other))  # mv copies directories itself
+    assert read(other + "/wdir/y/z") == b"zz"
+    sh("rm -r %s/moved %s/wdir" % (other, other))
+
+
+@test
+def mkdir_rmdir():
+    d, _ = fresh("dirs")
+    os.makedirs(d + "/a/b/c")
+    expect_errno(errno.EEXIST, os.mkdir, d + "/a")
+    expect_errno(errno.ENOTEMPTY, os.rmdir, d + "/a")
+    write(d + "/a/f", b"1")
+    expect_errno(errno.ENOTDIR, os.rmdir, d + "/a/f")
+    expect_errno(errno.EISDIR, os.unlink, d + "/a/b")
+    sh("rm -r %s/a" % d)
+    assert os.listdir(d) == []
+    names = ["n%03d" % i for i in range(300)]
+    for n in names:
+        write(d + "/" + n, b"")
+    assert sorted(os.listdir(d)) == names
+    st = os.stat(d)
+    assert st.st_nlink == 2
+
+
+@test
+def enospc_loses_nothing():
+    d, ref = fresh("full")
+    keep = rand(40 * MiB, 9)
+    write(d + "/keep", keep)
+    r = sh("dd if=/dev/zero of=%s/big bs=1M count=400 status=none" % d,
+           check=False)
+    assert r.returncode != 0 and "No space left" in r.stderr, r.stderr
+    assert read(d + "/keep") == keep
+    size = os.stat(d + "/big").st_size
+    assert size < CAP
+    # a write into the full device fails cleanly and changes nothing
+    fd = os.open(d + "/keep", os.O_WRONLY)
+    expect_errno(errno.ENOSPC, os.pwrite, fd, b"x" * MiB, 100 * MiB)
+    os.close(fd)
+    assert os.stat(d + "/keep").st_size == 40 * MiB
+    assert read(d + "/keep") == keep
+    os.unlink(d + "/big")
+    write(d + "/after", rand(8 * MiB, 11))
+    assert read(d + "/after") == rand(8 * MiB, 11)
+    assert read(d + "/keep") == keep
+
+
+@test
+def permissions_nobody():
+    need_root()
+    d, _ = fresh("perm")
+    write(d + "/secret", b"root only")
+    os.chmod(d + "/secret", 0o600)
+    r = sh("cat %s/secret" % d, user="nobody", check=False)
+    assert r.returncode and "Permission denied" in r.stderr, r.stderr
+    r = sh("echo x >> %s/secret" % d, user="nobody", check=False)
+    assert r.returncode and "Permission denied" in r.stderr, r.stderr
+    os.chmod(d, 0o1777)
+    r = sh("rm -f %s/secret" % d, user="nobody", check=False)
+    assert r.returncode and os.path.exists(d + "/secret"), "sticky dir"
+    sh("echo mine > %s/own && cat %s/own" % (d, d), user="nobody")
+    st = os.stat(d + "/own")
+    assert st.st_uid == 65534, st.st_uid
+    os.chmod(d + "/secret", 0o644)
+    assert sh("cat %s/secret" % d, user="nobody").stdout == "root only"
+    os.chown(d + "/secret", 65534, 65534)
+    assert os.stat(d + "/secret").st_uid == 65534
+    r = sh("getfattr -n user.phx.handle %s/own" % d, user="nobody",
+           check=False) if shutil.which("getfattr") else None
+    if r:
+        assert r.returncode == 0, r.stderr
+
+
+@test
+def bad_names():
+    d, _ = fresh("names")
+    expect_errno(errno.ENAMETOOLONG, os.open, d + "/" + "n" * 256,
+                 os.O_CREAT | os.O_WRONLY)
+    fd = os.open(d + "/" + "n" * 255, os.O_CREAT | os.O_WRONLY)
+    os.close(fd)
+    expect_errno(errno.ENAMETOOLONG, os.mkdir, d + "/" + "m" * 300)
+    expect_errno(errno.EINVAL, os.open, d + "/.phx.reserved",
+                 os.O_CREAT | os.O_WRONLY)
+    expect_errno(errno.EINVAL, os.mkdir, d + "/.phx.dir")
+    expect_errno(errno.ENOENT, os.open, d + "/no/such", os.O_CREAT |
+                 os.O_WRONLY)
+    expect_errno(errno.EPERM, os.open, FS.mp + "/file",
+                 os.O_CREAT | os.O_WRONLY)
+    expect_errno(errno.EBUSY, os.rmdir, FS.dev)
+    expect_errno(errno.EBUSY, os.rename, FS.dev, FS.mp + "/renamed")
+    expect_errno(errno.EPERM, os.mkfifo, d + "/fifo")
+    write(d + "/f", b"x")
+    expect_errno(errno.ENOTDIR, os.open, d + "/f/child",
+                 os.O_CREAT | os.O_WRONLY)
+
+
+@test
+def bad_offsets():
+    d, _ = fresh("offs")
+    fd = os.open(d + "/f", os.O_CREAT | os.O_RDWR)
+    expect_errno(errno.EFBIG, os.pwrite, fd, b"x", 1 << 50)
+    expect_errno(errno.EFBIG, os.pwrite, fd, b"xy", (1 << 44) - 1)
+    expect_errno(errno.EFBIG, os.ftruncate, fd, 1 << 50)
+    expect_errno(errno.EINVAL, os.lseek, fd, -1, os.SEEK_SET)
+    assert os.fstat(fd).st_size == 0
+    assert os.pread(fd, 10, 1 << 40) == b""
+    os.close(fd)
+    r = sh("dd if=/dev/zero of=%s/f bs=1 count=1 seek=1P status=none" % d,
+           check=False)
+    assert r.returncode and "File too large" in r.stderr, r.stderr
+
+
+@test
+def xattrs():
+    d, _ = fresh("xattr")
+    write(d + "/f", b"data")
+    assert os.getxattr(d + "/f", "user.phx.device").decode() == FS.devs[0]
+    assert os.getxattr(d + "/f", "user.phx.path").decode() == "memcpy"
+    names = os.listxattr(d + "/f")
+    assert "user.phx.device" in names and "user.phx.path" in names
+    assert "user.phx.handle" in names
+    assert "user.phx.socket" in os.listxattr(FS.mp)
+    expect_errno(errno.EPERM, os.setxattr, d + "/f", "user.phx.device",
+                 b"gpu9")
+    expect_errno(errno.ENOTSUP, os.setxattr, d + "/f", "user.other", b"1")
+    expect_errno(errno.ENODATA, os.getxattr, d + "/f", "user.none")
+
+
+@test
+def phx_cp_and_status():
+    d, ref = fresh("phxcp")
+    src = os.path.join(ref, "big")
+    write(src, rand(30 * MiB + 5, 12))
+    FS.run_phx("cp", src, d + "/big")
+    same(src, d + "/big")
+    assert os.stat(d + "/big").st_size == 30 * MiB + 5
+    path = os.getxattr(d + "/big", "user.phx.path").decode()
+    assert path in ("staged", "buffered", "p2p"), path
+    FS.run_phx("cp", "-q", src, d)  # into a directory: same name
+    same(src, d + "/big")
+    out = FS.run_phx("status", "-a", FS.mp).stdout
+    assert FS.devs[0] in out and "/phxcp/big" in out, out
+    r = FS.run_phx("cp", "/nonexistent", d + "/x", check=False)
+    assert r.returncode and "nonexistent" in r.stderr
+
+
+LIB = None
+
+
+def lib():
+    global LIB
+    path = os.path.join(ARGS.build, "libphoenix.so")
+    if not os.path.exists(path):
+        raise Skip("no libphoenix.so")
+    if LIB is None:
+        LIB = ctypes.CDLL(path)
+        LIB.phx_device_open.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+        LIB.phx_buf_recv.argtypes = [ctypes.c_void_p, ctypes.c_int,
+                                     ctypes.c_void_p]
+        LIB.phx_memcpy_from_buf.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                            ctypes.c_uint64, ctypes.c_uint64]
+        LIB.phx_memcpy_to_buf.argtypes = [ctypes.c_void_p, ctypes.c_uint64,
+                                          ctypes.c_void_p, ctypes.c_uint64]
+        LIB.phx_buf_size.argtypes = [ctypes.c_void_p]
+        LIB.phx_buf_size.restype = ctypes.c_uint64
+        LIB.phx_buf_free.argtypes = [ctypes.c_void_p]
+        LIB.phx_device_close.argtypes = [ctypes.c_void_p]
+        LIB.phx_strerror_last.restype = ctypes.c_char_p
+    return LIB
+
+
+@test
+def share_in_place():
+    """Another process maps a file's memory through the control socket."""
+    import socket
+    L = lib()
+    d, _ = fresh("share")
+    data = rand(3 * MiB, 13)
+    write(d + "/t", data)
+    sock_path, ino = os.getxattr(d + "/t", "user.phx.handle").decode() \
+        .rsplit(" ", 1)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock_path)
+    s.sendall(b"OPEN %s\n" % ino.encode())
+    line = b""
+    while not line.endswith(b"\n"):
+        line += s.recv(1)
+    ok, devname, size = line.decode().split()
+    assert ok == "OK" and int(size) == len(data), line
+    dev, buf = ctypes.c_void_p(), ctypes.c_void_p()
+    env_kind = os.environ.get("PHX_DEVICE", "sim")
+    assert L.phx_device_open(devname.encode(), ctypes.byref(dev)) == 0, \
+        L.phx_strerror_last()
+    ret = L.phx_buf_recv(dev, s.fileno(), ctypes.byref(buf))
+    assert ret == 0, L.phx_strerror_last()
+    s.close()
+    assert L.phx_buf_size(buf) == len(data)
+    got = ctypes.create_string_buffer(len(data))
+    assert L.phx_memcpy_from_buf(got, buf, 0, len(data)) == 0
+    assert got.raw == data
+    # a write through the shared mapping shows in the file: same memory
+    assert L.phx_memcpy_to_buf(buf, 100, b"SHARED", 6) == 0
+    assert read(d + "/t")[100:106] == b"SHARED"
+    L.phx_buf_free(buf)
+    L.phx_device_close(dev)
+    assert env_kind
+
+
+@test
+def mount_helper():
+    need_root()
+    need("mount.fuse3")
+    mp = os.path.join(SCRATCH, "helper")
+    os.makedirs(mp, exist_ok=True)
+    env = dict(FS.env)
+    env["PATH"] = os.path.abspath(ARGS.build) + ":" + env["PATH"]
+    helper = os.path.join(os.path.dirname(__file__), "..", "..", "phxfs",
+                          "mount.fuse.phxfs")
+    r = subprocess.run([helper, "phxfs", mp, "-o",
+                        "size=64M,noauto,_netdev,reserve=0"],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        devs = sorted(os.listdir(mp))
+        assert devs == FS.devs, devs
+        sv = os.statvfs(mp + "/" + devs[0])
+        assert sv.f_blocks * sv.f_frsize == 64 * MiB
+        assert "fuse.phxfs" in read("/proc/mounts").decode()
+    finally:
+        subprocess.run([FS.phx, "umount", mp])
+
+
+@test
+def kill_daemon_then_recover():
+    """Last: kills the daemon mid-copy, checks ENOTCONN, remounts."""
+    d, _ = fresh("kill")
+    writer = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, sys, time\n"
+         "f = open(sys.argv[1], 'wb', buffering=0)\n"
+         "b = os.urandom(1 << 20)\n"
+         "try:\n"
+         "    while True:\n"
+         "        f.seek(0); f.write(b); time.sleep(0.005)\n"
+         "except OSError as e:\n"
+         "    print(e.errno); sys.exit(3)\n", d + "/victim"],
+        stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    os.kill(FS.daemon_pid(), signal.SIGKILL)
+    out, _ = writer.communicate(timeout=20)
+    # the write in flight sees ECONNABORTED, later calls ENOTCONN
+    assert writer.returncode == 3 and \
+        int(out) in (errno.ENOTCONN, errno.ECONNABORTED), out
+    expect_errno(errno.ENOTCONN, os.listdir, FS.dev)
+    expect_errno(errno.ENOTCONN, os.statvfs, FS.mp)
+    r = FS.mount()
+    assert "stale" in r.stderr, r.stderr
+    assert os.listdir(FS.dev) == [], "contents survived the daemon"
+    write(FS.dev + "/again", b"ok")
+    assert read(FS.dev + "/again") == b"ok"
+
+
+# ---- runner -----------------------------------------------------------------
+
+def cleanup():
+    """Empty the device directories so each test starts with free memory."""
+    for dev in FS.devs:
+        for name in os.listdir(os.path.join(FS.mp, dev)):
+            p = os.path.join(FS.mp, dev, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            else:
+                os.unlink(p)
+    assert FS_used() == 0, "device memory still held after rm: %d" % \
+        FS_used()
+
+
+def main():
+    global ARGS, FS, SCRATCH
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("-k", default="", help="run tests whose name has this")
+    ARGS = ap.parse_args()
+    if not os.path.exists("/dev/fuse"):
+        print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
+        return 0
+    base = os.environ.get("PHX_TEST_DIR") or None
+    if base:
+        os.makedirs(base, exist_ok=True)
+    SCRATCH = tempfile.mkdtemp(prefix="phxfs-test-", dir=base)
+    FS = Phxfs(ARGS.build, SCRATCH)
+    FS.mount()
+    print("phxfs tests: %s devices %s, mounted at %s" %
+          (FS.env["PHX_DEVICE"], " ".join(FS.devs), FS.mp))
+    passed = failed = skipped = 0
+    t0 = time.time()
+    try:
+        for t in TESTS:
+            if ARGS.k not in t.__name__:
+                continue
+            t1 = time.time()
+            try:
+                t()
+                cleanup()
+                passed += 1
+                status = "ok"
+            except Skip as e:
+                skipped += 1
+                status = "skip (%s)" % e
+            except Exception:
+                failed += 1
+                status = "FAIL"
+                traceback.print_exc()
+            print("  %-28s %s  %.1fs" % (t.__name__, status,
+                                        time.time() - t1), flush=True)
+    finally:
+        FS.umount()
+        shutil.rmtree(SCRATCH, ignore_errors=True)
+    print("phxfs: %d passed, %d failed, %d skipped in %.0fs" %
+          (passed, failed, skipped, time.time() - t0))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
