@@ -53,9 +53,10 @@ if ! have_debs; then
 	mkdir -p "$APT/lists/partial" "$APT/archives/partial" "$DEBS"
 	echo "deb http://deb.debian.org/debian bookworm-backports main" \
 		>"$APT/sources.list"
-	aptopts="-o Dir::Etc::SourceList=$PWD/$APT/sources.list \
--o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$PWD/$APT/lists \
--o Dir::Cache::Archives=$PWD/$APT/archives -o APT::Sandbox::User=root"
+	apt=$(cd "$APT" && pwd)
+	aptopts="-o Dir::Etc::SourceList=$apt/sources.list \
+-o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$apt/lists \
+-o Dir::Cache::Archives=$apt/archives -o APT::Sandbox::User=root"
 	# shellcheck disable=SC2086
 	apt-get -q $aptopts update
 	# shellcheck disable=SC2086
