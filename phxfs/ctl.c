@@ -188,6 +188,12 @@ static void do_cp(struct conn *c, unsigned long long ino, int src)
 		send_err(c->fd, ENOENT, "CP: no such file in phxfs");
 		return;
 	}
+	if (c->fs->opts.writeback) {
+		/* The kernel keeps the size of cached files itself there. */
+		send_err(c->fd, EOPNOTSUPP,
+			 "CP: phxfs runs with -o writeback; remount without it, or use cp");
+		goto out;
+	}
 	if (!may_write(inode, &c->cred)) {
 		send_err(c->fd, EACCES, "CP");
 		goto out;

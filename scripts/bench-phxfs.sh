@@ -1,0 +1,134 @@
+#!/bin/bash
+# Benchmark: cp of a hot file into phxfs and cat back out, against the same
+# commands on /dev/shm, in one run; then `phx cp` hot and cold.  Median of
+# 3, every copy into phxfs checked byte for byte once.  Prints a table of
+# GB/s and ratios to /dev/shm.
+#
+#   scripts/bench-phxfs.sh [BUILD_DIR]
+#
+#   SIZE=4G            file size (at least 4G for the published figures)
+#   BENCH_FILE=path    source file (default /var/tmp/phx-bench.bin; made
+#                      of random bytes if missing or of another size)
+#   PHX_MOUNT=/mnt/phx mount point;  PHX_DEVICE=cuda|sim  devices
+#   MODES="direct writeback"   phxfs modes to measure
+#   RUNS=3
+set -euo pipefail
+
+BUILD=${1:-build}
+SIZE=${SIZE:-4G}
+FILE=${BENCH_FILE:-/var/tmp/phx-bench.bin}
+MP=${PHX_MOUNT:-/mnt/phx}
+MODES=${MODES:-direct writeback}
+RUNS=${RUNS:-3}
+PHX="$BUILD/phx"
+SHM=/dev/shm/phx-bench.$$
+
+bytes=$(numfmt --from=iec "$SIZE")
+now() { date +%s.%N; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# gbps SECONDS: throughput of $bytes in GB/s
+gbps() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+
+# time_cmd CMD...: seconds CMD took
+time_cmd() {
+	local t0 t1
+	t0=$(now)
+	"$@"
+	t1=$(now)
+	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }'
+}
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
+
+cleanup() {
+	rm -f "$SHM"
+	"$PHX" umount "$MP" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+if [ ! -f "$FILE" ] || [ "$(stat -c %s "$FILE")" != "$bytes" ]; then
+	echo "making $FILE ($SIZE of random bytes)..."
+	python3 - "$FILE" "$bytes" <<'EOF'
+import os, random, sys
+n, r = int(sys.argv[2]), random.Random(1)
+with open(sys.argv[1], "wb") as f:
+    while n:
+        k = min(n, 64 << 20)
+        f.write(r.randbytes(k))
+        n -= k
+EOF
+fi
+cat "$FILE" > /dev/null # hot in the page cache
+
+declare -A RES
+# measure NAME CMD...: median seconds of RUNS runs into RES[NAME]
+measure() {
+	local name=$1 t all=""
+	shift
+	for _ in $(seq "$RUNS"); do
+		t=$(time_cmd "$@")
+		all="$all$t"$'\n'
+	done
+	RES[$name]=$(printf '%s' "$all" | median)
+	printf '  %-28s %s s (%s GB/s)\n' "$name" "${RES[$name]}" \
+		"$(gbps "${RES[$name]}")"
+}
+
+cp_shm() { rm -f "$SHM"; cp "$FILE" "$SHM"; }
+cat_shm() { cat "$SHM" > /dev/null; }
+echo "peer: /dev/shm"
+measure shm.cp cp_shm
+measure shm.cat cat_shm
+rm -f "$SHM"
+
+for mode in $MODES; do
+	opts=""
+	[ "$mode" = writeback ] && opts="-o writeback"
+	"$PHX" umount "$MP" >/dev/null 2>&1 || true
+	# shellcheck disable=SC2086
+	"$PHX" mount $opts "$MP"
+	dev=$(ls "$MP" | head -n 1)
+	dst="$MP/$dev/bench"
+	echo "phxfs ($mode) on $dev"
+	cp "$FILE" "$dst" && cmp "$FILE" "$dst" || {
+		echo "MISMATCH: $dst differs from $FILE" >&2
+		exit 1
+	}
+	cp_phx() { rm -f "$dst"; cp "$FILE" "$dst"; }
+	cat_phx() { cat "$dst" > /dev/null; }
+	measure "$mode.cp" cp_phx
+	measure "$mode.cat" cat_phx
+	rm -f "$dst"
+done
+
+echo "phx cp (the daemon reads the file through libphoenix)"
+"$PHX" umount "$MP" >/dev/null 2>&1 || true
+"$PHX" mount "$MP" # phx cp needs the default (direct) mode
+dst="$MP/$(ls "$MP" | head -n 1)/bench"
+pcp() { "$PHX" cp -q "$FILE" "$dst"; }
+pcp && cmp "$FILE" "$dst" || { echo "MISMATCH after phx cp" >&2; exit 1; }
+measure phxcp.hot pcp
+cold_all=""
+for _ in $(seq "$RUNS"); do
+	drop_caches
+	cold_all="$cold_all$(time_cmd pcp)"$'\n'
+done
+RES[phxcp.cold]=$(printf '%s' "$cold_all" | median)
+printf '  %-28s %s s (%s GB/s)\n' phxcp.cold "${RES[phxcp.cold]}" \
+	"$(gbps "${RES[phxcp.cold]}")"
+"$PHX" status "$MP"
+
+echo
+echo "size $SIZE, median of $RUNS, $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r)"
+printf '%-28s %10s %12s\n' case GB/s "vs /dev/shm"
+row() { printf '%-28s %10s %12s\n' "$1" "$(gbps "${RES[$2]}")" \
+	"$(ratio "${RES[$3]}" "${RES[$2]}")"; }
+row "cp -> /dev/shm" shm.cp shm.cp
+row "cat <- /dev/shm" shm.cat shm.cat
+for mode in $MODES; do
+	row "cp -> phxfs ($mode)" "$mode.cp" shm.cp
+	row "cat <- phxfs ($mode)" "$mode.cat" shm.cat
+done
+row "phx cp, hot" phxcp.hot shm.cp
+row "phx cp, cold" phxcp.cold shm.cp
