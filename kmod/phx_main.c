@@ -30,8 +30,7 @@
 
 static char *ids;
 module_param(ids, charp, 0444);
-MODULE_PARM_DESC(ids,
-		 "more devices to bind, \"vendor:device:bar[,...]\" in hex:hex:dec");
+MODULE_PARM_DESC(ids, "more devices: vendor:device:bar[,...] (hex:hex:dec)");
 
 static DEFINE_IDA(phx_ida);
 
@@ -255,7 +254,8 @@ static long phx_ioctl_alloc(struct phx_dev *phx,
 	if (arg.flags & PHX_ALLOC_FIXED) {
 		if (!PAGE_ALIGNED(arg.offset))
 			return -EINVAL;
-		if (arg.offset >= phx->size || arg.size > phx->size - arg.offset)
+		if (arg.offset >= phx->size ||
+		    arg.size > phx->size - arg.offset)
 			return -ERANGE;
 	} else if (arg.size > phx->size) {
 		return -ENOSPC;

@@ -148,7 +148,7 @@ static void phx_range_final(struct phx_range *range)
 	mutex_lock(&phx->ranges_lock);
 	list_del_init(&range->node);
 	if (!range->released && phx_range_pinned(range)) {
-		/* O_DIRECT I/O from an unmapped buffer may still be in flight. */
+		/* O_DIRECT I/O from an unmapped buffer may be in flight. */
 		list_add_tail(&range->node, &phx->pending);
 		mutex_unlock(&phx->ranges_lock);
 		schedule_delayed_work(&phx->reap_work, msecs_to_jiffies(50));

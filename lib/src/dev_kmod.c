@@ -140,10 +140,10 @@ static int kmod_va_reserve(struct phx_device *dev, uint64_t size,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	if (p == MAP_FAILED)
-		return phx_err(errno == ENOMEM ? EFBIG : errno,
-			       "%s: cannot reserve %llu bytes of address space: %s",
-			       dev->name, (unsigned long long)size,
-			       strerror(errno));
+		return phx_err(
+			errno == ENOMEM ? EFBIG : errno,
+			"%s: cannot reserve %llu bytes of address space: %s",
+			dev->name, (unsigned long long)size, strerror(errno));
 	*out = (phx_dptr_t)(uintptr_t)p;
 	return 0;
 }
@@ -164,9 +164,10 @@ static int kmod_chunk_create(struct phx_device *dev, uint64_t size,
 		int err = errno;
 
 		if (err == ENOSPC)
-			return phx_err(ENOSPC,
-				       "%s: device memory full: %llu bytes not available; free buffers first",
-				       dev->name, (unsigned long long)size);
+			return phx_err(
+				ENOSPC,
+				"%s: device memory full: %llu bytes not available; free buffers first",
+				dev->name, (unsigned long long)size);
 		return phx_err(err, "%s: PHX_IOC_ALLOC of %llu bytes: %s",
 			       dev->name, (unsigned long long)size,
 			       strerror(err));
@@ -218,9 +219,10 @@ static int kmod_chunk_import(struct phx_device *dev, int fd, uint64_t size,
 	int nfd;
 
 	if (ioctl(fd, PHX_IOC_RANGE, &range) || range.size < size)
-		return phx_err(EINVAL,
-			       "%s: imported fd is not a phx.ko allocation of %llu bytes",
-			       dev->name, (unsigned long long)size);
+		return phx_err(
+			EINVAL,
+			"%s: imported fd is not a phx.ko allocation of %llu bytes",
+			dev->name, (unsigned long long)size);
 	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	if (nfd < 0)
 		return phx_err(errno, "%s: importing a chunk: %s", dev->name,
@@ -284,8 +286,8 @@ static int kmod_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
 	return 0;
 }
 
-static int kmod_memset_d8(struct phx_device *dev, phx_dptr_t dst,
-			  uint8_t value, size_t len, void *stream)
+static int kmod_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
+			  size_t len, void *stream)
 {
 	memset((void *)(uintptr_t)dst, value, len);
 	return 0;
@@ -301,8 +303,7 @@ static void kmod_event_destroy(struct phx_device *dev, void *event)
 {
 }
 
-static int kmod_event_record(struct phx_device *dev, void *event,
-			     void *stream)
+static int kmod_event_record(struct phx_device *dev, void *event, void *stream)
 {
 	return 0;
 }

@@ -32,9 +32,9 @@ static inline int dev_open(struct phx_ioc_info *info)
 static inline int range_alloc(int dev, uint64_t size, uint64_t offset,
 			      uint32_t flags)
 {
-	struct phx_ioc_alloc req = {
-		.size = size, .offset = offset, .flags = flags
-	};
+	struct phx_ioc_alloc req = { .size = size,
+				     .offset = offset,
+				     .flags = flags };
 
 	if (ioctl(dev, PHX_IOC_ALLOC, &req))
 		return -1;

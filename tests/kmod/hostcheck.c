@@ -42,8 +42,8 @@ static size_t ndma_seen;
 static uint64_t bar_bus, bar_size;
 static uint64_t ev_in_bar, ev_out_bar, bytes_in_bar;
 
-static void __attribute__((format(printf, 2, 3))) fail(int check, const char *fmt,
-						      ...)
+static void __attribute__((format(printf, 2, 3)))
+fail(int check, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -162,8 +162,8 @@ static bool dma_covered(uint64_t start, uint64_t len)
 	return start >= end;
 }
 
-static void hostcheck(int check, const char *kind, char *rest,
-		      const char *bar, const char *disk)
+static void hostcheck(int check, const char *kind, char *rest, const char *bar,
+		      const char *disk)
 {
 	unsigned long long off, len, a, b;
 	char src[16];
@@ -196,12 +196,13 @@ static void hostcheck(int check, const char *kind, char *rest,
 		int64_t bad = pat_check(have, len, (uint32_t)a, b);
 
 		if (bad >= 0)
-			fail(check, "%s bytes %llu..%llu: differ at +%lld", kind,
-			     off, off + len, (long long)bad);
+			fail(check, "%s bytes %llu..%llu: differ at +%lld",
+			     kind, off, off + len, (long long)bad);
 	} else {
 		want = slurp(disk, a, len);
 		if (!want || memcmp(have, want, len))
-			fail(check, "%s bytes %llu..%llu differ from disk at %llu",
+			fail(check,
+			     "%s bytes %llu..%llu differ from disk at %llu",
 			     kind, off, off + len, a);
 		free(want);
 	}
@@ -260,7 +261,8 @@ static int verify(const char *console, const char *bar, const char *disk,
 				fail(check, "the guest's own checks failed");
 			continue;
 		}
-		if (sscanf(line, "HOSTCHECK %d %15s %n", &check, kind, &n) == 2 &&
+		if (sscanf(line, "HOSTCHECK %d %15s %n", &check, kind, &n) ==
+			    2 &&
 		    n && check >= 1 && check <= NCHECKS) {
 			hostcheck(check, kind, line + n, bar, disk);
 			continue;
@@ -273,13 +275,14 @@ static int verify(const char *console, const char *bar, const char *disk,
 		fail(5, "the guest did not finish (no kernel log dump)");
 	if (!ev_in_bar)
 		fail(3, "no NVMe DMA inside the BAR at all");
-	snprintf(notes[3], sizeof(notes[3]),
-		 " (%llu map_addr events, %llu MiB, inside %#llx+%llu MiB; %llu outside)",
-		 (unsigned long long)ev_in_bar,
-		 (unsigned long long)(bytes_in_bar / MIB),
-		 (unsigned long long)bar_bus,
-		 (unsigned long long)(bar_size / MIB),
-		 (unsigned long long)ev_out_bar);
+	snprintf(
+		notes[3], sizeof(notes[3]),
+		" (%llu map_addr events, %llu MiB, inside %#llx+%llu MiB; %llu outside)",
+		(unsigned long long)ev_in_bar,
+		(unsigned long long)(bytes_in_bar / MIB),
+		(unsigned long long)bar_bus,
+		(unsigned long long)(bar_size / MIB),
+		(unsigned long long)ev_out_bar);
 	reported[3] = true; /* check 3 is the host's alone */
 
 	for (i = 1; i <= NCHECKS; i++) {

@@ -42,7 +42,8 @@ static void report_pages(const char *view, uint64_t len, uint64_t bus,
 			       "buffer page %llu is at %#llx, outside the BAR",
 			       (unsigned long long)(off / PAGE),
 			       (unsigned long long)phys);
-		if (off && (off == len || phys != run_phys + (off - run_start))) {
+		if (off &&
+		    (off == len || phys != run_phys + (off - run_start))) {
 			printf("HOSTCHECK 4 bar %llu %llu pattern %d %llu\n",
 			       (unsigned long long)(run_phys - bus),
 			       (unsigned long long)(off - run_start),

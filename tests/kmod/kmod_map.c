@@ -50,8 +50,7 @@ static void host_prefill(int dev)
 
 	fd = range_alloc(dev, MIB, BAR_HOST_PREFILL,
 			 PHX_ALLOC_FIXED | PHX_ALLOC_NOCLEAR);
-	EXPECT(fd >= 0, "alloc at %llu: %s", BAR_HOST_PREFILL,
-	       strerror(errno));
+	EXPECT(fd >= 0, "alloc at %llu: %s", BAR_HOST_PREFILL, strerror(errno));
 	if (fd < 0)
 		return;
 	p = range_map(fd, MIB);
@@ -83,8 +82,7 @@ static void file_write(int dev)
 	buf = malloc(MIB);
 	pat_fill(buf, MIB, SEED_FILE_WRITE, 0);
 	/* Two writes, the second unaligned, to exercise write_iter. */
-	EXPECT(pwrite(fd, buf, 4093, 0) == 4093, "pwrite: %s",
-	       strerror(errno));
+	EXPECT(pwrite(fd, buf, 4093, 0) == 4093, "pwrite: %s", strerror(errno));
 	EXPECT(pwrite(fd, buf + 4093, MIB - 4093, 4093) ==
 		       (ssize_t)(MIB - 4093),
 	       "pwrite: %s", strerror(errno));
@@ -111,9 +109,9 @@ int main(void)
 		return test_result(1, "mapping <-> ivshmem file");
 	printf("# phx0: %llu MiB at bus %#llx (%s), provider %u\n",
 	       (unsigned long long)(info.size / MIB),
-	       (unsigned long long)info.bus_addr, info.pci_name,
-	       info.provider);
-	printf("HOSTCHECK 0 info %llu %llu\n", (unsigned long long)info.bus_addr,
+	       (unsigned long long)info.bus_addr, info.pci_name, info.provider);
+	printf("HOSTCHECK 0 info %llu %llu\n",
+	       (unsigned long long)info.bus_addr,
 	       (unsigned long long)info.size);
 	map_write(dev);
 	host_prefill(dev);

@@ -83,8 +83,7 @@ static void bad_ioctls(int dev)
 	req.reserved[1] = 1;
 	EXPECT_ERR(ioctl(dev, PHX_IOC_ALLOC, &req), EINVAL, "reserved set");
 	EXPECT_ERR(ioctl(dev, PHX_IOC_ALLOC, NULL), EFAULT, "NULL argument");
-	EXPECT_ERR(ioctl(dev, PHX_IOC_INFO, (void *)16), EFAULT,
-		   "bad pointer");
+	EXPECT_ERR(ioctl(dev, PHX_IOC_INFO, (void *)16), EFAULT, "bad pointer");
 	EXPECT_ERR(ioctl(dev, _IO(PHX_IOC_MAGIC, 99)), ENOTTY, "unknown ioctl");
 	EXPECT_ERR(ioctl(dev, PHX_IOC_IMPORT, &(struct phx_ioc_import){}),
 		   EOPNOTSUPP, "import on a BAR device");
@@ -102,23 +101,26 @@ static void bad_ranges(int dev)
 	EXPECT(fd >= 0, "alloc 16 KiB: %s", strerror(errno));
 	if (fd < 0)
 		return;
-	EXPECT(!fstat(fd, &st) && S_ISREG(st.st_mode) &&
-		       st.st_size == 4 * PAGE,
+	EXPECT(!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size == 4 * PAGE,
 	       "not a regular file of 16 KiB");
 	EXPECT(!ioctl(fd, PHX_IOC_RANGE, &r) && r.size == 4 * PAGE &&
 		       r.contiguous && r.bus_addr == info.bus_addr + r.offset,
 	       "PHX_IOC_RANGE");
 	EXPECT(mmap(NULL, 5 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-		    0) == MAP_FAILED && errno == EINVAL,
+		    0) == MAP_FAILED &&
+		       errno == EINVAL,
 	       "mmap larger than the allocation");
 	EXPECT(mmap(NULL, PAGE, PROT_READ, MAP_SHARED, fd, 4 * PAGE) ==
-			       MAP_FAILED && errno == EINVAL,
+			       MAP_FAILED &&
+		       errno == EINVAL,
 	       "mmap past the end");
 	EXPECT(mmap(NULL, 2 * PAGE, PROT_READ, MAP_SHARED, fd, 3 * PAGE) ==
-			       MAP_FAILED && errno == EINVAL,
+			       MAP_FAILED &&
+		       errno == EINVAL,
 	       "mmap across the end");
 	EXPECT(mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0) ==
-			       MAP_FAILED && errno == EINVAL,
+			       MAP_FAILED &&
+		       errno == EINVAL,
 	       "private mapping");
 	p = mmap(NULL, 3 * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, PAGE);
 	EXPECT(p != MAP_FAILED, "mmap at page 1: %s", strerror(errno));

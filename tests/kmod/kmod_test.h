@@ -21,13 +21,13 @@
 #define MIB (1ULL << 20)
 
 /* Pattern seeds: each data set is a distinct stream. */
-#define SEED_MAP_WRITE 1   /* guest writes through the mapping */
+#define SEED_MAP_WRITE 1 /* guest writes through the mapping */
 #define SEED_HOST_PREFILL 2 /* host writes into the ivshmem file */
-#define SEED_FILE_WRITE 3  /* guest write()s the range file */
-#define SEED_DISK_WRITE 4  /* guest O_DIRECT pwrite()s to the disk */
-#define SEED_FILE_A 10	   /* /mnt/a.bin: O_DIRECT pread */
-#define SEED_FILE_B 11	   /* /mnt/b.bin: io_uring */
-#define SEED_FILE_LIB 12   /* /mnt/lib.bin: libphoenix */
+#define SEED_FILE_WRITE 3 /* guest write()s the range file */
+#define SEED_DISK_WRITE 4 /* guest O_DIRECT pwrite()s to the disk */
+#define SEED_FILE_A 10 /* /mnt/a.bin: O_DIRECT pread */
+#define SEED_FILE_B 11 /* /mnt/b.bin: io_uring */
+#define SEED_FILE_LIB 12 /* /mnt/lib.bin: libphoenix */
 
 /* Offsets in device memory (the ivshmem BAR) used by fixed allocations. */
 #define BAR_MAP_WRITE (32 * MIB)
@@ -42,7 +42,7 @@
 #define DISK_FS_SIZE (48 * MIB)
 #define DISK_SIZE (64 * MIB)
 #define DISK_RAW_READ (16 * MIB) /* inside the fs: whatever mkfs put there */
-#define DISK_WRITE (60 * MIB)	 /* past the fs */
+#define DISK_WRITE (60 * MIB) /* past the fs */
 
 #define FILE_A_SIZE (8 * MIB)
 #define FILE_B_SIZE (8 * MIB)
@@ -102,13 +102,13 @@ test_expect(int cond, int line, const char *fmt, ...)
 #define EXPECT(cond, ...) test_expect(!!(cond), __LINE__, __VA_ARGS__)
 
 /* A call that must fail with @err. */
-#define EXPECT_ERR(call, err, what)                                          \
-	do {                                                                 \
-		errno = 0;                                                   \
-		long __r = (long)(call);                                     \
-		EXPECT(__r == -1 && errno == (err),                          \
+#define EXPECT_ERR(call, err, what)                                           \
+	do {                                                                  \
+		errno = 0;                                                    \
+		long __r = (long)(call);                                      \
+		EXPECT(__r == -1 && errno == (err),                           \
 		       "%s: got %ld errno %d (%s), want errno %d (%s)", what, \
-		       __r, errno, strerror(errno), err, strerror(err));     \
+		       __r, errno, strerror(errno), err, strerror(err));      \
 	} while (0)
 
 static inline int test_result(int check, const char *what)
