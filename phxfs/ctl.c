@@ -155,7 +155,8 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 			.file_off = (int64_t)*done,
 			.buf = inode->buf,
 			.buf_off = *done,
-			.len = total - *done < CP_STEP ? total - *done : CP_STEP,
+			.len = total - *done < CP_STEP ? total - *done :
+							 CP_STEP,
 		};
 
 		if (!inode->buf || atomic_load(&inode->size) < total) {
@@ -169,8 +170,7 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 		*done += (uint64_t)io.result;
 		*path = io.path;
 		send_line(c->fd, "PROGRESS %llu %llu",
-			  (unsigned long long)*done,
-			  (unsigned long long)total);
+			  (unsigned long long)*done, (unsigned long long)total);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
 	return ret;
@@ -190,8 +190,9 @@ static void do_cp(struct conn *c, unsigned long long ino, int src)
 	}
 	if (c->fs->opts.writeback) {
 		/* The kernel keeps the size of cached files itself there. */
-		send_err(c->fd, EOPNOTSUPP,
-			 "CP: phxfs runs with -o writeback; remount without it, or use cp");
+		send_err(
+			c->fd, EOPNOTSUPP,
+			"CP: phxfs runs with -o writeback; remount without it, or use cp");
 		goto out;
 	}
 	if (!may_write(inode, &c->cred)) {
@@ -273,7 +274,9 @@ static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
 			send_line(c->fd, "FILE %s %llu %llu %s %s",
 				  inode->dev->name,
 				  (unsigned long long)atomic_load(&inode->size),
-				  (unsigned long long)(buf ? phx_buf_committed(buf) : 0),
+				  (unsigned long long)(buf ? phx_buf_committed(
+								     buf) :
+							     0),
 				  phx_path_name(atomic_load(&inode->path)),
 				  path);
 		}
@@ -304,7 +307,8 @@ static int recv_request(int fd, char *line, size_t len, int *passed)
 	*passed = -1;
 	while (n + 1 < len) {
 		struct iovec iov = { line + n, 1 };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+		struct msghdr msg = { .msg_iov = &iov,
+				      .msg_iovlen = 1,
 				      .msg_control = cbuf,
 				      .msg_controllen = sizeof(cbuf) };
 		struct cmsghdr *cm;

@@ -115,9 +115,8 @@ struct phxfs_inode *phxfs_inode_new(struct phxfs *fs, struct phxfs_dev *dev,
 	return inode;
 }
 
-struct phxfs_dentry *phxfs_dentry_find(struct phxfs *fs,
-				       struct phxfs_inode *dir,
-				       const char *name)
+struct phxfs_dentry *
+phxfs_dentry_find(struct phxfs *fs, struct phxfs_inode *dir, const char *name)
 {
 	struct phxfs_dentry *d = fs->dentries[dentry_bucket(dir->ino, name)];
 
@@ -209,8 +208,8 @@ void phxfs_fill_stat(struct phxfs *fs, struct phxfs_inode *inode,
 		struct phx_buf *buf = inode->buf;
 
 		st->st_size = (off_t)atomic_load(&inode->size);
-		st->st_blocks = buf ? (blkcnt_t)(phx_buf_committed(buf) / 512) :
-				      0;
+		st->st_blocks =
+			buf ? (blkcnt_t)(phx_buf_committed(buf) / 512) : 0;
 	} else if (S_ISLNK(inode->mode)) {
 		st->st_size = (off_t)strlen(inode->symlink);
 	} else if (S_ISDIR(inode->mode)) {

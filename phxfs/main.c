@@ -30,7 +30,10 @@
 
 #include "phxfs.h"
 
-#define PHXFS_OPT(t, p, v) { t, offsetof(struct phxfs_opts, p), v }
+#define PHXFS_OPT(t, p, v)                           \
+	{                                            \
+		t, offsetof(struct phxfs_opts, p), v \
+	}
 
 static const struct fuse_opt phxfs_opt_spec[] = {
 	PHXFS_OPT("reserve=%s", reserve, 0),
@@ -82,7 +85,8 @@ static int parse_sizes(struct phxfs *fs)
 {
 	uint64_t v = 4ULL << 20;
 
-	if (fs->opts.reserve && phx_parse_size(fs->opts.reserve, &fs->reserve)) {
+	if (fs->opts.reserve &&
+	    phx_parse_size(fs->opts.reserve, &fs->reserve)) {
 		fprintf(stderr, "phxfs: bad reserve=%s; use e.g. reserve=1G\n",
 			fs->opts.reserve);
 		return -EINVAL;
@@ -94,8 +98,8 @@ static int parse_sizes(struct phxfs *fs)
 			fs->opts.blksize);
 		return -EINVAL;
 	}
-	if (fs->opts.size && (phx_parse_size(fs->opts.size, &fs->size) ||
-			      !fs->size)) {
+	if (fs->opts.size &&
+	    (phx_parse_size(fs->opts.size, &fs->size) || !fs->size)) {
 		fprintf(stderr, "phxfs: bad size=%s; use e.g. size=8G\n",
 			fs->opts.size);
 		return -EINVAL;
@@ -221,8 +225,10 @@ int main(int argc, char *argv[])
 		return 0;
 	}
 	if (!cmd.mountpoint) {
-		fprintf(stderr, "usage: %s [SOURCE] MOUNTPOINT [options]; "
-				"see --help\n", argv[0]);
+		fprintf(stderr,
+			"usage: %s [SOURCE] MOUNTPOINT [options]; "
+			"see --help\n",
+			argv[0]);
 		return 1;
 	}
 	if (parse_sizes(&fs) ||

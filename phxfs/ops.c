@@ -215,8 +215,7 @@ static void phxfs_getattr(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_attr(req, &st, ATTR_TIMEOUT);
 }
 
-static void set_time(struct timespec *dst, const struct timespec *src,
-		     bool now)
+static void set_time(struct timespec *dst, const struct timespec *src, bool now)
 {
 	if (now)
 		phxfs_touch(dst);
@@ -368,10 +367,10 @@ static void phxfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 {
 	struct fuse_entry_param e;
 
-	reply_node(req,
-		   make_node(req, parent, name, S_IFLNK | 0777, link, false,
-			     &e),
-		   &e);
+	reply_node(
+		req,
+		make_node(req, parent, name, S_IFLNK | 0777, link, false, &e),
+		&e);
 }
 
 static void phxfs_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -633,8 +632,8 @@ static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 	int err;
 
-	err = make_node(req, parent, name, S_IFREG | (mode & 07777), NULL,
-			true, &e);
+	err = make_node(req, parent, name, S_IFREG | (mode & 07777), NULL, true,
+			&e);
 	if (err) {
 		fuse_reply_err(req, err);
 		return;
@@ -754,8 +753,8 @@ static void phxfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	fuse_reply_err(req, 0);
 }
 
-static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
-			    off_t off, off_t len, struct fuse_file_info *fi)
+static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
+			    off_t len, struct fuse_file_info *fi)
 {
 	struct phxfs_inode *inode = file_of(fi);
 	uint64_t end = (uint64_t)off + (uint64_t)len, old;
@@ -774,8 +773,7 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 	if (end > old)
 		err = -phxfs_data_resize(inode, end);
 	if (!err)
-		err = -phx_buf_commit(inode->buf, (uint64_t)off,
-				      (uint64_t)len);
+		err = -phx_buf_commit(inode->buf, (uint64_t)off, (uint64_t)len);
 	if (err && end > old)
 		phxfs_data_resize(inode, old);
 	pthread_rwlock_unlock(&inode->io_lock);
@@ -843,9 +841,9 @@ static void phxfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	for (i = (size_t)off; i < s->n; i++) {
 		struct stat st = { .st_ino = s->ents[i].ino,
 				   .st_mode = s->ents[i].mode };
-		size_t len = fuse_add_direntry(req, buf + used, size - used,
-					       s->ents[i].name, &st,
-					       (off_t)i + 1);
+		size_t len =
+			fuse_add_direntry(req, buf + used, size - used,
+					  s->ents[i].name, &st, (off_t)i + 1);
 
 		if (len > size - used)
 			break;
@@ -941,8 +939,7 @@ static void phxfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 
 static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	static const char *const names[] = { "user.phx.device",
-					     "user.phx.path",
+	static const char *const names[] = { "user.phx.device", "user.phx.path",
 					     "user.phx.handle",
 					     "user.phx.socket" };
 	struct phxfs *fs = fs_of(req);
@@ -960,7 +957,8 @@ static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		if (!strcmp(names[i], "user.phx.socket") && inode != fs->root)
 			continue;
 		len += snprintf(list + len, sizeof(list) - (size_t)len, "%s",
-				names[i]) + 1;
+				names[i]) +
+		       1;
 	}
 	pthread_mutex_unlock(&fs->lock);
 	reply_xattr(req, list, inode ? len : -ENOENT, size);
@@ -972,8 +970,7 @@ static void phxfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	fuse_reply_err(req, strncmp(name, "user.phx.", 9) ? ENOTSUP : EPERM);
 }
 
-static void phxfs_removexattr(fuse_req_t req, fuse_ino_t ino,
-			      const char *name)
+static void phxfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	fuse_reply_err(req, strncmp(name, "user.phx.", 9) ? ENOTSUP : EPERM);
 }

@@ -48,8 +48,7 @@ static int usage(FILE *out)
 
 static char *fmt_bytes(char *buf, size_t len, double v)
 {
-	static const char *const units[] = { "B", "KiB", "MiB", "GiB",
-					     "TiB" };
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
 	unsigned int u = 0;
 
 	while (v >= 1024 && u < 4) {
@@ -76,7 +75,8 @@ static int socket_of(const char *path, char *out, size_t len)
 	if (n < 0) {
 		int err = errno;
 
-		fprintf(stderr, "phx: %s: %s; is phxfs mounted there (phx mount)?\n",
+		fprintf(stderr,
+			"phx: %s: %s; is phxfs mounted there (phx mount)?\n",
 			path,
 			err == ENODATA || err == ENOTSUP ? "not on phxfs" :
 							   strerror(err));
@@ -90,8 +90,7 @@ static int socket_of(const char *path, char *out, size_t len)
 
 static void print_dev(char *line)
 {
-	char name[32], kind[16], path[16], model[128] = "", c[32], u[32],
-		m[32];
+	char name[32], kind[16], path[16], model[128] = "", c[32], u[32], m[32];
 	unsigned long long cap, used, moved, in, out, reserve;
 	unsigned int files;
 	int pos = 0;
@@ -115,8 +114,8 @@ static void print_file(char *line)
 	unsigned long long size, held;
 	int pos = 0;
 
-	if (sscanf(line, "FILE %31s %llu %llu %15s %n", dev, &size, &held,
-		   path, &pos) < 4)
+	if (sscanf(line, "FILE %31s %llu %llu %15s %n", dev, &size, &held, path,
+		   &pos) < 4)
 		return;
 	printf("%-8s %10s %10s  %-9s %s\n", dev,
 	       fmt_bytes(s, sizeof(s), (double)size),
@@ -187,7 +186,8 @@ static int send_fd(int sock, const char *line, int fd)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
 	struct iovec iov = { (void *)line, strlen(line) };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+	struct msghdr msg = { .msg_iov = &iov,
+			      .msg_iovlen = 1,
 			      .msg_control = cbuf,
 			      .msg_controllen = sizeof(cbuf) };
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
@@ -234,8 +234,10 @@ static int pull(const char *dst_path, int dst, int src, bool bar)
 			double dt = now_s() - t0;
 
 			if (bar)
-				fprintf(stderr, "%s in %.2f s, %.2f GB/s, path %s\n",
-					fmt_bytes(b, sizeof(b), (double)done), dt,
+				fprintf(stderr,
+					"%s in %.2f s, %.2f GB/s, path %s\n",
+					fmt_bytes(b, sizeof(b), (double)done),
+					dt,
 					dt > 0 ? (double)done / dt / 1e9 : 0.0,
 					path);
 			break;
@@ -363,11 +365,13 @@ static int cmd_mount(int argc, char **argv)
 	/* statfs always reaches the daemon: attributes may be cached. */
 	if (statvfs(mp, &sv) && errno == ENOTCONN) {
 		if (detach(mp, true)) {
-			fprintf(stderr, "phx: %s: cannot remove the stale mount of a dead phxfs; run umount -l %s\n",
+			fprintf(stderr,
+				"phx: %s: cannot remove the stale mount of a dead phxfs; run umount -l %s\n",
 				mp, mp);
 			return 1;
 		}
-		fprintf(stderr, "phx: removed the stale mount at %s (its phxfs had died)\n",
+		fprintf(stderr,
+			"phx: removed the stale mount at %s (its phxfs had died)\n",
 			mp);
 	}
 	if (getxattr(mp, "user.phx.socket", sock, sizeof(sock)) >= 0 ||
@@ -407,7 +411,8 @@ static int cmd_umount(int argc, char **argv)
 	int ret = detach(mp, stale);
 
 	if (ret == -EBUSY) {
-		fprintf(stderr, "phx: %s is busy: close the files open under it (see fuser -m %s), or phx umount again after\n",
+		fprintf(stderr,
+			"phx: %s is busy: close the files open under it (see fuser -m %s), or phx umount again after\n",
 			mp, mp);
 	} else if (ret) {
 		fprintf(stderr, "phx: cannot unmount %s: %s\n", mp,

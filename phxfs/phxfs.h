@@ -38,23 +38,23 @@ struct phxfs_inode;
 /* One device, shown as a top-level directory. */
 struct phxfs_dev {
 	struct phx_device *dev;
-	char name[16];		  /* "gpu0", "sim0": the directory name */
+	char name[16]; /* "gpu0", "sim0": the directory name */
 	enum phx_device_kind kind;
-	uint64_t reserve;	  /* bytes kept free for other users */
-	uint64_t limit;		  /* most bytes phxfs may hold on it */
+	uint64_t reserve; /* bytes kept free for other users */
+	uint64_t limit; /* most bytes phxfs may hold on it */
 	struct phxfs_inode *root; /* its directory */
-	atomic_uint files;	  /* regular files that hold a buffer */
+	atomic_uint files; /* regular files that hold a buffer */
 	atomic_uint_fast64_t fuse_in, fuse_out; /* bytes through the mount */
 };
 
 struct phxfs_opts {
-	char *reserve;	/* -o reserve=SIZE */
-	char *size;	/* -o size=SIZE: cap per device */
-	char *kind;	/* -o kind=cuda|sim|kmod */
-	char *blksize;	/* -o blksize=SIZE: st_blksize of files */
+	char *reserve; /* -o reserve=SIZE */
+	char *size; /* -o size=SIZE: cap per device */
+	char *kind; /* -o kind=cuda|sim|kmod */
+	char *blksize; /* -o blksize=SIZE: st_blksize of files */
 	char *max_write; /* -o max_write=SIZE: largest FUSE write */
-	unsigned int threads;	 /* -o threads=N: FUSE worker threads */
-	int writeback;	/* -o writeback: page cache instead of direct I/O */
+	unsigned int threads; /* -o threads=N: FUSE worker threads */
+	int writeback; /* -o writeback: page cache instead of direct I/O */
 };
 
 struct phxfs {
@@ -65,23 +65,23 @@ struct phxfs {
 	uint64_t reserve;
 	uint64_t size;
 	char mountpoint[4096];
-	char sock_path[108];	/* control socket, see ctl.c */
+	char sock_path[108]; /* control socket, see ctl.c */
 	int sock_fd;
 
 	struct phxfs_dev devs[PHXFS_MAX_DEVICES];
 	unsigned int ndevs;
 
-	pthread_mutex_t lock;	/* the namespace, see above */
+	pthread_mutex_t lock; /* the namespace, see above */
 	struct phxfs_inode *root;
-	struct phxfs_inode **inodes;	/* hash by ino; lock */
+	struct phxfs_inode **inodes; /* hash by ino; lock */
 	struct phxfs_dentry **dentries; /* hash by (parent, name); lock */
-	uint64_t next_ino;		/* lock */
-	uint64_t ninodes;		/* lock */
+	uint64_t next_ino; /* lock */
+	uint64_t ninodes; /* lock */
 };
 
 struct phxfs_inode {
 	fuse_ino_t ino;
-	struct phxfs_inode *hash_next;	/* lock */
+	struct phxfs_inode *hash_next; /* lock */
 
 	/* metadata, protected by fs->lock */
 	mode_t mode;
@@ -89,26 +89,26 @@ struct phxfs_inode {
 	gid_t gid;
 	unsigned int nlink;
 	struct timespec atime, mtime, ctime;
-	uint64_t nlookup;	  /* kernel references (lookup - forget) */
-	unsigned int nopen;	  /* open handles and control-socket users */
-	char *symlink;		  /* target of a symlink */
+	uint64_t nlookup; /* kernel references (lookup - forget) */
+	unsigned int nopen; /* open handles and control-socket users */
+	char *symlink; /* target of a symlink */
 	struct phxfs_dentry *children; /* directory: its entries */
-	unsigned int nchildren;	  /* directory: entries in it */
-	struct phxfs_inode *parent;	/* directory: where it lives */
+	unsigned int nchildren; /* directory: entries in it */
+	struct phxfs_inode *parent; /* directory: where it lives */
 
 	/* data, protected by io_lock */
 	pthread_rwlock_t io_lock;
-	struct phxfs_dev *dev;	  /* device it lives on (io_lock for files) */
-	struct phx_buf *buf;	  /* NULL until the first byte is stored */
-	_Atomic uint64_t size;	  /* written with io_lock held exclusive */
-	_Atomic int path;	  /* enum phx_path of the last write */
+	struct phxfs_dev *dev; /* device it lives on (io_lock for files) */
+	struct phx_buf *buf; /* NULL until the first byte is stored */
+	_Atomic uint64_t size; /* written with io_lock held exclusive */
+	_Atomic int path; /* enum phx_path of the last write */
 };
 
 /* A name in a directory. */
 struct phxfs_dentry {
 	struct phxfs_inode *parent;
 	struct phxfs_inode *inode;
-	struct phxfs_dentry *hash_next;		 /* fs->lock */
+	struct phxfs_dentry *hash_next; /* fs->lock */
 	struct phxfs_dentry *sib_next, *sib_prev; /* fs->lock */
 	char name[];
 };
@@ -119,9 +119,8 @@ void phxfs_table_destroy(struct phxfs *fs);
 struct phxfs_inode *phxfs_inode_get(struct phxfs *fs, fuse_ino_t ino);
 struct phxfs_inode *phxfs_inode_new(struct phxfs *fs, struct phxfs_dev *dev,
 				    mode_t mode, uid_t uid, gid_t gid);
-struct phxfs_dentry *phxfs_dentry_find(struct phxfs *fs,
-				       struct phxfs_inode *dir,
-				       const char *name);
+struct phxfs_dentry *
+phxfs_dentry_find(struct phxfs *fs, struct phxfs_inode *dir, const char *name);
 int phxfs_dentry_add(struct phxfs *fs, struct phxfs_inode *dir,
 		     const char *name, struct phxfs_inode *inode);
 void phxfs_dentry_remove(struct phxfs *fs, struct phxfs_dentry *d);
