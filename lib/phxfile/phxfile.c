@@ -278,7 +278,9 @@ static int stream_get_locked(void *native, bool registering,
  * phxFileStreamRegister() - declare a stream the async calls will use.
  * @stream: a CUstream on CUDA (NULL: the default stream).
  *
- * Optional: an unknown stream is wrapped on first use.  Returns 0,
+ * Optional: an unknown stream is wrapped on first use.  Either way the
+ * stream must stay valid until phxFileStreamDeregister() or the last
+ * phxFileDriverClose(), which wait for the work queued on it.  Returns 0,
  * -EINVAL (driver not open) or -ENOMEM.
  */
 int phxFileStreamRegister(void *stream)

@@ -1,0 +1,307 @@
+"""libphxfile.so driven the way LMCache drives it: ctypes, its argtypes."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import phoenix
+from conftest import random_file
+
+ABI = ["phxFileDriverOpen", "phxFileDriverClose", "phxFileBufRegister",
+       "phxFileBufDeregister", "phxFileHandleRegister",
+       "phxFileHandleDeregister", "phxFileStreamRegister",
+       "phxFileStreamDeregister", "phxFileReadAsync", "phxFileWriteAsync"]
+PENDING = -(1 << 62)
+
+pytestmark = pytest.mark.skipif(phoenix.default_kind()[0] == "cuda",
+                                reason="host views need the simulated device")
+
+
+def library_path() -> str:
+    env = os.environ.get("PHX_PHXFILE_LIBRARY")
+    if env:
+        return env
+    tree = Path(__file__).resolve().parents[2] / "build" / "libphxfile.so"
+    if tree.is_file():
+        return str(tree)
+    found = ctypes.util.find_library("phxfile")
+    if not found:
+        pytest.skip("libphxfile.so not built")
+    return found
+
+
+def load_like_lmcache(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    sizep = ctypes.POINTER(ctypes.c_size_t)
+    decl = {
+        "phxFileDriverOpen": [],
+        "phxFileDriverClose": [],
+        "phxFileBufRegister": [ctypes.c_void_p, ctypes.c_size_t],
+        "phxFileBufDeregister": [ctypes.c_void_p],
+        "phxFileHandleRegister": [ctypes.POINTER(ctypes.c_void_p),
+                                  ctypes.c_int],
+        "phxFileHandleDeregister": [ctypes.c_void_p],
+        "phxFileStreamRegister": [ctypes.c_void_p],
+        "phxFileStreamDeregister": [ctypes.c_void_p],
+        "phxFileReadAsync": [ctypes.c_void_p, ctypes.c_void_p, sizep, i64p,
+                             i64p, i64p, ctypes.c_void_p],
+        "phxFileWriteAsync": [ctypes.c_void_p, ctypes.c_void_p, sizep, i64p,
+                              i64p, i64p, ctypes.c_void_p],
+    }
+    for name, argtypes in decl.items():
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = argtypes
+    return lib
+
+
+@pytest.fixture(scope="module")
+def phx():
+    lib = load_like_lmcache(library_path())
+    assert lib.phxFileDriverOpen() == 0
+    yield lib
+    assert lib.phxFileDriverClose() == 0
+
+
+class Op:
+    """The parameters of one async call, kept alive as LMCache keeps them."""
+
+    def __init__(self, nbytes: int, file_offset: int, buf_offset: int = 0):
+        self.nbytes = ctypes.c_size_t(nbytes)
+        self.file_offset = ctypes.c_int64(file_offset)
+        self.buf_offset = ctypes.c_int64(buf_offset)
+        self.bytes_done = ctypes.c_int64(PENDING)
+
+    def args(self):
+        return (ctypes.byref(self.nbytes), ctypes.byref(self.file_offset),
+                ctypes.byref(self.buf_offset), ctypes.byref(self.bytes_done))
+
+
+@contextlib.contextmanager
+def stream(lib, dev: phoenix.Device):
+    """A stream known to the library from registration to deregistration,
+    as the ABI asks: a stream must outlive its registration."""
+    with dev.stream() as s:
+        assert lib.phxFileStreamRegister(ctypes.c_void_p(s.native)) == 0
+        try:
+            yield s
+        finally:
+            assert lib.phxFileStreamDeregister(ctypes.c_void_p(s.native)) == 0
+
+
+def handle(lib, fd: int) -> ctypes.c_void_p:
+    fh = ctypes.c_void_p()
+    assert lib.phxFileHandleRegister(ctypes.byref(fh), fd) == 0
+    assert fh.value
+    return fh
+
+
+def test_exports_exactly_the_abi():
+    nm = shutil.which("nm")
+    if not nm:
+        pytest.skip("nm not installed")
+    out = subprocess.run([nm, "-D", "--defined-only", library_path()],
+                         check=True, capture_output=True, text=True).stdout
+    names = sorted(line.split()[-1] for line in out.splitlines()
+                   if line.split()[1:2] and line.split()[1] in "TWDBR")
+    assert names == sorted(ABI)
+
+
+def test_driver_refcount_and_errors():
+    lib = load_like_lmcache(library_path())
+    assert lib.phxFileDriverOpen() == 0
+    assert lib.phxFileDriverOpen() == 0
+    assert lib.phxFileDriverClose() == 0
+    assert lib.phxFileDriverClose() == 0
+    assert lib.phxFileDriverClose() == -errno.EINVAL
+    assert lib.phxFileBufRegister(ctypes.c_void_p(4096), 10) == \
+        -errno.EINVAL  # driver closed
+    fh = ctypes.c_void_p()
+    assert lib.phxFileHandleRegister(ctypes.byref(fh), 987654) == \
+        -errno.EBADF
+    assert lib.phxFileHandleRegister(None, 0) == -errno.EINVAL
+    assert lib.phxFileHandleDeregister(None) == -errno.EINVAL
+
+
+def test_buf_register(phx):
+    dev = phoenix.device()
+    buf = dev.alloc(1 << 20)
+    addr = ctypes.c_void_p(buf.dptr)
+    assert phx.phxFileBufRegister(addr, 1 << 20) == 0
+    assert phx.phxFileBufRegister(addr, 1 << 20) == -errno.EEXIST
+    assert phx.phxFileBufRegister(None, 10) == -errno.EINVAL
+    assert phx.phxFileBufDeregister(addr) == 0
+    assert phx.phxFileBufDeregister(addr) == -errno.EINVAL
+
+
+def test_read_and_write_on_a_stream(phx, scratch, rng):
+    data = random_file(scratch / "f", 1 << 20, rng)
+    dev = phoenix.device()
+    buf = dev.alloc(1 << 20)
+    fd = os.open(scratch / "f", os.O_RDONLY)
+    wfd = os.open(scratch / "out", os.O_RDWR | os.O_CREAT, 0o644)
+    fh, wfh = handle(phx, fd), handle(phx, wfd)
+    with stream(phx, dev) as s:
+        rd = Op(300000, 4096, 512)
+        wr = Op(300000, 7, 512)
+        assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
+                                    *rd.args(), ctypes.c_void_p(s.native)) == 0
+        # queued behind the read on the same stream: sees its data
+        assert phx.phxFileWriteAsync(wfh, ctypes.c_void_p(buf.dptr),
+                                     *wr.args(), ctypes.c_void_p(s.native)) == 0
+        s.synchronize()
+        assert rd.bytes_done.value == 300000
+        assert wr.bytes_done.value == 300000
+    assert buf.to_bytes(512, 300000) == data[4096:4096 + 300000]
+    assert buf.to_bytes(0, 512) == bytes(512)
+    assert (scratch / "out").read_bytes()[7:] == data[4096:4096 + 300000]
+    assert phx.phxFileHandleDeregister(fh) == 0
+    assert phx.phxFileHandleDeregister(wfh) == 0
+    os.close(fd)
+    os.close(wfd)
+
+
+def test_pointers_are_read_when_the_stream_gets_there(phx, scratch, rng):
+    """Change nbytes/file_offset/buf_offset after queueing, while the
+    stream is still busy with earlier work: the new values must be used."""
+    size = 16 << 20
+    data = random_file(scratch / "f", size, rng)
+    dev = phoenix.device()
+    blocker_dst = dev.alloc(size)
+    buf = dev.alloc(1 << 20)
+    fd = os.open(scratch / "f", os.O_RDONLY)
+    fh = handle(phx, fd)
+    for attempt in range(6):
+        with stream(phx, dev) as s:
+            blocker = phoenix.read_into(scratch / "f", blocker_dst, stream=s)
+            op = Op(10, 0, 0)
+            assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
+                                        *op.args(),
+                                        ctypes.c_void_p(s.native)) == 0
+            op.nbytes.value = 4096
+            op.file_offset.value = 8192 + attempt
+            op.buf_offset.value = 100
+            still_busy = not blocker.done()
+            assert blocker.wait() == size
+            assert op.bytes_done.value == 4096
+        assert buf.to_bytes(100, 4096) == \
+            data[8192 + attempt:8192 + attempt + 4096]
+        if still_busy:
+            # the change happened before the stream reached the read
+            assert buf.to_bytes(0, 100) == bytes(100)
+            break
+        buf.copy_from_host(bytes(200))
+    else:
+        pytest.skip("the blocking read always finished first")
+    phx.phxFileHandleDeregister(fh)
+    os.close(fd)
+
+
+def test_bytes_done_written_at_completion(phx, scratch, rng):
+    data = random_file(scratch / "f", 10000, rng)
+    dev = phoenix.device()
+    buf = dev.alloc(1 << 16)
+    fd = os.open(scratch / "f", os.O_RDONLY)
+    fh = handle(phx, fd)
+    with stream(phx, dev) as s:
+        short = Op(8192, 6000)
+        past = Op(100, 50000)
+        bad = Op(100, 0, -1)
+        for op in (short, past, bad):
+            assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
+                                        *op.args(),
+                                        ctypes.c_void_p(s.native)) == 0
+        s.synchronize()
+    assert short.bytes_done.value == 4000
+    assert buf.to_bytes(0, 4000) == data[6000:]
+    assert past.bytes_done.value == 0
+    assert bad.bytes_done.value == -errno.EINVAL
+    phx.phxFileHandleDeregister(fh)
+    os.close(fd)
+
+
+def test_write_only_fd_fails_read_with_ebadf(phx, scratch):
+    dev = phoenix.device()
+    buf = dev.alloc(4096)
+    fd = os.open(scratch / "w", os.O_WRONLY | os.O_CREAT, 0o644)
+    fh = handle(phx, fd)
+    with stream(phx, dev) as s:
+        op = Op(100, 0)
+        assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
+                                    *op.args(), ctypes.c_void_p(s.native)) == 0
+        s.synchronize()
+    assert op.bytes_done.value == -errno.EBADF
+    phx.phxFileHandleDeregister(fh)
+    os.close(fd)
+
+
+def test_default_stream(phx, scratch, rng):
+    data = random_file(scratch / "f", 100000, rng)
+    buf = phoenix.device().alloc(100000)
+    fd = os.open(scratch / "f", os.O_RDONLY)
+    fh = handle(phx, fd)
+    op = Op(100000, 0)
+    assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr), *op.args(),
+                                None) == 0
+    import time
+
+    deadline = time.monotonic() + 30
+    while op.bytes_done.value == PENDING and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert op.bytes_done.value == 100000
+    assert buf.to_bytes() == data
+    phx.phxFileHandleDeregister(fh)
+    os.close(fd)
+
+
+def test_o_direct_fd(phx, scratch, rng):
+    data = random_file(scratch / "f", 3 << 20, rng)
+    try:
+        fd = os.open(scratch / "f", os.O_RDONLY | os.O_DIRECT)
+    except OSError:
+        pytest.skip("this file system has no O_DIRECT")
+    buf = phoenix.device().alloc(3 << 20)
+    fh = handle(phx, fd)
+    with stream(phx, phoenix.device()) as s:
+        op = Op((2 << 20) + 3, 4095, 1)
+        assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
+                                    *op.args(), ctypes.c_void_p(s.native)) == 0
+        s.synchronize()
+    assert op.bytes_done.value == (2 << 20) + 3
+    assert buf.to_bytes(1, (2 << 20) + 3) == data[4095:4095 + (2 << 20) + 3]
+    phx.phxFileHandleDeregister(fh)
+    os.close(fd)
+
+
+def test_many_ops_in_flight(phx, scratch, rng):
+    data = random_file(scratch / "f", 4 << 20, rng)
+    dev = phoenix.device()
+    buf = dev.alloc(4 << 20)
+    fd = os.open(scratch / "f", os.O_RDONLY)
+    fh = handle(phx, fd)
+    ops = []
+    with stream(phx, dev) as s:
+        for i in range(64):
+            op = Op(65536, (63 - i) * 65536, i * 65536)
+            ops.append(op)
+            assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
+                                        *op.args(),
+                                        ctypes.c_void_p(s.native)) == 0
+        s.synchronize()
+    assert all(op.bytes_done.value == 65536 for op in ops)
+    got = np.frombuffer(buf.to_bytes(), np.uint8).reshape(64, 65536)
+    ref = np.frombuffer(data, np.uint8).reshape(64, 65536)
+    assert (got == ref[::-1]).all()
+    phx.phxFileHandleDeregister(fh)
+    os.close(fd)
