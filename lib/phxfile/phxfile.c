@@ -321,8 +321,7 @@ int phxFileStreamDeregister(void *stream)
 
 static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 			 size_t *nbytes, int64_t *file_offset,
-			 int64_t *buf_offset, int64_t *bytes_done,
-			 void *stream)
+			 int64_t *buf_offset, int64_t *bytes_done, void *stream)
 {
 	struct phxfile_handle *h = fh;
 	struct phxfile_stream *s;
