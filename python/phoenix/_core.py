@@ -270,6 +270,16 @@ class Buffer:
         # first in interpreter teardown: the finalizer holds the device.
         self._finalizer = weakref.finalize(self, _free_buf, h.value, dev)
 
+    @classmethod
+    def _adopt(cls, dev: Device, handle: int) -> "Buffer":
+        """Wrap a phx_buf made elsewhere (phx_buf_recv); frees it when
+        collected."""
+        self = cls.__new__(cls)
+        self.device = dev
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, _free_buf, handle, dev)
+        return self
+
     @property
     def handle(self) -> int:
         if self._handle is None:

@@ -108,6 +108,8 @@ _PROTOTYPES = {
     "phx_buf_committed": (c_uint64, [c_void_p]),
     "phx_buf_dptr": (c_uint64, [c_void_p]),
     "phx_buf_host_view": (c_void_p, [c_void_p]),
+    "phx_buf_send": (c_int, [c_void_p, c_int]),
+    "phx_buf_recv": (c_int, [c_void_p, c_int, ctypes.POINTER(c_void_p)]),
     "phx_io_run": (c_int64, [c_void_p, ctypes.POINTER(IoStruct)]),
     "phx_read": (c_int64, [c_void_p, c_uint64, c_int, c_int64, c_uint64]),
     "phx_write": (c_int64, [c_void_p, c_uint64, c_int, c_int64, c_uint64]),

@@ -26,11 +26,12 @@ if ! "$py" -c "$need" 2>/dev/null; then
 fi
 
 PHX_LIBRARY=$build/libphoenix.so
+PHX_BUILD_DIR=$build
 PHX_PHXFILE_LIBRARY=$build/libphxfile.so
 PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}"
 PHX_TEST_DIR=${PHX_TEST_DIR:-$build/scratch}
 mkdir -p "$PHX_TEST_DIR"
-export PHX_LIBRARY PHX_PHXFILE_LIBRARY PYTHONPATH PHX_TEST_DIR
+export PHX_LIBRARY PHX_BUILD_DIR PHX_PHXFILE_LIBRARY PYTHONPATH PHX_TEST_DIR
 
 set +e
 "$py" -m pytest -q -p no:cacheprovider "$here" "$@"

@@ -1,0 +1,87 @@
+"""open_file(): a phxfs file's device memory, mapped in place."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import phoenix
+from conftest import random_file
+
+BUILD = Path(os.environ.get("PHX_BUILD_DIR",
+                            Path(__file__).resolve().parents[2] / "build"))
+
+
+@pytest.fixture(scope="module")
+def mount():
+    phx = BUILD / "phx"
+    if not (phx.is_file() and (BUILD / "phxfs").is_file()):
+        pytest.skip("phxfs is not built")
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse")
+    env = dict(os.environ)
+    env.setdefault("PHX_DEVICE", "sim")
+    mp = Path(tempfile.mkdtemp(prefix="phx-py-mnt-"))
+    r = subprocess.run([str(phx), "mount", "-o", "size=256M", str(mp)],
+                       env=env, capture_output=True, text=True)
+    if r.returncode:
+        mp.rmdir()
+        pytest.skip(f"phx mount failed: {r.stderr.strip()}")
+    try:
+        yield mp / sorted(os.listdir(mp))[0]
+    finally:
+        subprocess.run([str(phx), "umount", str(mp)], env=env,
+                       capture_output=True)
+        mp.rmdir()
+
+
+def test_open_file_maps_in_place(mount, rng):
+    data = rng.integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    f = mount / "buf1"
+    f.write_bytes(data)
+    buf = phoenix.open_file(f)
+    assert buf.size == len(data)
+    assert buf.device.name == os.getxattr(f, "user.phx.device").decode()
+    assert buf.to_bytes() == data
+    if buf.device.kind != "cuda":
+        a = np.from_dlpack(buf)
+        a[:4] = [1, 2, 3, 4]
+        with open(f, "rb") as fh:
+            assert fh.read(4) == bytes([1, 2, 3, 4])
+    buf.free()
+    f.unlink()
+
+
+def test_read_into_a_phxfs_file(mount, rng, tmp_path):
+    src = tmp_path / "src"
+    data = random_file(src, 1 << 20, rng)
+    f = mount / "dst"
+    f.write_bytes(bytes(1 << 20))
+    buf = phoenix.open_file(f)
+    assert phoenix.read_into(src, buf) == 1 << 20
+    assert f.read_bytes() == data
+    buf.free()
+    f.unlink()
+
+
+def test_mapping_outlives_unlink(mount, rng):
+    f = mount / "gone"
+    f.write_bytes(b"still here")
+    buf = phoenix.open_file(f)
+    f.unlink()
+    assert buf.to_bytes() == b"still here"
+    buf.free()
+
+
+def test_not_a_phxfs_file(tmp_path):
+    (tmp_path / "plain").write_bytes(b"x")
+    with pytest.raises(phoenix.PhoenixError) as ei:
+        phoenix.open_file(tmp_path / "plain")
+    assert ei.value.errno in (errno.ENODATA, errno.ENOTSUP)
+    assert "phxfs" in str(ei.value)
