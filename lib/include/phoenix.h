@@ -246,10 +246,27 @@ phx_dptr_t phx_buf_dptr(const struct phx_buf *buf);
  *
  * sim and kmod buffers are host-addressable (sim through its backing
  * memory, kmod through the module's mapping); cuda returns NULL.  Like
- * phx_buf_dptr() it is invalidated by resize and free, and bytes in
- * never-committed ranges of a sparse sim buffer read as zeros.
+ * phx_buf_dptr() it is invalidated by resize and free.  Never-committed
+ * ranges of a sparse sim buffer read as zeros and fault when written:
+ * phx_buf_commit() them first.
  */
 void *phx_buf_host_view(struct phx_buf *buf);
+
+/**
+ * phx_host_register() - pin host memory for fast copies to and from @dev.
+ * @p: start of the range (page aligned is best).
+ * @len: bytes.
+ *
+ * Copies from pinned memory run at the bus's speed; pageable memory is
+ * staged by the driver at a fraction of it.  A no-op on sim and kmod.
+ * Returns 0, -ENOMEM (cannot pin: memlock limit) or -EEXIST.
+ */
+int phx_host_register(struct phx_device *dev, void *p, size_t len);
+
+/**
+ * phx_host_unregister() - undo phx_host_register() before freeing @p.
+ */
+void phx_host_unregister(struct phx_device *dev, void *p);
 
 /**
  * phx_buf_device() - the device a buffer lives on (no new reference).

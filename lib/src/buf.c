@@ -265,11 +265,11 @@ out_unmap:
 	return ret;
 }
 
-/* Zero [from, to) where it is backed, so regrowth reads zeros. */
-static int buf_zero_range(struct phx_buf *buf, uint64_t from, uint64_t to)
+int phx_buf_zero_locked(struct phx_buf *buf, uint64_t from, uint64_t len,
+			void *stream)
 {
 	struct phx_device *dev = buf->dev;
-	void *stream = dev->ops->stream_default(dev);
+	uint64_t to = from + len;
 	unsigned int i;
 	int ret = 0;
 
@@ -282,6 +282,17 @@ static int buf_zero_range(struct phx_buf *buf, uint64_t from, uint64_t to)
 			continue;
 		ret = dev->ops->memset_d8(dev, buf->dptr + s, 0, e - s, stream);
 	}
+	return ret;
+}
+
+/* Zero [from, to) where it is backed, so regrowth reads zeros. */
+static int buf_zero_range(struct phx_buf *buf, uint64_t from, uint64_t to)
+{
+	struct phx_device *dev = buf->dev;
+	void *stream = dev->ops->stream_default(dev);
+	int ret;
+
+	ret = phx_buf_zero_locked(buf, from, to - from, stream);
 	if (!ret)
 		ret = dev->ops->stream_sync(dev, stream);
 	return ret;

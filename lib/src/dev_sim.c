@@ -208,7 +208,12 @@ static void sim_close(struct phx_device *dev)
 static int sim_va_reserve(struct phx_device *dev, uint64_t size,
 			  phx_dptr_t *out)
 {
-	void *p = mmap(NULL, size, PROT_NONE,
+	/*
+	 * Read-only anonymous memory: a never-committed range reads as zeros
+	 * through a host view (the shared zero page, no memory) and faults
+	 * when written, like an unmapped range on a GPU.
+	 */
+	void *p = mmap(NULL, size, PROT_READ,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	if (p == MAP_FAILED)
@@ -234,12 +239,18 @@ static int sim_chunk_create(struct phx_device *dev, uint64_t size,
 	if (fd < 0)
 		return phx_err(errno, "%s: memfd_create: %s", dev->name,
 			       strerror(errno));
-	if (ftruncate(fd, (off_t)size)) {
+	/*
+	 * Back it now, as cuMemCreate does: the memory is there (or the call
+	 * fails) before anything is copied into it, and copies do not fault
+	 * page by page.
+	 */
+	if (ftruncate(fd, (off_t)size) || fallocate(fd, 0, 0, (off_t)size)) {
 		int err = errno;
 
 		close(fd);
-		return phx_err(err, "%s: sizing a chunk: %s", dev->name,
-			       strerror(err));
+		return phx_err(err == ENOSPC || err == ENOMEM ? ENOSPC : err,
+			       "%s: backing a %llu-byte chunk: %s", dev->name,
+			       (unsigned long long)size, strerror(err));
 	}
 	*out = (phx_chunk_t)fd;
 	return 0;
@@ -255,7 +266,7 @@ static int sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 			 phx_chunk_t chunk)
 {
 	void *p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_FIXED, (int)chunk, 0);
+		       MAP_SHARED | MAP_FIXED | MAP_POPULATE, (int)chunk, 0);
 
 	if (p == MAP_FAILED)
 		return phx_err(errno, "%s: mapping a chunk: %s", dev->name,
@@ -267,7 +278,7 @@ static void sim_chunk_unmap(struct phx_device *dev, phx_dptr_t at,
 			    uint64_t size)
 {
 	/* Put the reservation back rather than leave a hole. */
-	mmap((void *)(uintptr_t)at, size, PROT_NONE,
+	mmap((void *)(uintptr_t)at, size, PROT_READ,
 	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 }
 

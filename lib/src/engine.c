@@ -1082,6 +1082,24 @@ PHX_EXPORT int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
 
 /* ---- host memory copies --------------------------------------------- */
 
+PHX_EXPORT int phx_host_register(struct phx_device *dev, void *p, size_t len)
+{
+	int ret = phx_device_bind(dev);
+
+	if (ret)
+		return ret;
+	if (!p || !len)
+		return phx_err(EINVAL, "%s: nothing to pin", dev->name);
+	return dev->ops->host_register(dev, p, len);
+}
+
+PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
+{
+	if (phx_device_bind(dev))
+		return;
+	dev->ops->host_unregister(dev, p);
+}
+
 static int check_range(struct phx_buf *buf, uint64_t off, uint64_t len)
 {
 	if (off > buf->size || len > buf->size - off)
@@ -1169,27 +1187,34 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	ret = phx_device_bind(dev);
 	if (ret)
 		return ret;
-	pthread_mutex_lock(&dst->lock);
-	ret = phx_buf_commit_locked(dst, dst_off, len);
-	pthread_mutex_unlock(&dst->lock);
-	if (ret)
-		return ret;
 	ret = stream_get(dev, &stream);
 	if (ret)
 		return ret;
-	/* Walk the source chunk by chunk: holes are zeros, not copies. */
+	/*
+	 * Walk the source chunk by chunk: data is copied (backing the
+	 * destination as needed), holes only clear what the destination
+	 * already backs, so a sparse file stays sparse when it moves.
+	 */
 	pthread_mutex_lock(&src->lock);
 	while (!ret && done < len) {
 		uint64_t off = src_off + done;
 		const struct phx_buf_chunk *c = phx_buf_chunk_at(src, off);
 		uint64_t n = phx_min(len - done, c->off + c->size - off);
 
-		if (c->mapped)
-			ret = dev->ops->copy_dtod(dev, dst->dptr + dst_off + done,
-						  src->dptr + off, n, stream);
-		else
-			ret = dev->ops->memset_d8(dev, dst->dptr + dst_off + done,
-						  0, n, stream);
+		if (dst != src)
+			pthread_mutex_lock(&dst->lock);
+		if (c->mapped) {
+			ret = phx_buf_commit_locked(dst, dst_off + done, n);
+			if (!ret)
+				ret = dev->ops->copy_dtod(
+					dev, dst->dptr + dst_off + done,
+					src->dptr + off, n, stream);
+		} else {
+			ret = phx_buf_zero_locked(dst, dst_off + done, n,
+						  stream);
+		}
+		if (dst != src)
+			pthread_mutex_unlock(&dst->lock);
 		done += n;
 	}
 	pthread_mutex_unlock(&src->lock);

@@ -57,6 +57,10 @@ struct phx_buf {
 /* Back [off, off + len) of @buf with device memory, zero-filled. */
 int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len);
 
+/* Queue zeroing of the backed parts of [from, from + len) on @stream. */
+int phx_buf_zero_locked(struct phx_buf *buf, uint64_t from, uint64_t len,
+			void *stream);
+
 /*
  * Copy [off, off + len) of @buf to host memory on @stream, writing zeros
  * for ranges never committed.  Caller holds no lock.

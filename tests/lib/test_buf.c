@@ -257,3 +257,51 @@ Test(device, bad_device_variable)
 	cr_assert(strstr(phx_strerror_last(), "PHX_DEVICE"), "message: %s",
 		  phx_strerror_last());
 }
+
+Test(buf, sparse_copy_stays_sparse)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *a, *b;
+	char data[100];
+
+	fill_random(data, sizeof(data), 3);
+	cr_assert_eq(phx_buf_alloc(dev, 4ULL << 30, PHX_BUF_SPARSE, &a), 0);
+	cr_assert_eq(phx_buf_alloc(dev, 4ULL << 30, PHX_BUF_SPARSE, &b), 0);
+	cr_assert_eq(phx_memcpy_to_buf(a, 3ULL << 30, data, sizeof(data)), 0);
+	cr_assert_eq(phx_memcpy_buf(b, 0, a, 0, 4ULL << 30), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_buf_committed(b), phx_buf_committed(a),
+		     "holes are not backed by the copy");
+	assert_buf_eq(b, 3ULL << 30, data, sizeof(data));
+	phx_buf_free(a);
+	phx_buf_free(b);
+	phx_device_close(dev);
+}
+
+Test(buf, host_view_and_pinning)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf;
+	unsigned char *view;
+	static char host[1 << 20];
+
+	cr_assert_eq(phx_host_register(dev, host, sizeof(host)), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_buf_alloc(dev, 64 * MiB, PHX_BUF_SPARSE, &buf), 0);
+	view = phx_buf_host_view(buf);
+	if (phx_device_kind(dev) == PHX_DEVICE_CUDA) {
+		cr_assert_null(view);
+	} else {
+		cr_assert_not_null(view);
+		/* never-written memory reads as zeros through the view */
+		cr_assert_eq(view[40 * MiB], 0);
+		cr_assert_eq(phx_buf_commit(buf, 40 * MiB, 1), 0);
+		view = phx_buf_host_view(buf);
+		view[40 * MiB] = 7;
+		cr_assert_eq(phx_memcpy_from_buf(host, buf, 40 * MiB, 1), 0);
+		cr_assert_eq(host[0], 7);
+	}
+	phx_buf_free(buf);
+	phx_host_unregister(dev, host);
+	phx_device_close(dev);
+}
