@@ -8,9 +8,11 @@ bit for bit: same names, dtypes, shapes and bytes.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -88,7 +90,8 @@ def _framework(framework: str, dev: "_core.Device") -> str:
 
 
 def load(path: Any, device: Any = None, framework: str = "auto",
-         metadata: Optional[dict] = None) -> dict[str, Any]:
+         metadata: Optional[dict] = None,
+         threads: Optional[int] = None) -> dict[str, Any]:
     """Load every tensor of a safetensors file into device memory.
 
     @device: "cuda:0", "cuda", an int, a torch.device, "sim0", a
@@ -98,6 +101,8 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     NumPy on sim and DeviceArray on CUDA.  BF16 and F8 arrays in NumPy use
     ml_dtypes when it is installed, else same-width unsigned integers.
     @metadata: a dict that receives the file's "__metadata__".
+    @threads: batches run side by side, each on its own contiguous part of
+    the file (default PHX_LOAD_THREADS, else 4; fewer for small files).
     """
     dev = device if isinstance(device, _core.Device) else \
         _core.device(device)
@@ -116,27 +121,64 @@ def load(path: Any, device: Any = None, framework: str = "auto",
         total = lead + data_end
         buf = dev.alloc(max(total, 1))
         if data_end:
-            pieces = range(0, total, _PIECE)
-            ios = (_lib.IoStruct * len(pieces))()
-            for i, off in enumerate(pieces):
-                io = ios[i]
-                io.op = _lib.PHX_OP_READ
-                io.fd = fd
-                io.file_off = file_from + off
-                io.buf = buf.handle
-                io.buf_off = off
-                io.len = min(_PIECE, total - off)
-            _core.run_ios(dev, ios)
-            for i in range(len(pieces)):
-                if ios[i].result != ios[i].len:
-                    err = -ios[i].result if ios[i].result < 0 else 5
-                    raise _lib.PhoenixError(
-                        err, f"reading {os.fspath(path)} at offset "
-                        f"{ios[i].file_off} into {dev.name}: "
-                        f"{os.strerror(err) if ios[i].result < 0 else 'short read'}")
+            _read_spans(dev, fd, buf, file_from, total, threads,
+                        os.fspath(path))
     finally:
         os.close(fd)
     return _wrap(buf, lead, tensors, fw)
+
+
+def _read_spans(dev: "_core.Device", fd: int, buf: "_core.Buffer",
+                file_from: int, total: int, threads: Optional[int],
+                path: str) -> None:
+    """Read [file_from, file_from + total) into @buf at 0: one batch of
+    pieces per thread, each thread on one contiguous span."""
+    if threads is None:
+        threads = int(os.environ.get("PHX_LOAD_THREADS", "4"))
+    threads = max(1, min(threads, (total + _PIECE - 1) // _PIECE))
+    span = (total + threads - 1) // threads
+    span = (span + _ALIGN - 1) // _ALIGN * _ALIGN
+    batches = []
+    for start in range(0, total, span):
+        end = min(start + span, total)
+        pieces = range(start, end, _PIECE)
+        ios = (_lib.IoStruct * len(pieces))()
+        for i, off in enumerate(pieces):
+            io = ios[i]
+            io.op = _lib.PHX_OP_READ
+            io.fd = fd
+            io.file_off = file_from + off
+            io.buf = buf.handle
+            io.buf_off = off
+            io.len = min(_PIECE, end - off)
+        batches.append(ios)
+    errors: list[BaseException] = []
+
+    def run(ios: Any) -> None:
+        try:
+            _core.run_ios(dev, ios)
+        except BaseException as exc:  # reported below, in this thread
+            errors.append(exc)
+
+    if len(batches) == 1:
+        run(batches[0])
+    else:
+        workers = [threading.Thread(target=run, args=(b,)) for b in batches]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    if errors:
+        raise errors[0]
+    for ios in batches:
+        for io in ios:
+            if io.result != io.len:
+                err = -io.result if io.result < 0 else errno.EIO
+                why = os.strerror(err) if io.result < 0 else \
+                    "file shorter than its header says"
+                raise _lib.PhoenixError(err, f"reading {path} at offset "
+                                        f"{io.file_off} into {dev.name}: "
+                                        f"{why}")
 
 
 def _wrap(buf: "_core.Buffer", lead: int, tensors: list[TensorInfo],

@@ -123,12 +123,13 @@ def test_many_tensors_one_allocation(dev, scratch, rng):
     assert dev.query().used - used < size + (2 << 20)
 
 
-def test_large_checkpoint_crosses_pieces(scratch, rng):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_large_checkpoint_crosses_pieces(scratch, rng, threads):
     tensors = {"big": ("float32", (40 << 20,)), "tail": ("int8", (12345,)),
                "mid": ("bfloat16", (3000, 1000))}
     write_checkpoint(scratch / "m.safetensors", rng, tensors)
     got = phoenix.load_safetensors(scratch / "m.safetensors",
-                                   framework="numpy")
+                                   framework="numpy", threads=threads)
     check_same(scratch / "m.safetensors", got)
 
 
