@@ -30,7 +30,10 @@ install-python: $(LIB_SO) $(PHXFILE_SO)
 	install -m 755 $(PHXFILE_SO) $(DESTDIR)$(PREFIX)/lib/libphxfile.so.0
 	ln -sf libphxfile.so.0 $(DESTDIR)$(PREFIX)/lib/libphxfile.so
 	-ldconfig
-	$(PYTHON) -m pip install ./python
+	$(PYTHON) -m pip install ./python || \
+		$(PYTHON) -m pip install --break-system-packages ./python
+
+install: install-python
 
 # Runs with $(PYTHON) when it has numpy, safetensors and pytest, else in a
 # virtual environment under $(BUILD)/pyvenv filled from PyPI.
