@@ -454,8 +454,7 @@ class DeviceArray:
             raise AttributeError("__cuda_array_interface__: "
                                  f"{self.device.name} is not a CUDA device")
         return {"shape": self.shape, "typestr": self.dtype.typestr_or_void,
-                "data": (self.dptr, False), "version": 3, "strides": None,
-                "stream": None}
+                "data": (self.dptr, False), "version": 3, "strides": None}
 
     @property
     def __array_interface__(self) -> dict:

@@ -102,6 +102,20 @@ def test_raw_views_for_types_numpy_lacks(scratch, rng):
     check_same(scratch / "m.safetensors", got)
 
 
+def test_packed_float4(scratch, rng):
+    keep: list = []
+    data = rng.integers(0, 256, 12, dtype=np.uint8).tobytes()
+    try:
+        spec = _spec("float4_e2m1fn_x2", (3, 4), data, keep)
+        safetensors.serialize_file({"q": spec}, str(scratch / "m"), None)
+    except Exception as exc:  # an older serializer without F4
+        pytest.skip(f"safetensors cannot write F4: {exc}")
+    got = phoenix.load_safetensors(scratch / "m", framework="phoenix")
+    assert got["q"].dtype.name == "F4" and got["q"].shape == (3, 8)
+    assert np.asarray(got["q"]).tobytes() == data
+    assert reference(scratch / "m")["q"][2] == data
+
+
 def test_many_tensors_one_allocation(dev, scratch, rng):
     kinds = list(KINDS)
     tensors = {}

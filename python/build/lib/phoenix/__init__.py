@@ -1,0 +1,34 @@
+"""phoenix: move data between files and GPU memory from Python.
+
+A thin ctypes layer over libphoenix (no compiler needed to install):
+
+    import phoenix
+    phoenix.devices()                      # what there is
+    dev = phoenix.Device("cuda:0")         # or "sim0" without a GPU
+    buf = dev.alloc(1 << 30)               # device memory, DLPack-able
+    phoenix.read_into("weights.bin", buf)  # file -> device, no big bounce
+    t = torch.empty(n, device="cuda")
+    phoenix.read_into("x.bin", t, file_offset=4096)
+    phoenix.read_batch("kv.bin", [(off, size, dest), ...])
+    sd = phoenix.load_safetensors("model.safetensors", device="cuda:0")
+
+Errors are PhoenixError (an OSError): ``errno`` and a one-line message.
+"""
+
+from ._core import (Buffer, Device, DeviceArray, DeviceInfo, Stream,
+                    Transfer, default_kind, device, devices, read_batch,
+                    read_into, version, write_batch, write_from)
+from ._dtypes import DTYPES, DType
+from ._lib import PhoenixError
+from ._phxfs import open_file
+from ._safetensors import SafetensorsError, read_header
+from ._safetensors import load as load_safetensors
+
+__all__ = [
+    "Buffer", "DTYPES", "DType", "Device", "DeviceArray", "DeviceInfo",
+    "PhoenixError", "SafetensorsError", "Stream", "Transfer", "default_kind",
+    "device", "devices", "load_safetensors", "open_file", "read_batch",
+    "read_header", "read_into", "version", "write_batch", "write_from",
+]
+
+__version__ = "0.1.0"
