@@ -37,7 +37,12 @@ extern "C" {
 #define PHX_VERSION_MINOR 1
 #define PHX_VERSION_PATCH 0
 
-/* A device address: a CUdeviceptr on cuda, an opaque address on sim/kmod. */
+/*
+ * A device address: a CUdeviceptr on cuda.  On sim and kmod it is the
+ * host virtual address of the memory in this process (what
+ * phx_buf_host_view() returns for a buffer's start), so memory of the
+ * simulated device can be handed to host code in tests.
+ */
 typedef uint64_t phx_dptr_t;
 
 struct phx_device;
@@ -133,6 +138,17 @@ int phx_device_list(enum phx_device_kind kind, struct phx_device_info *infos,
  * Returns 0, -ENODEV (no such device or backend unusable) or -EINVAL.
  */
 int phx_device_open(const char *name, struct phx_device **out);
+
+/**
+ * phx_device_open_dptr() - open the device that holds address @dptr.
+ * @kind: PHX_DEVICE_NONE for the default kind.
+ *
+ * For memory libphoenix did not allocate (a framework's tensor), so a
+ * transfer can go to the right GPU.  Returns 0 with a new reference,
+ * -ENODEV when no device of that kind holds @dptr.
+ */
+int phx_device_open_dptr(enum phx_device_kind kind, phx_dptr_t dptr,
+			 struct phx_device **out);
 
 /**
  * phx_device_close() - drop a reference taken by phx_device_open().
@@ -236,8 +252,8 @@ uint64_t phx_buf_committed(const struct phx_buf *buf);
 /**
  * phx_buf_dptr() - the buffer's device address.
  *
- * Valid until the buffer is resized or freed.  On sim it addresses the
- * simulated device: pass it to libphoenix, do not dereference it.
+ * Valid until the buffer is resized or freed.  Where the device is not
+ * host-addressable (cuda) it must not be dereferenced on the host.
  */
 phx_dptr_t phx_buf_dptr(const struct phx_buf *buf);
 
@@ -448,7 +464,11 @@ void *phx_stream_native(struct phx_stream *stream);
 int phx_stream_sync(struct phx_stream *stream);
 
 /**
- * phx_stream_destroy() - wait for @stream's work, then free it.
+ * phx_stream_destroy() - free @stream.
+ *
+ * A stream from phx_stream_create() is synchronized and destroyed; a
+ * wrapper from phx_stream_wrap() is only freed, without touching the
+ * native stream (which its owner may have destroyed already).
  */
 void phx_stream_destroy(struct phx_stream *stream);
 

@@ -370,8 +370,9 @@ static int parse_name(const char *name, enum phx_device_kind *kind,
 			continue;
 		if (!isdigit((unsigned char)name[l]))
 			break;
+		errno = 0;
 		v = strtol(name + l, &end, 10);
-		if (*end || v < 0 || v >= MAX_DEVICES)
+		if (*end || errno || v < 0 || v > INT32_MAX)
 			break;
 		*kind = prefixes[i].kind;
 		*index = (int)v;
@@ -400,7 +401,7 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 		return phx_err(ENODEV, "cannot open %s device %d: %s",
 			       phx_kind_name(kind), index,
 			       why ? why : "backend unusable");
-	if (index >= n)
+	if (index >= n || index >= MAX_DEVICES)
 		return phx_err(ENODEV, "no device %s%d: there are %d %s devices",
 			       backends[kind]->dir_prefix, index, n,
 			       phx_kind_name(kind));
@@ -445,6 +446,30 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 	*out = dev;
 	phx_err_clear();
 	return 0;
+}
+
+PHX_EXPORT int phx_device_open_dptr(enum phx_device_kind kind, phx_dptr_t dptr,
+				    struct phx_device **out)
+{
+	char name[32];
+	int ret, index = 0;
+
+	ret = kind_check(&kind);
+	if (ret)
+		return ret;
+	if (backend_probe(kind, NULL) < 0)
+		return phx_err(ENODEV, "no %s devices", phx_kind_name(kind));
+	if (backends[kind]->locate) {
+		index = backends[kind]->locate(dptr);
+		if (index < 0)
+			return phx_err(ENODEV,
+				       "address 0x%llx is not on any %s device",
+				       (unsigned long long)dptr,
+				       phx_kind_name(kind));
+	}
+	snprintf(name, sizeof(name), "%s%d", backends[kind]->dir_prefix,
+		 index);
+	return phx_device_open(name, out);
 }
 
 PHX_EXPORT void phx_device_close(struct phx_device *dev)

@@ -139,6 +139,11 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev,
 			       CUdevice peerDev);
+typedef enum CUpointer_attribute_enum {
+	CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+} CUpointer_attribute;
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
+			       CUdeviceptr ptr);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuCtxGetCurrent(CUcontext *pctx);
@@ -201,6 +206,7 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 	X(cuDeviceGetAttribute)           \
 	X(cuDeviceGetPCIBusId)            \
 	X(cuDeviceCanAccessPeer)          \
+	X(cuPointerGetAttribute)          \
 	X(cuDevicePrimaryCtxRetain)       \
 	X(cuDevicePrimaryCtxRelease_v2)   \
 	X(cuCtxGetCurrent)                \
@@ -405,6 +411,21 @@ static int cu_bind_ctx(struct phx_device *dev, CUcontext ctx)
 static int cuda_bind(struct phx_device *dev)
 {
 	return cu_bind_ctx(dev, cuda_priv(dev)->ctx);
+}
+
+/* The GPU an address was allocated on (any context of the process). */
+static int cuda_locate(phx_dptr_t dptr)
+{
+	int ordinal = -1;
+
+	if (cuda_probe(NULL) < 0)
+		return -ENODEV;
+	if (cu.cuPointerGetAttribute(&ordinal,
+				     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+				     (CUdeviceptr)dptr) != CUDA_SUCCESS ||
+	    ordinal < 0)
+		return -ENODEV;
+	return ordinal;
 }
 
 static void *cuda_native(struct phx_device *dev)
@@ -1008,6 +1029,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.query = cuda_query,
 	.open = cuda_open,
 	.close = cuda_close,
+	.locate = cuda_locate,
 	.native = cuda_native,
 	.bind = cuda_bind,
 	.va_reserve = cuda_va_reserve,

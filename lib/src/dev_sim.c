@@ -205,9 +205,37 @@ static void sim_close(struct phx_device *dev)
 	dev->priv = NULL;
 }
 
+/* Reservations of all simulated devices, so an address finds its device. */
+struct sim_range {
+	uintptr_t va;
+	uint64_t size;
+	int index;
+	struct sim_range *next;
+};
+
+static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sim_range *ranges; /* protected by ranges_lock */
+
+static int sim_locate(phx_dptr_t dptr)
+{
+	struct sim_range *r;
+	int index = -ENODEV;
+
+	pthread_mutex_lock(&ranges_lock);
+	for (r = ranges; r; r = r->next)
+		if (dptr >= r->va && dptr - r->va < r->size) {
+			index = r->index;
+			break;
+		}
+	pthread_mutex_unlock(&ranges_lock);
+	return index;
+}
+
 static int sim_va_reserve(struct phx_device *dev, uint64_t size,
 			  phx_dptr_t *out)
 {
+	struct sim_range *r = malloc(sizeof(*r));
+
 	/*
 	 * Read-only anonymous memory: a never-committed range reads as zeros
 	 * through a host view (the shared zero page, no memory) and faults
@@ -216,11 +244,22 @@ static int sim_va_reserve(struct phx_device *dev, uint64_t size,
 	void *p = mmap(NULL, size, PROT_READ,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
-	if (p == MAP_FAILED)
+	if (!r)
+		return phx_err(ENOMEM, "sim: out of host memory");
+	if (p == MAP_FAILED) {
+		free(r);
 		return phx_err(errno == ENOMEM ? EFBIG : errno,
 			       "%s: cannot reserve %llu bytes of address space: %s",
 			       dev->name, (unsigned long long)size,
 			       strerror(errno));
+	}
+	r->va = (uintptr_t)p;
+	r->size = size;
+	r->index = dev->index;
+	pthread_mutex_lock(&ranges_lock);
+	r->next = ranges;
+	ranges = r;
+	pthread_mutex_unlock(&ranges_lock);
 	*out = (phx_dptr_t)(uintptr_t)p;
 	return 0;
 }
@@ -228,6 +267,16 @@ static int sim_va_reserve(struct phx_device *dev, uint64_t size,
 static void sim_va_release(struct phx_device *dev, phx_dptr_t va,
 			   uint64_t size)
 {
+	struct sim_range **pp, *r;
+
+	pthread_mutex_lock(&ranges_lock);
+	for (pp = &ranges; (r = *pp); pp = &r->next)
+		if (r->va == va) {
+			*pp = r->next;
+			free(r);
+			break;
+		}
+	pthread_mutex_unlock(&ranges_lock);
 	munmap((void *)(uintptr_t)va, size);
 }
 
@@ -456,6 +505,7 @@ const struct phx_backend_ops phx_sim_ops = {
 	.kind = PHX_DEVICE_SIM,
 	.probe = sim_probe,
 	.query = sim_query,
+	.locate = sim_locate,
 	.open = sim_open,
 	.close = sim_close,
 	.va_reserve = sim_va_reserve,

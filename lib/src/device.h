@@ -44,6 +44,12 @@ struct phx_backend_ops {
 	int (*open)(struct phx_device *dev);
 	void (*close)(struct phx_device *dev);
 
+	/*
+	 * The ordinal of the device holding @dptr, or -ENODEV; may be NULL
+	 * (then every address belongs to device 0).
+	 */
+	int (*locate)(phx_dptr_t dptr);
+
 	/* The backend's own handle for phx_device_native(); may be NULL. */
 	void *(*native)(struct phx_device *dev);
 

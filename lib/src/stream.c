@@ -97,9 +97,11 @@ PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
 {
 	if (!s)
 		return;
-	phx_stream_sync(s);
-	if (s->owned)
+	/* A wrapper leaves the native stream alone: it may be gone already. */
+	if (s->owned) {
+		phx_stream_sync(s);
 		s->dev->ops->stream_destroy(s->dev, s->native);
+	}
 	free(s);
 }
 

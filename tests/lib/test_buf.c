@@ -305,3 +305,33 @@ Test(buf, host_view_and_pinning)
 	phx_host_unregister(dev, host);
 	phx_device_close(dev);
 }
+
+Test(device, address_finds_its_device)
+{
+	struct phx_device *d0, *d1, *found;
+	struct phx_buf *b0, *b1;
+
+	/* settings are read once, at the first call: set them first */
+	setenv("PHX_SIM_DEVICES", "2", 1);
+	cr_assert_eq(phx_device_open("sim0", &d0), 0);
+	cr_assert_eq(phx_device_open("sim1", &d1), 0);
+	cr_assert_eq(phx_device_open("sim99", &found), -ENODEV);
+	cr_assert_eq(phx_buf_alloc(d0, MiB, 0, &b0), 0);
+	cr_assert_eq(phx_buf_alloc(d1, MiB, 0, &b1), 0);
+	cr_assert_eq(phx_device_open_dptr(PHX_DEVICE_SIM,
+					  phx_buf_dptr(b1) + 4096, &found),
+		     0);
+	cr_assert_eq(found, d1);
+	phx_device_close(found);
+	cr_assert_eq(phx_device_open_dptr(PHX_DEVICE_SIM, phx_buf_dptr(b0),
+					  &found),
+		     0);
+	cr_assert_eq(found, d0);
+	phx_device_close(found);
+	cr_assert_eq(phx_device_open_dptr(PHX_DEVICE_SIM, 4096, &found),
+		     -ENODEV);
+	phx_buf_free(b0);
+	phx_buf_free(b1);
+	phx_device_close(d0);
+	phx_device_close(d1);
+}
