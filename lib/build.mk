@@ -34,6 +34,7 @@ $(LIB_A): $(LIB_OBJS)
 
 $(LIB_SO): $(LIB_OBJS)
 	@echo "  LD      $@"
+	@ln -sf libphoenix.so $(BUILD)/libphoenix.so.0
 	@$(CC) -shared -Wl,-soname,libphoenix.so.0 -Wl,--no-undefined -Wl,--exclude-libs,ALL \
 		$(LDFLAGS) -o $@ $^ $(URING_LIB) $(LDLIBS)
 
