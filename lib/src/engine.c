@@ -427,9 +427,12 @@ static int job_plan(struct phx_engine *e, struct job *j)
 	uint64_t a_start = phx_align_down(j->start, PHX_DIO_ALIGN);
 	uint64_t a_end = phx_align_up(j->end, PHX_DIO_ALIGN);
 
-	if (direct && s->direct < 0 && is_read &&
-	    cached_percent(j->fde->user_fd, j->start, j->end - j->start) >=
-		    s->hot_fraction && s->hot_fraction <= 100)
+	/* Hot: most of what will be read (up to end of file) is cached. */
+	if (direct && s->direct < 0 && is_read && s->hot_fraction <= 100 &&
+	    j->start < j->fde->size &&
+	    cached_percent(j->fde->user_fd, j->start,
+			   phx_min(j->end, j->fde->size) - j->start) >=
+		    s->hot_fraction)
 		direct = false;
 	if (direct && fd_direct(j->fde) < 0) {
 		if (s->direct > 0)
