@@ -313,3 +313,25 @@ Test(io_errors, write_fails_in_the_kernel)
 	phx_buf_free(buf);
 	phx_device_close(dev);
 }
+
+Test(io, hot_file_shorter_than_the_request)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf;
+	void *data;
+	int fd = make_file(dir_direct(), 300000, 71, false, &data);
+
+	/* ask for far more than the file holds: hotness is about the file */
+	cr_assert_eq(phx_buf_alloc(dev, 64 * MiB, 0, &buf), 0);
+	struct phx_io io = { .op = PHX_OP_READ, .fd = fd, .buf = buf,
+			     .len = 64 * MiB };
+
+	cr_assert_eq(phx_io_run(dev, &io), 300000);
+	cr_assert_eq(io.path, PHX_PATH_BUFFERED, "path %s",
+		     phx_path_name(io.path));
+	assert_buf_eq(buf, 0, data, 300000);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
