@@ -2,6 +2,8 @@
 #
 #   make kmod        fetch the guest kernel's headers, build phx.ko
 #   make test-kmod   run the QEMU suite (checks 1-5 of the module)
+#   make test-passthrough  the QEMU suite of phxfs over phx.ko (FUSE
+#                    passthrough; phxfs static with libfuse 3.17)
 
 KMOD_KVER := 6.12.95+deb12-amd64
 KMOD_DIR := $(BUILD)/kmod
@@ -13,7 +15,7 @@ KMOD_HOSTCHECK := $(KMOD_DIR)/tests/hostcheck
 KMOD_CFLAGS := -O2 -g -std=gnu11 $(WARN) -D_GNU_SOURCE
 KMOD_TEST_HDRS := $(wildcard tests/kmod/*.h) kmod/phx_uapi.h
 
-.PHONY: kmod test-kmod
+.PHONY: kmod test-kmod test-passthrough
 
 # Kbuild gets a clean environment: the top-level CC and CFLAGS are not
 # the kernel's.  Warnings are errors, and kernel-doc must be clean.
@@ -43,4 +45,24 @@ $(KMOD_HOSTCHECK): tests/kmod/hostcheck.c $(KMOD_TEST_HDRS)
 test-kmod: kmod $(KMOD_TESTS) $(KMOD_TEST_LIB) $(KMOD_HOSTCHECK)
 	@sh scripts/kmod-test.sh $(BUILD)
 
-TESTS += test-kmod
+# The guest runs phxfs and phx as static programs.
+KMOD_FUSE_PROGS := $(addprefix $(KMOD_DIR)/tests/,kmod_fuse phxfs phx)
+
+$(KMOD_DIR)/tests/kmod_fuse: tests/kmod/kmod_fuse.c $(KMOD_TEST_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(KMOD_CFLAGS) -static -o $@ $<
+
+$(KMOD_DIR)/tests/phxfs: $(PHXFS_317_OBJS) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) -static -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) \
+		$(FUSE317_LIB) $(URING_LIB) -ldl -pthread
+
+$(KMOD_DIR)/tests/phx: $(PHX_CLI_OBJS) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) -static -o $@ $(PHX_CLI_OBJS) $(LIB_A) $(URING_LIB) -ldl \
+		-pthread
+
+test-passthrough: kmod $(KMOD_FUSE_PROGS) $(KMOD_HOSTCHECK)
+	@sh scripts/kmod-test.sh $(BUILD) fuse
+
+TESTS += test-kmod test-passthrough

@@ -70,9 +70,12 @@ struct phx_dev {
  * struct phx_range_ops - how a kind of range gives its memory back.
  * @release: called once no page of the range is pinned any more, or
  *	     when the device goes away; frees the memory, not the range.
+ * @trim: give back the pages from the given index on, which nobody maps
+ *	  or pins; NULL where memory cannot be given back piecewise.
  */
 struct phx_range_ops {
 	void (*release)(struct phx_range *range);
+	int (*trim)(struct phx_range *range, unsigned long keep);
 };
 
 /**
@@ -85,6 +88,9 @@ struct phx_range_ops {
  * @nr_pages: entries in @pages.
  * @offset: offset of @pages[0] in the device memory.
  * @contiguous: the pages are one run of device memory.
+ * @grow: PHX_ALLOC_GROW: the file's size is its own, up to @nr_pages
+ *	  pages; @nr_pages shrinks with PHX_IOC_TRIM (under @phx->lock
+ *	  held for write and the inode lock).
  * @released: @ops->release has run; protected by @phx->ranges_lock.
  * @revoked: the exporter took the memory back; protected by @phx->lock.
  * @priv: owned by @ops.
@@ -98,6 +104,7 @@ struct phx_range {
 	unsigned long nr_pages;
 	u64 offset;
 	bool contiguous;
+	bool grow;
 	bool released;
 	bool revoked;
 	void *priv;
@@ -125,6 +132,7 @@ int phx_range_get_fd(struct phx_range *range, struct file **filep);
 void phx_range_zap(struct phx_range *range);
 bool phx_range_pinned(const struct phx_range *range);
 void phx_dev_reap(struct phx_dev *phx);
+long phx_range_trim(struct phx_range *range);
 
 /* phx_nvidia.c */
 int phx_nvidia_init(void);

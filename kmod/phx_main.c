@@ -152,8 +152,28 @@ static void phx_bar_release(struct phx_range *range)
 	atomic64_sub(size, &phx->allocated);
 }
 
+/* Give back the pages of @range from @keep on; they are neither mapped
+ * nor pinned.  The range keeps its first @keep pages. */
+static int phx_bar_trim(struct phx_range *range, unsigned long keep)
+{
+#ifdef CONFIG_PCI_P2PDMA
+	/* pci_free_p2pmem() drops one reference per call: no partial frees. */
+	return -EOPNOTSUPP;
+#else
+	struct phx_dev *phx = range->phx;
+	u64 size = (u64)(range->nr_pages - keep) << PAGE_SHIFT;
+
+	gen_pool_free(phx->pool,
+		      phx->phys + range->offset + ((u64)keep << PAGE_SHIFT),
+		      size);
+	atomic64_sub(size, &phx->allocated);
+	return 0;
+#endif
+}
+
 static const struct phx_range_ops phx_bar_range_ops = {
 	.release = phx_bar_release,
+	.trim = phx_bar_trim,
 };
 
 /* Take @size bytes of the BAR; returns the offset in it or -errno. */
@@ -246,7 +266,8 @@ static long phx_ioctl_alloc(struct phx_dev *phx,
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
-	if (arg.flags & ~(PHX_ALLOC_FIXED | PHX_ALLOC_NOCLEAR) ||
+	if (arg.flags &
+		    ~(PHX_ALLOC_FIXED | PHX_ALLOC_NOCLEAR | PHX_ALLOC_GROW) ||
 	    arg.reserved[0] || arg.reserved[1])
 		return -EINVAL;
 	if (!arg.size || !PAGE_ALIGNED(arg.size))
@@ -268,6 +289,7 @@ static long phx_ioctl_alloc(struct phx_dev *phx,
 	range = phx_bar_alloc(phx, &arg);
 	if (IS_ERR(range))
 		return PTR_ERR(range);
+	range->grow = arg.flags & PHX_ALLOC_GROW;
 	fd = phx_range_get_fd(range, &file);
 	if (fd < 0)
 		return fd;

@@ -5,7 +5,8 @@
  * Each allocation (or imported dma-buf) becomes a file on a small internal
  * pseudo filesystem.  The file is a regular file (S_IFREG), because FUSE
  * passthrough only accepts regular backing files; its size is the size of
- * the allocation.  mmap() inserts the device's ZONE_DEVICE pages into the
+ * the allocation, or, for PHX_ALLOC_GROW files, its own (written bytes or
+ * ftruncate) up to the allocation.  mmap() inserts the device's ZONE_DEVICE pages into the
  * caller's page tables, so O_DIRECT I/O into such a mapping is DMA straight
  * into device memory; read_iter/write_iter copy through the kernel's direct
  * map of those pages.  The memory is given back when the inode goes away
@@ -13,10 +14,13 @@
  * still in flight: such ranges wait on a pending list.
  *
  * The file holds no page cache and never writes anything back: fsync has
- * nothing to do.
+ * nothing to do.  A GROW file keeps every byte past its size zero, except
+ * in the page that holds the end (a mapping may write there), which is
+ * cleared when the size moves over it: growing never reveals old data.
  */
 #include <linux/file.h>
 #include <linux/fs.h>
+#include <linux/falloc.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/pseudo_fs.h>
@@ -34,6 +38,46 @@ static struct vfsmount *phx_mnt;
 static struct phx_range *phx_file_range(struct file *file)
 {
 	return file_inode(file)->i_private;
+}
+
+/* Bytes a reader or a fault may reach: the file's size.  Under phx->lock. */
+static u64 phx_range_end(const struct phx_range *range)
+{
+	if (range->grow)
+		return i_size_read(range->inode);
+	return phx_range_size(range);
+}
+
+/* Clear [@from, @to) of @range's memory; phx->lock held. */
+static void phx_range_clear(struct phx_range *range, u64 from, u64 to)
+{
+	while (from < to) {
+		size_t off = offset_in_page(from);
+		size_t len = min_t(u64, PAGE_SIZE - off, to - from);
+
+		zero_user(range->pages[from >> PAGE_SHIFT], off, len);
+		from += len;
+		cond_resched();
+	}
+}
+
+/*
+ * A GROW file's size moves from @old to @size (inode lock held, and
+ * phx->lock for write when it shrinks, so no fault maps past the new
+ * end).  Only the page that held the old end can have bytes past it.
+ */
+static void phx_range_set_size(struct phx_range *range, u64 old, u64 size)
+{
+	struct inode *inode = range->inode;
+
+	if (size < old) {
+		i_size_write(inode, size);
+		unmap_mapping_range(inode->i_mapping, PAGE_ALIGN(size), 0, 1);
+		phx_range_clear(range, size, PAGE_ALIGN(old));
+	} else if (size > old) {
+		phx_range_clear(range, old, min_t(u64, PAGE_ALIGN(old), size));
+		i_size_write(inode, size);
+	}
 }
 
 /**
@@ -174,19 +218,24 @@ static int phx_range_open(struct inode *inode, struct file *file)
 static ssize_t phx_range_read_iter(struct kiocb *iocb, struct iov_iter *to)
 {
 	struct phx_range *range = phx_file_range(iocb->ki_filp);
-	u64 size = phx_range_size(range);
 	loff_t pos = iocb->ki_pos;
 	ssize_t done = 0;
+	u64 size;
 
 	if (pos < 0)
 		return -EINVAL;
-	if (pos >= size || !iov_iter_count(to))
+	if (!iov_iter_count(to))
 		return 0;
 
 	down_read(&range->phx->lock);
 	if (range->phx->dead || range->revoked) {
 		up_read(&range->phx->lock);
 		return -ENODEV;
+	}
+	size = phx_range_end(range);
+	if (pos >= size) {
+		up_read(&range->phx->lock);
+		return 0;
 	}
 	while (iov_iter_count(to) && pos < size) {
 		size_t off = offset_in_page(pos);
@@ -207,31 +256,16 @@ static ssize_t phx_range_read_iter(struct kiocb *iocb, struct iov_iter *to)
 	return done ? done : -EFAULT;
 }
 
-static ssize_t phx_range_write_iter(struct kiocb *iocb, struct iov_iter *from)
+/* Copy from @from to @range at *@ppos, up to @end; phx->lock held. */
+static ssize_t phx_range_copy_in(struct phx_range *range, struct iov_iter *from,
+				 loff_t *ppos, u64 end)
 {
-	struct phx_range *range = phx_file_range(iocb->ki_filp);
-	u64 size = phx_range_size(range);
-	loff_t pos = iocb->ki_pos;
+	loff_t pos = *ppos;
 	ssize_t done = 0;
 
-	if (iocb->ki_flags & IOCB_APPEND)
-		pos = size;
-	if (pos < 0)
-		return -EINVAL;
-	if (!iov_iter_count(from))
-		return 0;
-	/* The size of device memory is fixed: like a block device. */
-	if (pos >= size)
-		return -ENOSPC;
-
-	down_read(&range->phx->lock);
-	if (range->phx->dead || range->revoked) {
-		up_read(&range->phx->lock);
-		return -ENODEV;
-	}
-	while (iov_iter_count(from) && pos < size) {
+	while (iov_iter_count(from) && pos < end) {
 		size_t off = offset_in_page(pos);
-		size_t len = min_t(u64, PAGE_SIZE - off, size - pos);
+		size_t len = min_t(u64, PAGE_SIZE - off, end - pos);
 		size_t copied;
 
 		copied = copy_page_from_iter(range->pages[pos >> PAGE_SHIFT],
@@ -242,10 +276,80 @@ static ssize_t phx_range_write_iter(struct kiocb *iocb, struct iov_iter *from)
 			break;
 		cond_resched();
 	}
-	up_read(&range->phx->lock);
-
-	iocb->ki_pos = pos;
+	*ppos = pos;
 	return done ? done : -EFAULT;
+}
+
+/* A GROW file: writes extend the size up to the capacity. */
+static ssize_t phx_range_write_grow(struct kiocb *iocb, struct iov_iter *from)
+{
+	struct phx_range *range = phx_file_range(iocb->ki_filp);
+	struct inode *inode = range->inode;
+	loff_t pos;
+	ssize_t ret;
+	u64 size;
+
+	inode_lock(inode);
+	down_read(&range->phx->lock);
+	if (range->phx->dead || range->revoked) {
+		ret = -ENODEV;
+		goto out;
+	}
+	size = i_size_read(inode);
+	pos = iocb->ki_flags & IOCB_APPEND ? size : iocb->ki_pos;
+	if (pos < 0) {
+		ret = -EINVAL;
+		goto out;
+	}
+	/* Like a file system that is out of room for this file only. */
+	if (pos >= phx_range_size(range)) {
+		ret = -EFBIG;
+		goto out;
+	}
+	if (pos > size)
+		phx_range_clear(range, size, min_t(u64, PAGE_ALIGN(size), pos));
+	ret = phx_range_copy_in(range, from, &pos, phx_range_size(range));
+	if (ret > 0) {
+		if (pos > i_size_read(inode))
+			i_size_write(inode, pos);
+		iocb->ki_pos = pos;
+		inode_set_mtime_to_ts(inode, inode_set_ctime_current(inode));
+	}
+out:
+	up_read(&range->phx->lock);
+	inode_unlock(inode);
+	return ret;
+}
+
+static ssize_t phx_range_write_iter(struct kiocb *iocb, struct iov_iter *from)
+{
+	struct phx_range *range = phx_file_range(iocb->ki_filp);
+	u64 size = phx_range_size(range);
+	loff_t pos = iocb->ki_pos;
+	ssize_t ret;
+
+	if (!iov_iter_count(from))
+		return 0;
+	if (range->grow)
+		return phx_range_write_grow(iocb, from);
+	if (iocb->ki_flags & IOCB_APPEND)
+		pos = size;
+	if (pos < 0)
+		return -EINVAL;
+	/* The size of device memory is fixed: like a block device. */
+	if (pos >= size)
+		return -ENOSPC;
+
+	down_read(&range->phx->lock);
+	if (range->phx->dead || range->revoked) {
+		up_read(&range->phx->lock);
+		return -ENODEV;
+	}
+	ret = phx_range_copy_in(range, from, &pos, size);
+	up_read(&range->phx->lock);
+	if (ret > 0)
+		iocb->ki_pos = pos;
+	return ret;
 }
 
 /*
@@ -261,18 +365,17 @@ static vm_fault_t phx_range_fault(struct vm_fault *vmf)
 	unsigned long pgoff = vmf->pgoff;
 	unsigned long num;
 	vm_fault_t ret = VM_FAULT_NOPAGE;
+	unsigned long end;
 	int err;
 
-	if (pgoff >= range->nr_pages)
-		return VM_FAULT_SIGBUS;
-	num = min3((vma->vm_end - addr) >> PAGE_SHIFT,
-		   range->nr_pages - pgoff, PHX_FAULT_BATCH);
-
 	down_read(&range->phx->lock);
-	if (range->phx->dead || range->revoked) {
+	end = DIV_ROUND_UP(phx_range_end(range), PAGE_SIZE);
+	if (range->phx->dead || range->revoked || pgoff >= end) {
 		ret = VM_FAULT_SIGBUS;
 		goto out;
 	}
+	num = min3((vma->vm_end - addr) >> PAGE_SHIFT, end - pgoff,
+		   PHX_FAULT_BATCH);
 	err = vm_insert_pages(vma, addr, range->pages + pgoff, &num);
 	/* -EBUSY: another thread mapped some of these pages first. */
 	if (err && err != -EBUSY)
@@ -291,8 +394,11 @@ static int phx_range_mmap(struct file *file, struct vm_area_struct *vma)
 	struct phx_range *range = phx_file_range(file);
 	unsigned long pages = vma_pages(vma);
 
-	/* A private mapping would copy device memory on write: refuse it. */
-	if (!(vma->vm_flags & VM_SHARED))
+	/*
+	 * A private mapping would copy device memory on write: refuse it.
+	 * (A shared mapping of a read-only descriptor has VM_MAYSHARE only.)
+	 */
+	if (!(vma->vm_flags & VM_MAYSHARE))
 		return -EINVAL;
 	if (vma->vm_pgoff >= range->nr_pages ||
 	    pages > range->nr_pages - vma->vm_pgoff)
@@ -310,16 +416,133 @@ static long phx_range_ioctl(struct file *file, unsigned int cmd,
 	struct phx_dev *phx = range->phx;
 	struct phx_ioc_range info = {};
 
+	if (cmd == PHX_IOC_TRIM)
+		return phx_range_trim(range);
 	if (cmd != PHX_IOC_RANGE)
 		return -ENOTTY;
+	down_read(&phx->lock);
 	info.size = phx_range_size(range);
+	up_read(&phx->lock);
 	info.offset = range->offset;
 	info.bus_addr = phx->bus + range->offset;
 	info.contiguous = range->contiguous;
+	if (range->grow)
+		info.flags |= PHX_RANGE_GROW;
+	if (mapping_mapped(file->f_mapping))
+		info.flags |= PHX_RANGE_MAPPED;
 	if (copy_to_user((void __user *)arg, &info, sizeof(info)))
 		return -EFAULT;
 	return 0;
 }
+
+/**
+ * phx_range_trim() - give back the capacity of a GROW file past its size.
+ * @range: the range of the file.
+ *
+ * Keeps at least one page.  Pages past the size are never mapped (faults
+ * stop at the size) but may still be pinned by I/O that began before a
+ * truncate; then nothing is given back.
+ *
+ * Return: 0, -EINVAL (not a GROW file), -EBUSY (pinned), -EOPNOTSUPP
+ * (the allocator cannot split the range) or -ENODEV (device gone).
+ */
+long phx_range_trim(struct phx_range *range)
+{
+	struct phx_dev *phx = range->phx;
+	struct inode *inode = range->inode;
+	unsigned long keep, i;
+	long ret = 0;
+
+	if (!range->grow)
+		return -EINVAL;
+	if (!range->ops->trim)
+		return -EOPNOTSUPP;
+	inode_lock(inode);
+	down_write(&phx->lock);
+	if (phx->dead || range->revoked) {
+		ret = -ENODEV;
+		goto out;
+	}
+	keep = max(1UL, DIV_ROUND_UP(i_size_read(inode), PAGE_SIZE));
+	if (keep >= range->nr_pages)
+		goto out;
+	unmap_mapping_range(inode->i_mapping, (loff_t)keep << PAGE_SHIFT, 0,
+			    1);
+	for (i = keep; i < range->nr_pages; i++) {
+		if (page_ref_count(range->pages[i]) > 1) {
+			ret = -EBUSY;
+			goto out;
+		}
+	}
+	ret = range->ops->trim(range, keep);
+	if (!ret)
+		range->nr_pages = keep;
+out:
+	up_write(&phx->lock);
+	inode_unlock(inode);
+	return ret;
+}
+
+/* Only a GROW file's size may change, and not past its capacity. */
+static int phx_range_setattr(struct mnt_idmap *idmap, struct dentry *dentry,
+			     struct iattr *attr)
+{
+	struct inode *inode = d_inode(dentry);
+	struct phx_range *range = inode->i_private;
+	int ret;
+
+	ret = setattr_prepare(idmap, dentry, attr);
+	if (ret)
+		return ret;
+	if (attr->ia_valid & ATTR_SIZE) {
+		u64 old = i_size_read(inode);
+
+		if (!range->grow)
+			return -EINVAL;
+		down_write(&range->phx->lock);
+		if (range->phx->dead || range->revoked)
+			ret = -ENODEV;
+		else if (attr->ia_size > phx_range_size(range))
+			ret = -EFBIG;
+		else
+			phx_range_set_size(range, old, attr->ia_size);
+		up_write(&range->phx->lock);
+		if (ret)
+			return ret;
+	}
+	setattr_copy(idmap, inode, attr);
+	return 0;
+}
+
+static long phx_range_fallocate(struct file *file, int mode, loff_t off,
+				loff_t len)
+{
+	struct phx_range *range = phx_file_range(file);
+	struct inode *inode = range->inode;
+	long ret = 0;
+
+	/* The memory is all there: only the size may have to move. */
+	if (mode & ~FALLOC_FL_KEEP_SIZE)
+		return -EOPNOTSUPP;
+	if (!range->grow)
+		return off + len > phx_range_size(range) ? -ENOSPC : 0;
+	inode_lock(inode);
+	down_write(&range->phx->lock);
+	if (range->phx->dead || range->revoked)
+		ret = -ENODEV;
+	else if (off + len > phx_range_size(range))
+		ret = -EFBIG;
+	else if (!(mode & FALLOC_FL_KEEP_SIZE) &&
+		 off + len > i_size_read(inode))
+		phx_range_set_size(range, i_size_read(inode), off + len);
+	up_write(&range->phx->lock);
+	inode_unlock(inode);
+	return ret;
+}
+
+static const struct inode_operations phx_range_iops = {
+	.setattr = phx_range_setattr,
+};
 
 static const struct file_operations phx_range_fops = {
 	.owner = THIS_MODULE,
@@ -328,6 +551,9 @@ static const struct file_operations phx_range_fops = {
 	.read_iter = phx_range_read_iter,
 	.write_iter = phx_range_write_iter,
 	.mmap = phx_range_mmap,
+	.fallocate = phx_range_fallocate,
+	.splice_read = copy_splice_read,
+	.splice_write = iter_file_splice_write,
 	.fsync = noop_fsync,
 	.unlocked_ioctl = phx_range_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
@@ -349,7 +575,8 @@ static struct file *phx_range_file(struct phx_range *range)
 	inode->i_mode = S_IFREG | 0600;
 	inode->i_uid = current_fsuid();
 	inode->i_gid = current_fsgid();
-	inode->i_size = phx_range_size(range);
+	inode->i_size = range->grow ? 0 : phx_range_size(range);
+	inode->i_op = &phx_range_iops;
 	inode->i_fop = &phx_range_fops;
 	simple_inode_init_ts(inode);
 	/* From here on, the inode's eviction frees the range. */

@@ -45,6 +45,7 @@ struct phx_ioc_info {
 /* PHX_IOC_ALLOC flags */
 #define PHX_ALLOC_FIXED (1U << 0)   /* at @offset, not wherever it fits */
 #define PHX_ALLOC_NOCLEAR (1U << 1) /* keep the device's bytes (root only) */
+#define PHX_ALLOC_GROW (1U << 2)    /* file size starts at 0, see below */
 
 /**
  * struct phx_ioc_alloc - PHX_IOC_ALLOC: allocate device memory.
@@ -55,6 +56,16 @@ struct phx_ioc_info {
  * @reserved: must be 0.
  *
  * Memory is cleared before it is handed out unless PHX_ALLOC_NOCLEAR.
+ *
+ * With PHX_ALLOC_GROW the file behaves like an ordinary file inside the
+ * allocation: its size starts at 0, writes past the end extend it,
+ * ftruncate() sets it, reads stop at it and mappings fault (SIGBUS) past
+ * it; the allocation is its capacity.  Writes past the capacity are short
+ * or fail with EFBIG, as do ftruncate() and fallocate() past it, and
+ * PHX_IOC_TRIM gives the capacity beyond the size back.  This is the kind
+ * of file a FUSE file system hands to the kernel as a passthrough backing
+ * file.  Without it the size is the allocation's and cannot change.
+ *
  * Errors: EINVAL (size 0 or not a page multiple, misaligned offset,
  * unknown flags), ERANGE (the range passes the end of device memory),
  * ENOSPC (no room), EBUSY (a fixed range overlaps an allocation),
@@ -89,11 +100,11 @@ struct phx_ioc_import {
 
 /**
  * struct phx_ioc_range - PHX_IOC_RANGE: describe an allocation's file.
- * @size: bytes.
+ * @size: bytes of device memory it holds (the capacity of a GROW file).
  * @offset: offset in device memory (of the first page for imports).
  * @bus_addr: bus address of the first byte.
  * @contiguous: 1 when the range is one contiguous run of device memory.
- * @reserved: 0.
+ * @flags: PHX_RANGE_*.
  *
  * Issued on the file that PHX_IOC_ALLOC or PHX_IOC_IMPORT returned.
  */
@@ -102,12 +113,23 @@ struct phx_ioc_range {
 	__u64 offset;
 	__u64 bus_addr;
 	__u32 contiguous;
-	__u32 reserved;
+	__u32 flags;
 };
+
+/* struct phx_ioc_range flags */
+#define PHX_RANGE_GROW (1U << 0)   /* allocated with PHX_ALLOC_GROW */
+#define PHX_RANGE_MAPPED (1U << 1) /* some process maps the file now */
 
 #define PHX_IOC_INFO _IOR(PHX_IOC_MAGIC, 0, struct phx_ioc_info)
 #define PHX_IOC_ALLOC _IOWR(PHX_IOC_MAGIC, 1, struct phx_ioc_alloc)
 #define PHX_IOC_IMPORT _IOWR(PHX_IOC_MAGIC, 2, struct phx_ioc_import)
 #define PHX_IOC_RANGE _IOR(PHX_IOC_MAGIC, 3, struct phx_ioc_range)
+/*
+ * PHX_IOC_TRIM, on a PHX_ALLOC_GROW file: give back the pages past the
+ * file's size (one page is kept).  EBUSY while I/O pins one of them,
+ * EINVAL on other files, EOPNOTSUPP where the allocator cannot split an
+ * allocation (P2PDMA kernels).
+ */
+#define PHX_IOC_TRIM _IO(PHX_IOC_MAGIC, 4)
 
 #endif /* PHX_UAPI_H */

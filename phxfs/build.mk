@@ -2,27 +2,55 @@
 #
 # libfuse and libphoenix are linked statically so that the two binaries
 # run on machines without them (the GPU hosts).
+#
+# PHX_FUSE picks the libfuse phxfs is built with:
+#   system  the distribution's (3.14 on Debian 12): no FUSE passthrough
+#   3.17    libfuse 3.17 built from Debian trixie's source package into
+#           $(BUILD)/libfuse by scripts/libfuse.sh: passthrough to phx.ko
+# Both variants always exist as $(BUILD)/phxfs-<variant>; $(BUILD)/phxfs
+# is the one PHX_FUSE names.
 
-FUSE_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
-FUSE_A := $(firstword $(wildcard $(shell pkg-config --variable=libdir fuse3 2>/dev/null)/libfuse3.a))
-ifeq ($(FUSE_A),)
-FUSE_LIB := $(shell pkg-config --libs fuse3 2>/dev/null)
+PHX_FUSE ?= system
+
+FUSE_SYS_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_SYS_A := $(firstword $(wildcard $(shell pkg-config --variable=libdir fuse3 2>/dev/null)/libfuse3.a))
+ifeq ($(FUSE_SYS_A),)
+FUSE_SYS_LIB := $(shell pkg-config --libs fuse3 2>/dev/null)
 else
-FUSE_LIB := $(FUSE_A)
+FUSE_SYS_LIB := $(FUSE_SYS_A)
 endif
 
+FUSE317 := $(BUILD)/libfuse/prefix
+FUSE317_CFLAGS := -I$(FUSE317)/include/fuse3 -DFUSE_USE_VERSION=317
+FUSE317_LIB := $(FUSE317)/lib/libfuse3.a -lrt
+
 PHXFS_SRCS := phxfs/main.c phxfs/inode.c phxfs/device.c phxfs/ops.c \
-	phxfs/ctl.c
-PHXFS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
+	phxfs/ctl.c phxfs/backing.c
+PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
+PHXFS_317_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs317-obj/%.o)
 PHX_CLI_OBJS := $(BUILD)/phxfs-obj/phx.o
+
+$(FUSE317)/.built:
+	@sh scripts/libfuse.sh $(BUILD)
 
 $(BUILD)/phxfs-obj/%.o: phxfs/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_CFLAGS) -Iphxfs -c $< -o $@
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Iphxfs -c $< -o $@
 
-$(BUILD)/phxfs: $(PHXFS_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_OBJS) $(LIB_A) $(FUSE_LIB) \
+$(BUILD)/phxfs317-obj/%.o: phxfs/%.c $(FUSE317)/.built
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE317_CFLAGS) -Iphxfs -c $< -o $@
+
+$(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE_SYS_LIB) \
 		$(URING_LIB) $(LDLIBS)
+
+$(BUILD)/phxfs-3.17: $(PHXFS_317_OBJS) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE317_LIB) \
+		$(URING_LIB) $(LDLIBS)
+
+$(BUILD)/phxfs: $(BUILD)/phxfs-$(PHX_FUSE)
+	cp $< $@
 
 $(BUILD)/phx: $(PHX_CLI_OBJS) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $(PHX_CLI_OBJS) $(LIB_A) $(URING_LIB) $(LDLIBS)
@@ -49,4 +77,4 @@ test-phxfs: $(BUILD)/phxfs $(BUILD)/phx
 	@python3 tests/phxfs/test_phxfs.py --build $(BUILD)
 
 TESTS += test-phxfs
--include $(PHXFS_OBJS:.o=.d) $(PHX_CLI_OBJS:.o=.d)
+-include $(PHXFS_SYS_OBJS:.o=.d) $(PHXFS_317_OBJS:.o=.d) $(PHX_CLI_OBJS:.o=.d)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -101,6 +102,12 @@ static void do_open(struct conn *c, unsigned long long ino)
 		send_err(c->fd, EACCES, "OPEN: only the owner may map a file");
 		goto out;
 	}
+	if (phxfs_dev_ranged(inode->dev)) {
+		send_err(
+			c->fd, EOPNOTSUPP,
+			"OPEN: the file is a phx.ko range; mmap it through the mount instead");
+		goto out;
+	}
 	pthread_rwlock_wrlock(&inode->io_lock);
 	ret = phxfs_data_ensure(inode);
 	if (ret) {
@@ -133,6 +140,54 @@ static int64_t fd_size(int fd)
 		return -EINVAL;
 	end = lseek(fd, 0, SEEK_END);
 	return end < 0 ? -errno : end;
+}
+
+/*
+ * Pull @src into a range file: io_uring O_DIRECT reads into a mapping of
+ * its device pages (p2p) where the engine can, else staged.
+ */
+static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
+			 uint64_t total, uint64_t *done, enum phx_path *path)
+{
+	void *map = NULL;
+	int ret;
+
+	pthread_rwlock_wrlock(&inode->io_lock);
+	ret = phxfs_range_set_size(inode, total);
+	if (!ret && total) {
+		map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED,
+			   inode->range_fd, 0);
+		if (map == MAP_FAILED) {
+			ret = -errno;
+			map = NULL;
+		}
+	}
+	/* Shared from here: readers of the file need not wait. */
+	pthread_rwlock_unlock(&inode->io_lock);
+	pthread_rwlock_rdlock(&inode->io_lock);
+	while (!ret && *done < total) {
+		struct phx_io io = {
+			.op = PHX_OP_READ,
+			.fd = src,
+			.file_off = (int64_t)*done,
+			.dptr = (phx_dptr_t)(uintptr_t)map + *done,
+			.len = total - *done < CP_STEP ? total - *done :
+							 CP_STEP,
+		};
+
+		if (phx_io_run(inode->dev->dev, &io) <= 0) {
+			ret = io.result ? (int)io.result : -EIO;
+			break;
+		}
+		*done += (uint64_t)io.result;
+		*path = io.path;
+		send_line(c->fd, "PROGRESS %llu %llu",
+			  (unsigned long long)*done, (unsigned long long)total);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (map)
+		munmap(map, total);
+	return ret;
 }
 
 /* Pull @src into @inode, which the client has just truncated. */
@@ -204,7 +259,11 @@ static void do_cp(struct conn *c, unsigned long long ino, int src)
 		send_err(c->fd, (int)-total, "CP: the source has no size");
 		goto out;
 	}
-	ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path);
+	if (phxfs_dev_ranged(inode->dev))
+		ret = cp_pull_range(c, inode, src, (uint64_t)total, &done,
+				    &path);
+	else
+		ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path);
 	if (ret) {
 		/* Keep what arrived; the rest was never there. */
 		char msg[512];
@@ -269,15 +328,11 @@ static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
 		if (S_ISDIR(inode->mode)) {
 			send_files(c, inode, path, len);
 		} else if (S_ISREG(inode->mode)) {
-			struct phx_buf *buf = inode->buf;
-
 			send_line(c->fd, "FILE %s %llu %llu %s %s",
 				  inode->dev->name,
-				  (unsigned long long)atomic_load(&inode->size),
-				  (unsigned long long)(buf ? phx_buf_committed(
-								     buf) :
-							     0),
-				  phx_path_name(atomic_load(&inode->path)),
+				  (unsigned long long)phxfs_data_size(inode),
+				  (unsigned long long)phxfs_data_held(inode),
+				  phxfs_path_name(atomic_load(&inode->path)),
 				  path);
 		}
 		path[n] = '\0';
@@ -291,6 +346,16 @@ static void do_status(struct conn *c)
 
 	for (i = 0; i < c->fs->ndevs; i++)
 		send_dev(c, &c->fs->devs[i]);
+	for (i = 0; i < c->fs->ndevs; i++)
+		send_line(c->fd, "REQS %s %llu %llu", c->fs->devs[i].name,
+			  (unsigned long long)atomic_load(
+				  &c->fs->devs[i].fuse_writes),
+			  (unsigned long long)atomic_load(
+				  &c->fs->devs[i].fuse_reads));
+	if (c->fs->passthrough)
+		send_line(c->fd, "PASSTHROUGH on");
+	else
+		send_line(c->fd, "PASSTHROUGH off %s", c->fs->passthrough_why);
 	pthread_mutex_lock(&c->fs->lock);
 	send_files(c, c->fs->root, path, sizeof(path));
 	pthread_mutex_unlock(&c->fs->lock);

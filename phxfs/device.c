@@ -33,6 +33,7 @@ static int dev_add(struct phxfs *fs, const struct phx_device_info *info)
 	struct phxfs_dev *d = &fs->devs[fs->ndevs];
 	int ret;
 
+	d->backing_fd = -1;
 	ret = phx_device_open(info->name, &d->dev);
 	if (ret) {
 		fprintf(stderr, "phxfs: %s\n", phx_strerror_last());
@@ -154,6 +155,8 @@ int phxfs_data_resize(struct phxfs_inode *inode, uint64_t size)
 
 	if (size > PHXFS_MAX_FILE)
 		return -EFBIG;
+	if (phxfs_dev_ranged(inode->dev))
+		return phxfs_range_set_size(inode, size);
 	if (!inode->buf) {
 		if (!size)
 			goto out;
@@ -176,6 +179,8 @@ int phxfs_data_ensure(struct phxfs_inode *inode)
 {
 	int ret;
 
+	if (phxfs_dev_ranged(inode->dev))
+		return phxfs_range_reserve(inode, 0, 0);
 	if (inode->buf)
 		return 0;
 	ret = phx_buf_alloc(inode->dev->dev, 0, PHX_BUF_SPARSE, &inode->buf);
@@ -190,6 +195,9 @@ int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to)
 	struct phx_buf *nb;
 	int ret;
 
+	/* Range files are the kernel's too: mv copies them itself. */
+	if (phxfs_ranged(inode) || phxfs_dev_ranged(to))
+		return -EXDEV;
 	if (!inode->buf) {
 		inode->dev = to;
 		return 0;
@@ -212,6 +220,12 @@ int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to)
 
 void phxfs_data_free(struct phxfs_inode *inode)
 {
+	if (phxfs_ranged(inode)) {
+		pthread_rwlock_wrlock(&inode->io_lock);
+		phxfs_range_free(inode);
+		pthread_rwlock_unlock(&inode->io_lock);
+		return;
+	}
 	if (!inode->buf)
 		return;
 	pthread_rwlock_wrlock(&inode->io_lock);

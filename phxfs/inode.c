@@ -105,6 +105,7 @@ struct phxfs_inode *phxfs_inode_new(struct phxfs *fs, struct phxfs_dev *dev,
 	inode->gid = gid;
 	inode->nlink = S_ISDIR(mode) ? 2 : 1;
 	inode->dev = dev;
+	inode->range_fd = -1;
 	pthread_rwlock_init(&inode->io_lock, NULL);
 	phxfs_touch(&inode->mtime);
 	inode->atime = inode->ctime = inode->mtime;
@@ -205,11 +206,8 @@ void phxfs_fill_stat(struct phxfs *fs, struct phxfs_inode *inode,
 	st->st_ctim = inode->ctime;
 	st->st_blksize = (blksize_t)fs->blksize;
 	if (S_ISREG(inode->mode)) {
-		struct phx_buf *buf = inode->buf;
-
-		st->st_size = (off_t)atomic_load(&inode->size);
-		st->st_blocks =
-			buf ? (blkcnt_t)(phx_buf_committed(buf) / 512) : 0;
+		st->st_size = (off_t)phxfs_data_size(inode);
+		st->st_blocks = (blkcnt_t)(phxfs_data_held(inode) / 512);
 	} else if (S_ISLNK(inode->mode)) {
 		st->st_size = (off_t)strlen(inode->symlink);
 	} else if (S_ISDIR(inode->mode)) {

@@ -18,6 +18,11 @@
  *   -o threads=N      most FUSE worker threads (16)
  *   -o max_write=SIZE largest write request (1M: libfuse's buffer)
  *   -o writeback      page-cached writes instead of direct I/O
+ *   -o headroom=SIZE  room to grow of a passthrough file open for writing
+ *
+ * On phx.ko devices files are served by the kernel (FUSE passthrough to
+ * the module's range files, backing.c) where libfuse, kernel and
+ * privileges allow it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +48,7 @@ static const struct fuse_opt phxfs_opt_spec[] = {
 	PHXFS_OPT("threads=%u", threads, 0),
 	PHXFS_OPT("max_write=%s", max_write, 0),
 	PHXFS_OPT("writeback", writeback, 1),
+	PHXFS_OPT("headroom=%s", headroom, 0),
 	FUSE_OPT_END
 };
 
@@ -75,7 +81,8 @@ static void usage(const char *prog)
 	       "    -o blksize=SIZE    st_blksize of files (4M)\n"
 	       "    -o threads=N       most FUSE worker threads (16)\n"
 	       "    -o max_write=SIZE  largest write request (1M)\n"
-	       "    -o writeback       page-cached writes instead of direct I/O\n\n",
+	       "    -o writeback       page-cached writes instead of direct I/O\n"
+	       "    -o headroom=SIZE   growth room of passthrough files (1G)\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -111,6 +118,14 @@ static int parse_sizes(struct phxfs *fs)
 		fprintf(stderr,
 			"phxfs: bad max_write=%s; use a size from 4K to 1G\n",
 			fs->opts.max_write);
+		return -EINVAL;
+	}
+	fs->headroom = 1ULL << 30;
+	if (fs->opts.headroom &&
+	    phx_parse_size(fs->opts.headroom, &fs->headroom)) {
+		fprintf(stderr,
+			"phxfs: bad headroom=%s; use e.g. headroom=1G\n",
+			fs->opts.headroom);
 		return -EINVAL;
 	}
 	/* st_blksize must be a power of two for cp and friends. */
@@ -240,6 +255,7 @@ int main(int argc, char *argv[])
 
 	if (phxfs_table_init(&fs) || phxfs_devices_open(&fs))
 		goto out_table;
+	phxfs_backing_setup(&fs);
 	fs.se = fuse_session_new(&args, &phxfs_ops, sizeof(phxfs_ops), &fs);
 	if (!fs.se)
 		goto out_table;
@@ -265,6 +281,7 @@ out_session:
 	fuse_session_destroy(fs.se);
 out_table:
 	phxfs_table_destroy(&fs);
+	phxfs_backing_close(&fs);
 	phxfs_devices_close(&fs);
 	free(cmd.mountpoint);
 	fuse_opt_free_args(&args);

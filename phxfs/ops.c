@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include "phxfs.h"
 
@@ -36,10 +37,18 @@ static struct phxfs *fs_of(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-/* The inode of an open file (fh is set in open/create). */
+/*
+ * The inode of an open file (fh is set in open/create); its low bit says
+ * that the kernel serves the file through passthrough.
+ */
 static struct phxfs_inode *file_of(struct fuse_file_info *fi)
 {
-	return (struct phxfs_inode *)(uintptr_t)fi->fh;
+	return (struct phxfs_inode *)(uintptr_t)(fi->fh & ~(uint64_t)1);
+}
+
+static bool file_passthrough(struct fuse_file_info *fi)
+{
+	return fi->fh & 1;
 }
 
 /* Caller holds fs->lock. */
@@ -125,14 +134,16 @@ static void phxfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->congestion_threshold = 48;
 	conn->time_gran = 1;
 	/* Requests arrive in one buffer we copy from: splicing would not help. */
-	conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
-			FUSE_CAP_SPLICE_MOVE);
+	phxfs_want(conn, FUSE_CAP_SPLICE_READ, false);
+	phxfs_want(conn, FUSE_CAP_SPLICE_WRITE, false);
+	phxfs_want(conn, FUSE_CAP_SPLICE_MOVE, false);
 	if (fs->opts.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
-		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+		phxfs_want(conn, FUSE_CAP_WRITEBACK_CACHE, true);
 	if (conn->capable & FUSE_CAP_ASYNC_DIO)
-		conn->want |= FUSE_CAP_ASYNC_DIO;
+		phxfs_want(conn, FUSE_CAP_ASYNC_DIO, true);
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
-		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+		phxfs_want(conn, FUSE_CAP_PARALLEL_DIROPS, true);
+	phxfs_backing_init(fs, conn);
 }
 
 static void phxfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -584,6 +595,44 @@ static void open_flags(struct phxfs *fs, struct fuse_file_info *fi)
 #endif
 }
 
+/*
+ * Set up @fi for regular file @inode, which holds an open reference:
+ * truncate it for O_TRUNC, and on a passthrough device give the kernel
+ * its range file, with room to grow when it is opened for writing.
+ */
+static int open_file(struct phxfs *fs, fuse_req_t req,
+		     struct phxfs_inode *inode, struct fuse_file_info *fi)
+{
+	bool pass = false;
+	int err = 0;
+
+	pthread_rwlock_wrlock(&inode->io_lock);
+	if (fi->flags & O_TRUNC)
+		err = -phxfs_data_resize(inode, 0); /* atomic_o_trunc */
+	if (!err && phxfs_dev_ranged(inode->dev)) {
+		uint64_t size = phxfs_data_size(inode);
+		bool writing = (fi->flags & O_ACCMODE) != O_RDONLY;
+
+		err = -phxfs_range_reserve(
+			inode, size, writing ? size + fs->headroom : size);
+		if (!err)
+			pass = phxfs_passthrough_open(fs, req, inode, fi);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (err)
+		return err;
+	if (fi->flags & O_TRUNC) {
+		pthread_mutex_lock(&fs->lock);
+		phxfs_touch(&inode->mtime);
+		inode->ctime = inode->mtime;
+		pthread_mutex_unlock(&fs->lock);
+	}
+	if (!pass)
+		open_flags(fs, fi);
+	fi->fh = (uintptr_t)inode | pass;
+	return 0;
+}
+
 static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
@@ -602,22 +651,18 @@ static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 	pthread_mutex_unlock(&fs->lock);
 	if (err)
 		goto out_err;
-	if ((fi->flags & O_TRUNC) && S_ISREG(inode->mode)) {
-		/* atomic_o_trunc: the truncation is ours to do */
-		pthread_rwlock_wrlock(&inode->io_lock);
-		err = -phxfs_data_resize(inode, 0);
-		pthread_rwlock_unlock(&inode->io_lock);
-		pthread_mutex_lock(&fs->lock);
-		phxfs_touch(&inode->mtime);
-		inode->ctime = inode->mtime;
-		if (err)
+	if (S_ISREG(inode->mode)) {
+		err = open_file(fs, req, inode, fi);
+		if (err) {
+			pthread_mutex_lock(&fs->lock);
 			phxfs_inode_unref(fs, inode, 0, 1);
-		pthread_mutex_unlock(&fs->lock);
-		if (err)
+			pthread_mutex_unlock(&fs->lock);
 			goto out_err;
+		}
+	} else {
+		fi->fh = (uintptr_t)inode;
+		open_flags(fs, fi);
 	}
-	fi->fh = (uintptr_t)inode;
-	open_flags(fs, fi);
 	fuse_reply_open(req, fi);
 	return;
 
@@ -629,6 +674,7 @@ static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 			 mode_t mode, struct fuse_file_info *fi)
 {
 	struct phxfs *fs = fs_of(req);
+	struct phxfs_inode *inode;
 	struct fuse_entry_param e;
 	int err;
 
@@ -639,9 +685,17 @@ static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
-	fi->fh = (uintptr_t)phxfs_inode_get(fs, e.ino);
+	inode = phxfs_inode_get(fs, e.ino);
 	pthread_mutex_unlock(&fs->lock);
-	open_flags(fs, fi);
+	err = open_file(fs, req, inode, fi);
+	if (err) {
+		/* The name stays, as after a failed open of an existing file. */
+		pthread_mutex_lock(&fs->lock);
+		phxfs_inode_unref(fs, inode, 1, 1);
+		pthread_mutex_unlock(&fs->lock);
+		fuse_reply_err(req, err);
+		return;
+	}
 	fuse_reply_create(req, &e, fi);
 }
 
@@ -649,11 +703,56 @@ static void phxfs_release(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct phxfs *fs = fs_of(req);
+	struct phxfs_inode *inode = file_of(fi);
 
+	if (S_ISREG(inode->mode) && phxfs_dev_ranged(inode->dev)) {
+		pthread_rwlock_wrlock(&inode->io_lock);
+		if (file_passthrough(fi))
+			phxfs_passthrough_release(fs, req, inode);
+		else
+			phxfs_range_trim(inode);
+		pthread_rwlock_unlock(&inode->io_lock);
+	}
 	pthread_mutex_lock(&fs->lock);
-	phxfs_inode_unref(fs, file_of(fi), 0, 1);
+	phxfs_inode_unref(fs, inode, 0, 1);
 	pthread_mutex_unlock(&fs->lock);
 	fuse_reply_err(req, 0);
+}
+
+/* Read [@off, @off + @len) of a range file into @host. */
+static int range_read(struct phxfs_inode *inode, void *host, uint64_t len,
+		      uint64_t off)
+{
+	while (len) {
+		ssize_t n = pread(inode->range_fd, host, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		host = (char *)host + n;
+		len -= (uint64_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Write to a range file; it grows up to its capacity. */
+static int range_write(struct phxfs_inode *inode, const char *data,
+		       uint64_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pwrite(inode->range_fd, data, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		data += n;
+		len -= (uint64_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
 }
 
 static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -665,16 +764,21 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	int err = 0;
 
 	pthread_rwlock_rdlock(&inode->io_lock);
-	fsize = atomic_load(&inode->size);
+	fsize = phxfs_data_size(inode);
 	if (off >= 0 && (uint64_t)off < fsize)
 		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	if (n) {
 		host = thread_buf(size);
-		err = !host ? ENOMEM :
-			      -phx_memcpy_from_buf(host, inode->buf,
+		if (!host)
+			err = ENOMEM;
+		else if (phxfs_ranged(inode))
+			err = -range_read(inode, host, n, (uint64_t)off);
+		else
+			err = -phx_memcpy_from_buf(host, inode->buf,
 						   (uint64_t)off, n);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
+	atomic_fetch_add(&inode->dev->fuse_reads, 1);
 	if (err) {
 		fuse_reply_err(req, err);
 		return;
@@ -690,6 +794,15 @@ static int write_data(struct phxfs_inode *inode, const char *data,
 	uint64_t end = off + size, old;
 	int ret;
 
+	if (phxfs_dev_ranged(inode->dev)) {
+		/* Only opens the kernel could not pass through come here. */
+		pthread_rwlock_wrlock(&inode->io_lock);
+		ret = phxfs_range_reserve(inode, end, end);
+		if (!ret)
+			ret = range_write(inode, data, size, off);
+		pthread_rwlock_unlock(&inode->io_lock);
+		return ret;
+	}
 	pthread_rwlock_rdlock(&inode->io_lock);
 	if (end <= atomic_load(&inode->size)) {
 		ret = phx_memcpy_to_buf(inode->buf, off, data, size);
@@ -717,6 +830,7 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct phxfs_inode *inode = file_of(fi);
 	int err = 0;
 
+	atomic_fetch_add(&inode->dev->fuse_writes, 1);
 	if (off < 0 || (uint64_t)off > PHXFS_MAX_FILE ||
 	    size > PHXFS_MAX_FILE - (uint64_t)off) {
 		err = EFBIG;
@@ -769,10 +883,11 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 		goto out;
 	}
 	pthread_rwlock_wrlock(&inode->io_lock);
-	old = atomic_load(&inode->size);
+	old = phxfs_data_size(inode);
 	if (end > old)
 		err = -phxfs_data_resize(inode, end);
-	if (!err)
+	/* A range file's memory is all there already. */
+	if (!err && !phxfs_ranged(inode))
 		err = -phx_buf_commit(inode->buf, (uint64_t)off, (uint64_t)len);
 	if (err && end > old)
 		phxfs_data_resize(inode, old);
@@ -894,7 +1009,14 @@ static int xattr_value(struct phxfs *fs, struct phxfs_inode *inode,
 		return snprintf(out, len, "%s", inode->dev->name);
 	if (!strcmp(name, "user.phx.path") && file)
 		return snprintf(out, len, "%s",
-				phx_path_name(atomic_load(&inode->path)));
+				phxfs_path_name(atomic_load(&inode->path)));
+	/* FUSE requests the daemon served on the device, not the kernel. */
+	if (!strcmp(name, "user.phx.requests") && inode->dev)
+		return snprintf(out, len, "write %llu read %llu",
+				(unsigned long long)atomic_load(
+					&inode->dev->fuse_writes),
+				(unsigned long long)atomic_load(
+					&inode->dev->fuse_reads));
 	if (!strcmp(name, "user.phx.handle") && file) {
 		if (uid && uid != inode->uid)
 			return -EACCES;
@@ -941,6 +1063,7 @@ static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	static const char *const names[] = { "user.phx.device", "user.phx.path",
 					     "user.phx.handle",
+					     "user.phx.requests",
 					     "user.phx.socket" };
 	struct phxfs *fs = fs_of(req);
 	struct phxfs_inode *inode;

@@ -155,6 +155,17 @@ static int cmd_status(int argc, char **argv)
 				       "SIZE", "HELD", "PATH", "FILE");
 			header = true;
 			print_file(line);
+		} else if (!strncmp(line, "PASSTHROUGH ", 12)) {
+			printf("\nFUSE passthrough (the kernel serves phx.ko files): %s\n",
+			       line + 12);
+		} else if (!strncmp(line, "REQS ", 5)) {
+			char dev[32];
+			unsigned long long w, r;
+
+			if (sscanf(line, "REQS %31s %llu %llu", dev, &w, &r) ==
+			    3)
+				printf("%-8s daemon served %llu WRITE and %llu READ requests\n",
+				       dev, w, r);
 		} else if (!strncmp(line, "MOUNT ", 6)) {
 			printf("\nmounted at %s; contents live in device memory "
 			       "and vanish with phxfs\n",
@@ -199,17 +210,14 @@ static int send_fd(int sock, const char *line, int fd)
 	return sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
-/* Ask the daemon to pull @src into the file open as @dst. */
-static int pull(const char *dst_path, int dst, int src, bool bar)
+/* Ask the daemon to pull @src into file @ino, @dst_path. */
+static int pull(const char *dst_path, ino_t ino, int src, bool bar, bool quiet)
 {
 	char sock[256], line[PHXFS_LINE_MAX], path[32], b[32];
 	unsigned long long done, total;
-	struct stat st;
 	double t0 = now_s();
 	int fd, ret;
 
-	if (fstat(dst, &st))
-		return -errno;
 	if (socket_of(dst_path, sock, sizeof(sock)))
 		return -EXDEV;
 	fd = phxfs_connect(sock);
@@ -218,8 +226,7 @@ static int pull(const char *dst_path, int dst, int src, bool bar)
 			strerror(-fd));
 		return fd;
 	}
-	snprintf(line, sizeof(line), "CP %llu\n",
-		 (unsigned long long)st.st_ino);
+	snprintf(line, sizeof(line), "CP %llu\n", (unsigned long long)ino);
 	ret = send_fd(fd, line, src);
 	while (!ret && (ret = phxfs_read_line(fd, line, sizeof(line))) >= 0) {
 		ret = 0;
@@ -233,7 +240,7 @@ static int pull(const char *dst_path, int dst, int src, bool bar)
 		if (sscanf(line, "OK %llu %31s", &done, path) == 2) {
 			double dt = now_s() - t0;
 
-			if (bar)
+			if (!quiet)
 				fprintf(stderr,
 					"%s in %.2f s, %.2f GB/s, path %s\n",
 					fmt_bytes(b, sizeof(b), (double)done),
@@ -255,7 +262,7 @@ static int cmd_cp(int argc, char **argv)
 	char dst[PATH_MAX + 256], *base;
 	struct stat st;
 	bool quiet = false;
-	int opt, src, out, ret;
+	int opt, src, ret;
 
 	while ((opt = getopt(argc, argv, "q")) != -1) {
 		if (opt != 'q')
@@ -275,16 +282,29 @@ static int cmd_cp(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
-	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-	if (out < 0) {
-		fprintf(stderr, "phx: cp: %s: %s\n", dst, strerror(errno));
-		close(src);
-		return 1;
+	/*
+	 * Create or empty DST without keeping it open: on phx.ko devices an
+	 * open file pins the file's device memory in place, and the daemon
+	 * may have to move it to make room for SRC.
+	 */
+	if (mknod(dst, S_IFREG | 0666, 0) && errno != EEXIST)
+		goto out_err;
+	if (stat(dst, &st))
+		goto out_err;
+	if (!S_ISREG(st.st_mode)) {
+		errno = EISDIR;
+		goto out_err;
 	}
-	ret = pull(dst, out, src, !quiet && isatty(2));
-	close(out);
+	if (truncate(dst, 0))
+		goto out_err;
+	ret = pull(dst, st.st_ino, src, !quiet && isatty(2), quiet);
 	close(src);
 	return ret ? 1 : 0;
+
+out_err:
+	fprintf(stderr, "phx: cp: %s: %s\n", dst, strerror(errno));
+	close(src);
+	return 1;
 }
 
 /* ---- mount / umount ------------------------------------------------- */

@@ -15,7 +15,10 @@
 #ifndef PHXFS_H
 #define PHXFS_H
 
+/* The build passes 317 when it links libfuse 3.17 (FUSE passthrough). */
+#ifndef FUSE_USE_VERSION
 #define FUSE_USE_VERSION 314
+#endif
 
 #include <fuse_lowlevel.h>
 #include <pthread.h>
@@ -33,6 +36,35 @@
 /* Names starting with this are kept for the file system itself. */
 #define PHXFS_RESERVED_PREFIX ".phx."
 
+/* libfuse 3.17 has fuse_passthrough_open() and fi->backing_id. */
+#if FUSE_USE_VERSION >= 317 && FUSE_VERSION >= FUSE_MAKE_VERSION(3, 17)
+#define PHXFS_HAVE_PASSTHROUGH 1
+#else
+#define PHXFS_HAVE_PASSTHROUGH 0
+#endif
+
+/* Ask for (@on) or decline a capability in FUSE init; libfuse 3.17 fails
+ * the session when both conn->want and its 64-bit successor change. */
+static inline void phxfs_want(struct fuse_conn_info *conn, uint64_t flag,
+			      bool on)
+{
+#if FUSE_USE_VERSION >= 317 && FUSE_VERSION >= FUSE_MAKE_VERSION(3, 17)
+	if (on)
+		fuse_set_feature_flag(conn, flag);
+	else
+		fuse_unset_feature_flag(conn, flag);
+#else
+	if (on)
+		conn->want |= (unsigned int)flag;
+	else
+		conn->want &= ~(unsigned int)flag;
+#endif
+}
+
+/* user.phx.path of a file the kernel serves through passthrough; the
+ * other values are enum phx_path. */
+#define PHXFS_PATH_PASSTHROUGH 100
+
 struct phxfs_inode;
 
 /* One device, shown as a top-level directory. */
@@ -45,6 +77,10 @@ struct phxfs_dev {
 	struct phxfs_inode *root; /* its directory */
 	atomic_uint files; /* regular files that hold a buffer */
 	atomic_uint_fast64_t fuse_in, fuse_out; /* bytes through the mount */
+	atomic_uint_fast64_t fuse_writes, fuse_reads; /* requests served */
+	/* /dev/phxN of a kmod device whose files are passthrough backing
+	 * files (see backing.c), else -1 */
+	int backing_fd;
 };
 
 struct phxfs_opts {
@@ -55,6 +91,7 @@ struct phxfs_opts {
 	char *max_write; /* -o max_write=SIZE: largest FUSE write */
 	unsigned int threads; /* -o threads=N: FUSE worker threads */
 	int writeback; /* -o writeback: page cache instead of direct I/O */
+	char *headroom; /* -o headroom=SIZE: growth room of passthrough files */
 };
 
 struct phxfs {
@@ -64,6 +101,10 @@ struct phxfs {
 	uint64_t max_write;
 	uint64_t reserve;
 	uint64_t size;
+	uint64_t headroom;
+	/* Passthrough: on once the kernel agreed in init, else why not. */
+	bool passthrough;
+	char passthrough_why[160];
 	char mountpoint[4096];
 	char sock_path[108]; /* control socket, see ctl.c */
 	int sock_fd;
@@ -102,6 +143,19 @@ struct phxfs_inode {
 	struct phx_buf *buf; /* NULL until the first byte is stored */
 	_Atomic uint64_t size; /* written with io_lock held exclusive */
 	_Atomic int path; /* enum phx_path of the last write */
+
+	/*
+	 * Instead of @buf, on a device with backing_fd: a phx.ko GROW range
+	 * file of @range_cap bytes that the kernel reads and writes itself
+	 * (its size is the file's).  @backing_id is its passthrough
+	 * registration while @npass opens use it.  All under io_lock;
+	 * @range_fd keeps its number while set and is closed only with
+	 * fs->lock held too, so fstat() under either lock is safe.
+	 */
+	int range_fd;
+	uint64_t range_cap;
+	int backing_id;
+	unsigned int npass;
 };
 
 /* A name in a directory. */
@@ -145,6 +199,49 @@ int phxfs_data_ensure(struct phxfs_inode *inode);
 int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to);
 /* Free @inode's device memory. */
 void phxfs_data_free(struct phxfs_inode *inode);
+
+/* Size of a regular file (io_lock or fs->lock held: a range file's
+ * descriptor is closed only under both). */
+uint64_t phxfs_data_size(struct phxfs_inode *inode);
+/* Bytes of device memory the file holds; as phxfs_data_size(). */
+uint64_t phxfs_data_held(struct phxfs_inode *inode);
+
+/* ---- backing.c: passthrough backing files from phx.ko ---------------- */
+/* Decide whether passthrough can be used; after phxfs_devices_open(). */
+void phxfs_backing_setup(struct phxfs *fs);
+/* The kernel's answer in FUSE init; logs why not, once. */
+void phxfs_backing_init(struct phxfs *fs, struct fuse_conn_info *conn);
+void phxfs_backing_off(struct phxfs *fs, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void phxfs_backing_close(struct phxfs *fs);
+/* Does @inode keep its bytes in a range file?  io_lock held. */
+static inline bool phxfs_ranged(const struct phxfs_inode *inode)
+{
+	return inode->range_fd >= 0;
+}
+/* Would @inode on @dev keep its bytes in a range file? */
+static inline bool phxfs_dev_ranged(const struct phxfs_dev *dev)
+{
+	return dev && dev->backing_fd >= 0;
+}
+/*
+ * Make @inode's range hold at least @need bytes (-EFBIG where it would
+ * have to move but open files or mappings hold it), and @want where it
+ * can; io_lock exclusive.
+ */
+int phxfs_range_reserve(struct phxfs_inode *inode, uint64_t need,
+			uint64_t want);
+int phxfs_range_set_size(struct phxfs_inode *inode, uint64_t size);
+/* Give the capacity past the size back (no open uses passthrough). */
+void phxfs_range_trim(struct phxfs_inode *inode);
+void phxfs_range_free(struct phxfs_inode *inode);
+/* Serve @fi from the range in the kernel; false: the daemon serves it. */
+bool phxfs_passthrough_open(struct phxfs *fs, fuse_req_t req,
+			    struct phxfs_inode *inode,
+			    struct fuse_file_info *fi);
+void phxfs_passthrough_release(struct phxfs *fs, fuse_req_t req,
+			       struct phxfs_inode *inode);
+const char *phxfs_path_name(int path);
 
 /* ---- ops.c: the FUSE operations ------------------------------------- */
 extern const struct fuse_lowlevel_ops phxfs_ops;

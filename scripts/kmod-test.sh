@@ -1,5 +1,9 @@
 #!/bin/sh
-# Run the phx.ko suite in QEMU (TCG): kmod-test.sh BUILD_DIR
+# Run the phx.ko suite in QEMU (TCG): kmod-test.sh BUILD_DIR [fuse]
+#
+# With "fuse", the passthrough suite instead: phxfs (static, libfuse 3.17)
+# runs in the guest, first without phx.ko, then over it
+# (tests/kmod/init-fuse.sh, tests/kmod/kmod_fuse.c).
 #
 # Builds a busybox initramfs holding the NVMe and ext4 modules of the
 # guest kernel, phx.ko and the guest programs; an NVMe disk image with an
@@ -11,10 +15,11 @@
 set -eu
 
 BUILD=${1:-build}
+SUITE=${2:-kmod}
 KVER=6.12.95+deb12-amd64
 D=$BUILD/kmod
 IMG=$D/image
-RUN=$D/run
+RUN=$D/run-$SUITE
 MIB=1048576
 HOSTCHECK=$D/tests/hostcheck
 
@@ -34,18 +39,31 @@ done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' |
 		echo "$name" >>"$RUN/initrd/modules/order"
 	done
 cp "$D/phx.ko" "$RUN/initrd/phx.ko"
-for t in kmod_map kmod_dma kmod_lib kmod_safety; do
+if [ "$SUITE" = fuse ]; then
+	progs="kmod_fuse phxfs phx"
+	init=tests/kmod/init-fuse.sh
+	verify=verify-fuse
+else
+	progs="kmod_map kmod_dma kmod_lib kmod_safety"
+	init=tests/kmod/init.sh
+	verify=verify
+fi
+for t in $progs; do
 	cp "$D/tests/$t" "$RUN/initrd/$t"
 done
-cp tests/kmod/init.sh "$RUN/initrd/init"
+cp $init "$RUN/initrd/init"
 chmod +x "$RUN/initrd/init"
 (cd "$RUN/initrd" && find . | cpio -o -H newc --quiet | gzip -1) \
 	>"$RUN/initrd.gz"
 
 # Seeds and sizes as in tests/kmod/kmod_test.h.
-"$HOSTCHECK" gen "$RUN/files/a.bin" $((8 * MIB)) 10
-"$HOSTCHECK" gen "$RUN/files/b.bin" $((8 * MIB)) 11
 "$HOSTCHECK" gen "$RUN/files/lib.bin" $((12 * MIB)) 12
+if [ "$SUITE" = fuse ]; then
+	"$HOSTCHECK" gen "$RUN/files/src.bin" $((16 * MIB)) 20
+else
+	"$HOSTCHECK" gen "$RUN/files/a.bin" $((8 * MIB)) 10
+	"$HOSTCHECK" gen "$RUN/files/b.bin" $((8 * MIB)) 11
+fi
 mkfs.ext4 -q -F -L phx -d "$RUN/files" "$RUN/disk.img" 48M
 truncate -s 64M "$RUN/disk.img"
 
@@ -66,5 +84,5 @@ timeout 900 qemu-system-x86_64 -M q35 -cpu max -m 1G -smp 2 \
 	-trace pci_nvme_map_addr -D "$RUN/trace.log" || rc=$?
 echo "# QEMU ran $(($(date +%s) - start)) s (exit $rc); log in $RUN/console.log"
 grep -E '^(# |RESULT)' "$RUN/console.log" || true
-exec "$HOSTCHECK" verify "$RUN/console.log" "$RUN/bar.mem" "$RUN/disk.img" \
+exec "$HOSTCHECK" $verify "$RUN/console.log" "$RUN/bar.mem" "$RUN/disk.img" \
 	"$RUN/trace.log"

@@ -28,6 +28,7 @@
 #define SEED_FILE_A 10 /* /mnt/a.bin: O_DIRECT pread */
 #define SEED_FILE_B 11 /* /mnt/b.bin: io_uring */
 #define SEED_FILE_LIB 12 /* /mnt/lib.bin: libphoenix */
+#define SEED_FUSE_SRC 20 /* /mnt/src.bin: cp and dd through phxfs */
 
 /* Offsets in device memory (the ivshmem BAR) used by fixed allocations. */
 #define BAR_MAP_WRITE (32 * MIB)
@@ -47,6 +48,7 @@
 #define FILE_A_SIZE (8 * MIB)
 #define FILE_B_SIZE (8 * MIB)
 #define FILE_LIB_SIZE (12 * MIB)
+#define FUSE_SRC_SIZE (16 * MIB)
 
 static inline uint64_t pat_word(uint32_t seed, uint64_t index)
 {
