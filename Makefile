@@ -47,7 +47,7 @@ test: deps
 	@$(MAKE) --no-print-directory SAN=1 test-lib
 
 test-gpu:
-	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod,$(TESTS))
+	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod test-passthrough,$(TESTS))
 
 check-asan: deps
 	@$(MAKE) --no-print-directory SAN=1 test-lib

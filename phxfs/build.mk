@@ -49,8 +49,11 @@ $(BUILD)/phxfs-3.17: $(PHXFS_317_OBJS) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE317_LIB) \
 		$(URING_LIB) $(LDLIBS)
 
-$(BUILD)/phxfs: $(BUILD)/phxfs-$(PHX_FUSE)
-	cp $< $@
+# Copied whenever it differs, so that switching PHX_FUSE takes effect.
+$(BUILD)/phxfs: $(BUILD)/phxfs-$(PHX_FUSE) FORCE
+	@cmp -s $< $@ || cp $< $@
+
+.PHONY: FORCE
 
 $(BUILD)/phx: $(PHX_CLI_OBJS) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $(PHX_CLI_OBJS) $(LIB_A) $(URING_LIB) $(LDLIBS)
@@ -76,5 +79,15 @@ install: install-phxfs
 test-phxfs: $(BUILD)/phxfs $(BUILD)/phx
 	@python3 tests/phxfs/test_phxfs.py --build $(BUILD)
 
-TESTS += test-phxfs
+# The same suite against the libfuse 3.17 build (simulated devices: the
+# daemon path; passthrough itself is proved by test-passthrough in QEMU).
+PHXFS_317_DIR := $(BUILD)/fuse3.17
+.PHONY: test-phxfs-3.17
+test-phxfs-3.17: $(BUILD)/phxfs-3.17 $(BUILD)/phx $(LIB_SO)
+	@mkdir -p $(PHXFS_317_DIR)
+	@cp $(BUILD)/phxfs-3.17 $(PHXFS_317_DIR)/phxfs
+	@cp $(BUILD)/phx $(LIB_SO) $(PHXFS_317_DIR)/
+	@python3 tests/phxfs/test_phxfs.py --build $(PHXFS_317_DIR)
+
+TESTS += test-phxfs test-phxfs-3.17
 -include $(PHXFS_SYS_OBJS:.o=.d) $(PHXFS_317_OBJS:.o=.d) $(PHX_CLI_OBJS:.o=.d)
