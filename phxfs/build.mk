@@ -76,8 +76,11 @@ install-phxfs: $(BUILD)/phxfs $(BUILD)/phx
 install: install-phxfs
 
 .PHONY: test-phxfs
+# Every device directory in turn: three simulated devices here, every GPU
+# under make test-gpu.
 test-phxfs: $(BUILD)/phxfs $(BUILD)/phx
-	@python3 tests/phxfs/test_phxfs.py --build $(BUILD)
+	@PHX_SIM_DEVICES=$${PHX_SIM_DEVICES:-3} \
+		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device
 
 # The same suite against the libfuse 3.17 build (simulated devices: the
 # daemon path; passthrough itself is proved by test-passthrough in QEMU).

@@ -126,6 +126,7 @@ class Phxfs:
             self.env.setdefault("PHX_SIM_DEVICES", "2")
             self.env.setdefault("PHX_SIM_CAPACITY", "1G")
         self.opts = "size=%d" % CAP
+        self.dev_index = 0  # which device directory the tests use
 
     def mount(self, extra=""):
         opts = self.opts + ("," + extra if extra else "")
@@ -134,7 +135,7 @@ class Phxfs:
         if r.returncode:
             raise AssertionError("phx mount failed: " + r.stderr)
         self.devs = sorted(os.listdir(self.mp))
-        self.dev = os.path.join(self.mp, self.devs[0])
+        self.dev = os.path.join(self.mp, self.devs[self.dev_index])
         return r
 
     def umount(self):
@@ -163,7 +164,7 @@ def fresh(name):
     d = os.path.join(FS.dev, name)
     os.mkdir(d)
     os.chmod(d, 0o777)
-    ref = os.path.join(SCRATCH, "ref-" + name)
+    ref = os.path.join(SCRATCH, "ref-%d-%s" % (FS.dev_index, name))
     os.makedirs(ref, exist_ok=True)
     return d, ref
 
@@ -413,14 +414,57 @@ def mv_rename_link():
     assert os.readlink(d + "/sym") == "hard" and read(d + "/sym") == data
     if len(FS.devs) < 2:
         return
-    other = os.path.join(FS.mp, FS.devs[1])
+    other_dev = FS.devs[(FS.dev_index + 1) % len(FS.devs)]
+    other = os.path.join(FS.mp, other_dev)
     sh("mv %s/hard %s/moved" % (d, other))
     assert read(other + "/moved") == data
     assert os.getxattr(other + "/moved", "user.phx.device").decode() == \
-        FS.devs[1]
+        other_dev
     sh("mv %s/w %s/wdir" % (d, other))  # mv copies directories itself
     assert read(other + "/wdir/y/z") == b"zz"
     sh("rm -r %s/moved %s/wdir" % (other, other))
+
+
+def dev_used(path):
+    sv = os.statvfs(path)
+    return (sv.f_blocks - sv.f_bfree) * sv.f_frsize
+
+
+@test
+def every_device_at_once():
+    """Copies into all devices at once, then every file moves on to the
+    next device (a device-to-device copy), all byte-exact; df follows."""
+    if len(FS.devs) < 2:
+        raise Skip("one device")
+    dirs, refs = [], []
+    for i, dv in enumerate(FS.devs):
+        d = os.path.join(FS.mp, dv, "multi")
+        os.mkdir(d)
+        ref = os.path.join(SCRATCH, "multi-%d-%d" % (FS.dev_index, i))
+        write(ref, rand(5 * MiB + 333 * i, 40 + i))
+        dirs.append(d)
+        refs.append(ref)
+    parallel(["cp %s %s/f" % (shq(r), shq(d)) for r, d in zip(refs, dirs)])
+    for r, d in zip(refs, dirs):
+        same(r, d + "/f")
+    roots = [os.path.dirname(d) for d in dirs]
+    used = [dev_used(r) for r in roots]
+    n = len(dirs)
+    parallel(["mv %s/f %s/from%d" % (shq(dirs[i]), shq(dirs[(i + 1) % n]), i)
+              for i in range(n)])
+    for i in range(n):
+        dst = dirs[(i + 1) % n] + "/from%d" % i
+        same(refs[i], dst)
+        assert not os.path.exists(dirs[i] + "/f")
+        assert os.getxattr(dst, "user.phx.device").decode() == \
+            FS.devs[(i + 1) % n]
+    for i in range(n):
+        # each device now holds its neighbour's file instead of its own
+        assert dev_used(roots[i]) > 0
+    for i in range(n):
+        sh("rm -r %s" % shq(dirs[i]))
+        assert dev_used(roots[i]) < used[i], "rm gives the memory back"
+
 
 
 @test
@@ -534,7 +578,8 @@ def bad_offsets():
 def xattrs():
     d, _ = fresh("xattr")
     write(d + "/f", b"data")
-    assert os.getxattr(d + "/f", "user.phx.device").decode() == FS.devs[0]
+    assert os.getxattr(d + "/f", "user.phx.device").decode() == \
+        FS.devs[FS.dev_index]
     assert os.getxattr(d + "/f", "user.phx.path").decode() == "memcpy"
     names = os.listxattr(d + "/f")
     assert "user.phx.device" in names and "user.phx.path" in names
@@ -700,6 +745,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("-k", default="", help="run tests whose name has this")
+    ap.add_argument("--each-device", action="store_true",
+                    help="run the suite once in every device directory")
     ARGS = ap.parse_args()
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
@@ -714,10 +761,16 @@ def main():
           (FS.env["PHX_DEVICE"], " ".join(FS.devs), FS.mp))
     passed = failed = skipped = 0
     t0 = time.time()
+    rounds = range(len(FS.devs)) if ARGS.each_device else [0]
+    runs = [(i, t) for i in rounds for t in TESTS]
     try:
-        for t in TESTS:
+        for i, t in runs:
             if ARGS.k not in t.__name__:
                 continue
+            if FS.dev_index != i:
+                FS.dev_index = i
+                FS.dev = os.path.join(FS.mp, FS.devs[i])
+                print("phxfs tests in %s" % FS.devs[i])
             t1 = time.time()
             try:
                 t()
