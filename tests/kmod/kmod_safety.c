@@ -51,7 +51,7 @@ static int all_free(void)
 {
 	int i;
 
-	for (i = 0; i < 100; i++) {
+	for (i = 0; i < 250; i++) {
 		if (free_bytes() == info.size)
 			return 1;
 		usleep(20000);
