@@ -125,6 +125,10 @@ class Phxfs:
         if self.env["PHX_DEVICE"] == "sim":
             self.env.setdefault("PHX_SIM_DEVICES", "2")
             self.env.setdefault("PHX_SIM_CAPACITY", "1G")
+        # libphoenix loaded into this process must see the same devices
+        for k in ("PHX_DEVICE", "PHX_SIM_DEVICES", "PHX_SIM_CAPACITY"):
+            if k in self.env:
+                os.environ[k] = self.env[k]
         self.opts = "size=%d" % CAP
         self.dev_index = 0  # which device directory the tests use
 
