@@ -509,6 +509,11 @@ PHX_EXPORT int phx_device_info(struct phx_device *dev,
 	if (dev->limit && dev->limit < info->capacity)
 		info->capacity = dev->limit;
 	info->used = atomic_load(&dev->used);
+	/* the simulated device has no one else using it */
+	if (dev->ops->kind == PHX_DEVICE_SIM)
+		info->free = info->capacity > info->used ?
+				     info->capacity - info->used :
+				     0;
 	return 0;
 }
 

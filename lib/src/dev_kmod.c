@@ -133,21 +133,6 @@ static void kmod_close(struct phx_device *dev)
 	dev->priv = NULL;
 }
 
-static int kmod_va_reserve(struct phx_device *dev, uint64_t size,
-			   phx_dptr_t *out)
-{
-	void *p = mmap(NULL, size, PROT_NONE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-	if (p == MAP_FAILED)
-		return phx_err(
-			errno == ENOMEM ? EFBIG : errno,
-			"%s: cannot reserve %llu bytes of address space: %s",
-			dev->name, (unsigned long long)size, strerror(errno));
-	*out = (phx_dptr_t)(uintptr_t)p;
-	return 0;
-}
-
 static void kmod_va_release(struct phx_device *dev, phx_dptr_t va,
 			    uint64_t size)
 {
@@ -176,59 +161,24 @@ static int kmod_chunk_create(struct phx_device *dev, uint64_t size,
 	return 0;
 }
 
-static void kmod_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
-			       uint64_t size)
-{
-	close((int)chunk);
-}
-
+/* Pages are inserted at fault time by the module: no populate. */
 static int kmod_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 			  phx_chunk_t chunk)
 {
-	void *p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_FIXED, (int)chunk, 0);
-
-	if (p == MAP_FAILED)
-		return phx_err(errno, "%s: mapping device memory: %s",
-			       dev->name, strerror(errno));
-	return 0;
-}
-
-static void kmod_chunk_unmap(struct phx_device *dev, phx_dptr_t at,
-			     uint64_t size)
-{
-	/* Put the reservation back rather than leave a hole. */
-	mmap((void *)(uintptr_t)at, size, PROT_NONE,
-	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-}
-
-static int kmod_chunk_export(struct phx_device *dev, phx_chunk_t chunk,
-			     uint64_t size, int *fd)
-{
-	*fd = fcntl((int)chunk, F_DUPFD_CLOEXEC, 0);
-	if (*fd < 0)
-		return phx_err(errno, "%s: exporting a chunk: %s", dev->name,
-			       strerror(errno));
-	return 0;
+	return phx_fdmem_map(dev, at, size, chunk, 0);
 }
 
 static int kmod_chunk_import(struct phx_device *dev, int fd, uint64_t size,
 			     phx_chunk_t *out)
 {
 	struct phx_ioc_range range;
-	int nfd;
 
 	if (ioctl(fd, PHX_IOC_RANGE, &range) || range.size < size)
 		return phx_err(
 			EINVAL,
 			"%s: imported fd is not a phx.ko allocation of %llu bytes",
 			dev->name, (unsigned long long)size);
-	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (nfd < 0)
-		return phx_err(errno, "%s: importing a chunk: %s", dev->name,
-			       strerror(errno));
-	*out = (phx_chunk_t)nfd;
-	return 0;
+	return phx_fdmem_dup(dev, fd, out);
 }
 
 static void *kmod_host_addr(struct phx_device *dev, phx_dptr_t va)
@@ -333,13 +283,13 @@ const struct phx_backend_ops phx_kmod_ops = {
 	.query = kmod_query,
 	.open = kmod_open,
 	.close = kmod_close,
-	.va_reserve = kmod_va_reserve,
+	.va_reserve = phx_fdmem_reserve,
 	.va_release = kmod_va_release,
 	.chunk_create = kmod_chunk_create,
-	.chunk_release = kmod_chunk_release,
+	.chunk_release = phx_fdmem_release,
 	.chunk_map = kmod_chunk_map,
-	.chunk_unmap = kmod_chunk_unmap,
-	.chunk_export = kmod_chunk_export,
+	.chunk_unmap = phx_fdmem_unmap,
+	.chunk_export = phx_fdmem_export,
 	.chunk_import = kmod_chunk_import,
 	.host_addr = kmod_host_addr,
 	.p2p = true,

@@ -235,32 +235,24 @@ static int sim_va_reserve(struct phx_device *dev, uint64_t size,
 			  phx_dptr_t *out)
 {
 	struct sim_range *r = malloc(sizeof(*r));
-
-	/*
-	 * Read-only anonymous memory: a never-committed range reads as zeros
-	 * through a host view (the shared zero page, no memory) and faults
-	 * when written, like an unmapped range on a GPU.
-	 */
-	void *p = mmap(NULL, size, PROT_READ,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	phx_dptr_t va;
+	int ret;
 
 	if (!r)
 		return phx_err(ENOMEM, "sim: out of host memory");
-	if (p == MAP_FAILED) {
+	ret = phx_fdmem_reserve(dev, size, &va);
+	if (ret) {
 		free(r);
-		return phx_err(errno == ENOMEM ? EFBIG : errno,
-			       "%s: cannot reserve %llu bytes of address space: %s",
-			       dev->name, (unsigned long long)size,
-			       strerror(errno));
+		return ret;
 	}
-	r->va = (uintptr_t)p;
+	r->va = (uintptr_t)va;
 	r->size = size;
 	r->index = dev->index;
 	pthread_mutex_lock(&ranges_lock);
 	r->next = ranges;
 	ranges = r;
 	pthread_mutex_unlock(&ranges_lock);
-	*out = (phx_dptr_t)(uintptr_t)p;
+	*out = va;
 	return 0;
 }
 
@@ -305,57 +297,22 @@ static int sim_chunk_create(struct phx_device *dev, uint64_t size,
 	return 0;
 }
 
-static void sim_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
-			      uint64_t size)
-{
-	close((int)chunk);
-}
-
+/* Fault the whole chunk in now, as device memory is simply there. */
 static int sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 			 phx_chunk_t chunk)
 {
-	void *p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_FIXED | MAP_POPULATE, (int)chunk, 0);
-
-	if (p == MAP_FAILED)
-		return phx_err(errno, "%s: mapping a chunk: %s", dev->name,
-			       strerror(errno));
-	return 0;
-}
-
-static void sim_chunk_unmap(struct phx_device *dev, phx_dptr_t at,
-			    uint64_t size)
-{
-	/* Put the reservation back rather than leave a hole. */
-	mmap((void *)(uintptr_t)at, size, PROT_READ,
-	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-}
-
-static int sim_chunk_export(struct phx_device *dev, phx_chunk_t chunk,
-			    uint64_t size, int *fd)
-{
-	*fd = fcntl((int)chunk, F_DUPFD_CLOEXEC, 0);
-	if (*fd < 0)
-		return phx_err(errno, "%s: exporting a chunk: %s", dev->name,
-			       strerror(errno));
-	return 0;
+	return phx_fdmem_map(dev, at, size, chunk, MAP_POPULATE);
 }
 
 static int sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
 			    phx_chunk_t *out)
 {
 	struct stat st;
-	int nfd;
 
 	if (fstat(fd, &st) || (uint64_t)st.st_size < size)
 		return phx_err(EINVAL, "%s: imported chunk is not %llu bytes",
 			       dev->name, (unsigned long long)size);
-	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (nfd < 0)
-		return phx_err(errno, "%s: importing a chunk: %s", dev->name,
-			       strerror(errno));
-	*out = (phx_chunk_t)nfd;
-	return 0;
+	return phx_fdmem_dup(dev, fd, out);
 }
 
 static void *sim_host_addr(struct phx_device *dev, phx_dptr_t va)
@@ -511,10 +468,10 @@ const struct phx_backend_ops phx_sim_ops = {
 	.va_reserve = sim_va_reserve,
 	.va_release = sim_va_release,
 	.chunk_create = sim_chunk_create,
-	.chunk_release = sim_chunk_release,
+	.chunk_release = phx_fdmem_release,
 	.chunk_map = sim_chunk_map,
-	.chunk_unmap = sim_chunk_unmap,
-	.chunk_export = sim_chunk_export,
+	.chunk_unmap = phx_fdmem_unmap,
+	.chunk_export = phx_fdmem_export,
 	.chunk_import = sim_chunk_import,
 	.host_addr = sim_host_addr,
 	.p2p = false,

@@ -168,6 +168,17 @@ extern const struct phx_backend_ops phx_sim_ops;
 extern const struct phx_backend_ops phx_cuda_ops;
 extern const struct phx_backend_ops phx_kmod_ops;
 
+/* Chunk ops of backends whose memory is a mapped fd (fdmem.c). */
+int phx_fdmem_reserve(struct phx_device *dev, uint64_t size, phx_dptr_t *out);
+void phx_fdmem_release(struct phx_device *dev, phx_chunk_t chunk,
+		       uint64_t size);
+int phx_fdmem_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+		  phx_chunk_t chunk, int flags);
+void phx_fdmem_unmap(struct phx_device *dev, phx_dptr_t at, uint64_t size);
+int phx_fdmem_export(struct phx_device *dev, phx_chunk_t chunk, uint64_t size,
+		     int *fd);
+int phx_fdmem_dup(struct phx_device *dev, int fd, phx_chunk_t *out);
+
 /* Device memory accounting against capacity and limit; -ENOSPC if over. */
 int phx_device_charge(struct phx_device *dev, uint64_t bytes);
 void phx_device_uncharge(struct phx_device *dev, uint64_t bytes);
