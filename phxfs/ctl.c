@@ -4,7 +4,10 @@
  * another process, and pulling a file in through the transfer engine.
  * One line per request, see phxfs_client.h; each connection has a thread.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -474,14 +477,45 @@ static int sock_path(struct phxfs *fs)
 	return n >= (int)sizeof(fs->sock_path) ? -ENAMETOOLONG : 0;
 }
 
+/*
+ * Sockets are named after the daemon's pid; one killed with SIGKILL could
+ * not remove its own.  Remove those whose daemon is gone.
+ */
+static void sweep_stale_sockets(const char *dir)
+{
+	struct dirent *de;
+	char path[PATH_MAX];
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+
+		if (pid <= 0 || strcmp(end, ".sock"))
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		unlink(path);
+	}
+	closedir(d);
+}
+
 int phxfs_ctl_start(struct phxfs *fs)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[sizeof(sa.sun_path)];
 	int ret;
 
 	ret = sock_path(fs);
 	if (ret)
 		return ret;
+	snprintf(dir, sizeof(dir), "%s", fs->sock_path);
+	if (strrchr(dir, '/'))
+		*strrchr(dir, '/') = '\0';
+	sweep_stale_sockets(dir);
 	strcpy(sa.sun_path, fs->sock_path);
 	unlink(fs->sock_path);
 	fs->sock_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
