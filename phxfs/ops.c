@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -116,6 +117,59 @@ static void *thread_buf(size_t len)
 		return NULL;
 	b->len = len;
 	return b->data;
+}
+
+/*
+ * Pinned buffers for reads out of device memory, shared by all workers:
+ * a device-to-host copy into pinned memory runs at the bus's speed, while
+ * the driver stages one into pageable memory at a fraction of it.  They
+ * are pinned once and kept; a request larger than one, or one arriving
+ * when all are in use, takes the thread's pageable buffer instead.
+ */
+#define RBUF_LEN (1U << 20)
+#define RBUF_MAX 32
+
+static pthread_mutex_t rbuf_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *rbuf_free[RBUF_MAX]; /* protected by rbuf_lock */
+static unsigned int rbuf_nfree, rbuf_count; /* protected by rbuf_lock */
+
+static void *rbuf_get(struct phxfs *fs, size_t len)
+{
+	void *p = NULL;
+
+	if (len > RBUF_LEN || !fs->ndevs)
+		return NULL;
+	pthread_mutex_lock(&rbuf_lock);
+	if (rbuf_nfree) {
+		p = rbuf_free[--rbuf_nfree];
+		pthread_mutex_unlock(&rbuf_lock);
+		return p;
+	}
+	if (rbuf_count == RBUF_MAX) {
+		pthread_mutex_unlock(&rbuf_lock);
+		return NULL;
+	}
+	rbuf_count++;
+	pthread_mutex_unlock(&rbuf_lock);
+
+	p = mmap(NULL, RBUF_LEN, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED) {
+		pthread_mutex_lock(&rbuf_lock);
+		rbuf_count--;
+		pthread_mutex_unlock(&rbuf_lock);
+		return NULL;
+	}
+	/* pinned for every GPU; unpinned memory still works, only slower */
+	phx_host_register(fs->devs[0].dev, p, RBUF_LEN);
+	return p;
+}
+
+static void rbuf_put(void *p)
+{
+	pthread_mutex_lock(&rbuf_lock);
+	rbuf_free[rbuf_nfree++] = p;
+	pthread_mutex_unlock(&rbuf_lock);
 }
 
 static void phxfs_init(void *userdata, struct fuse_conn_info *conn)
@@ -760,7 +814,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct phxfs_inode *inode = file_of(fi);
 	uint64_t fsize, n = 0;
-	void *host = NULL;
+	void *host = NULL, *pooled = NULL;
 	int err = 0;
 
 	pthread_rwlock_rdlock(&inode->io_lock);
@@ -768,7 +822,9 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (off >= 0 && (uint64_t)off < fsize)
 		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	if (n) {
-		host = thread_buf(size);
+		host = pooled = rbuf_get(fs_of(req), n);
+		if (!host)
+			host = thread_buf(size);
 		if (!host)
 			err = ENOMEM;
 		else if (phxfs_ranged(inode))
@@ -781,10 +837,13 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	atomic_fetch_add(&inode->dev->fuse_reads, 1);
 	if (err) {
 		fuse_reply_err(req, err);
-		return;
+	} else {
+		atomic_fetch_add(&inode->dev->fuse_out, n);
+		/* the reply copies the data into the kernel before returning */
+		fuse_reply_buf(req, host, n);
 	}
-	atomic_fetch_add(&inode->dev->fuse_out, n);
-	fuse_reply_buf(req, host, n);
+	if (pooled)
+		rbuf_put(pooled);
 }
 
 /* Store @size bytes at @off, growing the file; io_lock not held. */
