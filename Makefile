@@ -27,7 +27,7 @@ LDLIBS := -ldl -pthread
 TESTS :=
 ALL :=
 
-.PHONY: all deps test test-gpu check-asan run install clean format
+.PHONY: all deps test test-gpu check-asan check-asan-run run install clean format
 all: build-all
 
 include lib/build.mk
@@ -43,14 +43,18 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory -k $(TESTS)
-	@echo "== libphoenix under ASan + UBSan"
-	@$(MAKE) --no-print-directory SAN=1 test-lib
+	@echo "== libphoenix and phxfs under ASan + UBSan"
+	@$(MAKE) --no-print-directory check-asan-run
 
 test-gpu:
 	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod test-passthrough,$(TESTS))
 
 check-asan: deps
+	@$(MAKE) --no-print-directory check-asan-run
+
+check-asan-run:
 	@$(MAKE) --no-print-directory SAN=1 test-lib
+	@PHX_SANITIZED=1 $(MAKE) --no-print-directory SAN=1 test-phxfs
 
 run: deps
 	@$(MAKE) --no-print-directory all

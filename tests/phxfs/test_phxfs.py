@@ -624,6 +624,9 @@ def lib():
     path = os.path.join(ARGS.build, "libphoenix.so")
     if not os.path.exists(path):
         raise Skip("no libphoenix.so")
+    if os.environ.get("PHX_SANITIZED"):
+        # an ASan library cannot be loaded into an uninstrumented Python
+        raise Skip("libphoenix.so is built with ASan")
     if LIB is None:
         LIB = ctypes.CDLL(path)
         LIB.phx_device_open.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
