@@ -426,6 +426,7 @@ static int job_plan(struct phx_engine *e, struct job *j)
 	bool direct = s->direct != 0;
 	uint64_t a_start = phx_align_down(j->start, PHX_DIO_ALIGN);
 	uint64_t a_end = phx_align_up(j->end, PHX_DIO_ALIGN);
+	int ret;
 
 	/* Hot: most of what will be read (up to end of file) is cached. */
 	if (direct && s->direct < 0 && is_read && s->hot_fraction <= 100 &&
@@ -448,8 +449,9 @@ static int job_plan(struct phx_engine *e, struct job *j)
 		j->p2p = true;
 
 	if (!direct) {
-		if (fd_buffered(j->fde) < 0)
-			return -errno;
+		ret = fd_buffered(j->fde);
+		if (ret < 0)
+			return ret;
 		job_add_region(j, j->start, j->end, false);
 		return 0;
 	}
@@ -469,8 +471,11 @@ static int job_plan(struct phx_engine *e, struct job *j)
 		a_start = j->end;
 		a_end = j->end;
 	}
-	if ((j->start != a_start || j->end != a_end) && fd_buffered(j->fde) < 0)
-		return -errno;
+	if (j->start != a_start || j->end != a_end) {
+		ret = fd_buffered(j->fde);
+		if (ret < 0)
+			return ret;
+	}
 	job_add_region(j, j->start, a_start, false);
 	job_add_region(j, a_start, a_end, true);
 	job_add_region(j, a_end, j->end, false);
