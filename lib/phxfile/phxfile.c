@@ -49,8 +49,14 @@ struct phxfile_range {
 };
 
 /* A caller's stream and libphoenix's wrapper around it. */
+/*
+ * A caller's stream as seen from one device: transfers go through the
+ * device that holds their buffer, so a stream used with buffers on two
+ * GPUs has two wrappers.
+ */
 struct phxfile_stream {
 	void *native;
+	struct phx_device *dev; /* a reference of its own */
 	struct phx_stream *stream;
 	bool registered; /* by phxFileStreamRegister, not made on first use */
 	struct phxfile_stream *next;
@@ -97,14 +103,22 @@ int phxFileDriverOpen(void)
 	return ret;
 }
 
+/* Wait for what this library queued on the stream, then forget it. */
+static void stream_free(struct phxfile_stream *s)
+{
+	phx_stream_sync(s->stream);
+	phx_stream_destroy(s->stream);
+	phx_device_close(s->dev);
+	free(s);
+}
+
 static void streams_release_locked(void)
 {
 	while (phxfile_streams) {
 		struct phxfile_stream *s = phxfile_streams;
 
 		phxfile_streams = s->next;
-		phx_stream_destroy(s->stream);
-		free(s);
+		stream_free(s);
 	}
 }
 
@@ -236,42 +250,67 @@ int phxFileHandleDeregister(void *fh)
 	return 0;
 }
 
-static struct phxfile_stream *stream_find_locked(void *native)
+static struct phxfile_stream *stream_find_locked(void *native,
+						 struct phx_device *dev)
 {
 	struct phxfile_stream *s;
 
 	for (s = phxfile_streams; s; s = s->next)
-		if (s->native == native)
+		if (s->native == native && s->dev == dev)
 			return s;
 	return NULL;
 }
 
-/* The wrapper for @native, made on first use; caller holds the lock. */
-static int stream_get_locked(void *native, bool registering,
-			     struct phxfile_stream **out)
+/*
+ * The wrapper for @native on @dev, made on first use; takes over the
+ * caller's reference to @dev either way.  Caller holds the lock.
+ */
+static int stream_get_locked(void *native, struct phx_device *dev,
+			     bool registering, struct phxfile_stream **out)
 {
-	struct phxfile_stream *s = stream_find_locked(native);
+	struct phxfile_stream *s = stream_find_locked(native, dev);
 	int ret;
 
 	if (s) {
+		phx_device_close(dev);
 		s->registered |= registering;
 		*out = s;
 		return 0;
 	}
 	s = calloc(1, sizeof(*s));
-	if (!s)
+	if (!s) {
+		phx_device_close(dev);
 		return -ENOMEM;
-	ret = phx_stream_wrap(phxfile_dev, native, &s->stream);
+	}
+	ret = phx_stream_wrap(dev, native, &s->stream);
 	if (ret) {
+		phx_device_close(dev);
 		free(s);
 		return ret;
 	}
 	s->native = native;
+	s->dev = dev;
 	s->registered = registering;
 	s->next = phxfile_streams;
 	phxfile_streams = s;
 	*out = s;
 	return 0;
+}
+
+/* A reference to the device holding @addr, else to the driver's one. */
+static struct phx_device *device_of(const void *addr)
+{
+	struct phx_device_info info;
+	struct phx_device *dev;
+
+	if (addr && !phx_device_open_dptr(PHX_DEVICE_NONE,
+					  (phx_dptr_t)(uintptr_t)addr, &dev))
+		return dev;
+	/* another reference to the driver's device, by its name */
+	if (!phx_device_info(phxfile_dev, &info) &&
+	    !phx_device_open(info.name, &dev))
+		return dev;
+	return NULL;
 }
 
 /**
@@ -289,8 +328,11 @@ int phxFileStreamRegister(void *stream)
 	int ret = -EINVAL;
 
 	pthread_mutex_lock(&phxfile_lock);
-	if (phxfile_opens)
-		ret = stream_get_locked(stream, true, &s);
+	if (phxfile_opens) {
+		struct phx_device *dev = device_of(NULL);
+
+		ret = dev ? stream_get_locked(stream, dev, true, &s) : -ENODEV;
+	}
 	pthread_mutex_unlock(&phxfile_lock);
 	return ret;
 }
@@ -306,13 +348,13 @@ int phxFileStreamDeregister(void *stream)
 	int ret = -EINVAL;
 
 	pthread_mutex_lock(&phxfile_lock);
-	for (p = &phxfile_streams; (s = *p); p = &s->next) {
+	for (p = &phxfile_streams; (s = *p);) {
 		if (s->native == stream) {
 			*p = s->next;
-			phx_stream_destroy(s->stream);
-			free(s);
+			stream_free(s);
 			ret = 0;
-			break;
+		} else {
+			p = &s->next;
 		}
 	}
 	pthread_mutex_unlock(&phxfile_lock);
@@ -325,6 +367,7 @@ static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 {
 	struct phxfile_handle *h = fh;
 	struct phxfile_stream *s;
+	struct phx_device *dev;
 	int ret;
 
 	if (!h || !nbytes || !file_offset || !buf_offset || !bytes_done)
@@ -334,7 +377,8 @@ static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 		pthread_mutex_unlock(&phxfile_lock);
 		return -EINVAL;
 	}
-	ret = stream_get_locked(stream, false, &s);
+	dev = device_of(buf_base);
+	ret = dev ? stream_get_locked(stream, dev, false, &s) : -ENODEV;
 	if (!ret)
 		ret = phx_io_enqueue(s->stream, op, h->fd,
 				     (phx_dptr_t)(uintptr_t)buf_base,
