@@ -70,3 +70,15 @@ $(BUILD)/phx-cpubench: tests/bench/phx-cpubench.c $(LIB_A)
 bench-cpu: $(BUILD)/phx-cpubench
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/phx-cpubench -s 1G -r 3 $(BUILD)/bench
+
+# ---- install ---------------------------------------------------------------
+.PHONY: install-lib
+install-lib: $(LIB_A) $(LIB_SO)
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib
+	install -m 644 lib/include/phoenix.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libphoenix.so.0
+	ln -sf libphoenix.so.0 $(DESTDIR)$(PREFIX)/lib/libphoenix.so
+	-ldconfig
+
+install: install-lib

@@ -23,10 +23,8 @@ $(PHXFILE_SO): $(PHXFILE_OBJS) $(LIB_A) lib/phxfile/phxfile.map
 ALL += $(PHXFILE_SO)
 
 .PHONY: install-python test-python python-gpu-deps
-install-python: $(LIB_SO) $(PHXFILE_SO)
+install-python: install-lib $(PHXFILE_SO)
 	install -d $(DESTDIR)$(PREFIX)/lib
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libphoenix.so.0
-	ln -sf libphoenix.so.0 $(DESTDIR)$(PREFIX)/lib/libphoenix.so
 	install -m 755 $(PHXFILE_SO) $(DESTDIR)$(PREFIX)/lib/libphxfile.so.0
 	ln -sf libphxfile.so.0 $(DESTDIR)$(PREFIX)/lib/libphxfile.so
 	-ldconfig
