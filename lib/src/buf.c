@@ -344,16 +344,23 @@ out:
 	return ret;
 }
 
-PHX_EXPORT int phx_buf_commit(struct phx_buf *buf, uint64_t off, uint64_t len)
+int phx_buf_check_range(const struct phx_buf *buf, uint64_t off, uint64_t len)
 {
-	int ret;
-
 	if (off > buf->size || len > buf->size - off)
 		return phx_err(ERANGE,
 			       "range %llu+%llu is outside the %llu-byte buffer",
 			       (unsigned long long)off,
 			       (unsigned long long)len,
 			       (unsigned long long)buf->size);
+	return 0;
+}
+
+PHX_EXPORT int phx_buf_commit(struct phx_buf *buf, uint64_t off, uint64_t len)
+{
+	int ret = phx_buf_check_range(buf, off, len);
+
+	if (ret)
+		return ret;
 	ret = phx_device_bind(buf->dev);
 	if (ret)
 		return ret;

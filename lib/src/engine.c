@@ -543,13 +543,9 @@ static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 		if (io->buf->dev != dev)
 			return phx_err(EINVAL, "buffer is on %s, not on %s",
 				       io->buf->dev->name, dev->name);
-		if (io->buf_off > io->buf->size ||
-		    io->len > io->buf->size - io->buf_off)
-			return phx_err(ERANGE,
-				       "range %llu+%llu is outside the %llu-byte buffer",
-				       (unsigned long long)io->buf_off,
-				       (unsigned long long)io->len,
-				       (unsigned long long)io->buf->size);
+		ret = phx_buf_check_range(io->buf, io->buf_off, io->len);
+		if (ret)
+			return ret;
 	} else if (!io->dptr && io->len) {
 		return phx_err(EFAULT, "transfer has neither a buffer nor a device address");
 	}
@@ -1108,15 +1104,6 @@ PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
 	dev->ops->host_unregister(dev, p);
 }
 
-static int check_range(struct phx_buf *buf, uint64_t off, uint64_t len)
-{
-	if (off > buf->size || len > buf->size - off)
-		return phx_err(ERANGE,
-			       "range %llu+%llu is outside the %llu-byte buffer",
-			       (unsigned long long)off, (unsigned long long)len,
-			       (unsigned long long)buf->size);
-	return 0;
-}
 
 PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 				 const void *src, uint64_t len)
@@ -1126,7 +1113,7 @@ PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 	phx_dptr_t dptr;
 	int ret;
 
-	ret = check_range(buf, off, len);
+	ret = phx_buf_check_range(buf, off, len);
 	if (ret || !len)
 		return ret;
 	ret = phx_device_bind(dev);
@@ -1157,7 +1144,7 @@ PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf,
 	void *stream;
 	int ret;
 
-	ret = check_range(buf, off, len);
+	ret = phx_buf_check_range(buf, off, len);
 	if (ret || !len)
 		return ret;
 	ret = phx_device_bind(dev);
@@ -1187,9 +1174,9 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	if (dst->dev->ops != src->dev->ops)
 		return phx_err(EXDEV, "cannot copy between a %s and a %s device",
 			       dst->dev->ops->name, src->dev->ops->name);
-	ret = check_range(dst, dst_off, len);
+	ret = phx_buf_check_range(dst, dst_off, len);
 	if (!ret)
-		ret = check_range(src, src_off, len);
+		ret = phx_buf_check_range(src, src_off, len);
 	if (ret || !len)
 		return ret;
 	ret = phx_device_bind(dev);

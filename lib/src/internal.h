@@ -54,6 +54,9 @@ struct phx_buf {
 	uint64_t committed;
 };
 
+/* -ERANGE with a message unless [off, off + len) lies inside @buf. */
+int phx_buf_check_range(const struct phx_buf *buf, uint64_t off, uint64_t len);
+
 /* Back [off, off + len) of @buf with device memory, zero-filled. */
 int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len);
 
