@@ -164,10 +164,47 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 	return 0;
 }
 
+/* A buffer object with @reserved bytes of address space and no memory. */
+static int buf_new(struct phx_device *dev, uint64_t reserved,
+		   unsigned int flags, bool imported, struct phx_buf **out)
+{
+	struct phx_buf *buf = calloc(1, sizeof(*buf));
+	int ret;
+
+	if (!buf)
+		return phx_err(ENOMEM, "out of host memory for a buffer");
+	buf->dev = dev;
+	buf->flags = flags;
+	buf->imported = imported;
+	buf->reserved = reserved;
+	pthread_mutex_init(&buf->lock, NULL);
+	ret = dev->ops->va_reserve(dev, reserved, &buf->dptr);
+	if (ret) {
+		pthread_mutex_destroy(&buf->lock);
+		free(buf);
+		return ret;
+	}
+	*out = buf;
+	return chunks_cover(buf, reserved);
+}
+
+/* Give back everything @buf holds; the device context is bound. */
+static void buf_destroy(struct phx_buf *buf)
+{
+	unsigned int i;
+
+	for (i = 0; i < buf->nchunks; i++)
+		chunk_drop(buf, &buf->chunks[i]);
+	buf->dev->ops->va_release(buf->dev, buf->dptr, buf->reserved);
+	free(buf->chunks);
+	pthread_mutex_destroy(&buf->lock);
+	free(buf);
+}
+
 PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 			     unsigned int flags, struct phx_buf **out)
 {
-	struct phx_buf *buf;
+	struct phx_buf *buf = NULL;
 	int ret;
 
 	if (size > PHX_MAX_SIZE)
@@ -176,54 +213,29 @@ PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 	ret = phx_device_bind(dev);
 	if (ret)
 		return ret;
-	buf = calloc(1, sizeof(*buf));
-	if (!buf)
-		return phx_err(ENOMEM, "out of host memory for a buffer");
-	buf->dev = dev;
-	buf->flags = flags;
-	pthread_mutex_init(&buf->lock, NULL);
-	buf->reserved = reserve_for(buf_gran(buf), size);
-	ret = dev->ops->va_reserve(dev, buf->reserved, &buf->dptr);
-	if (ret)
-		goto out_free;
-	ret = chunks_cover(buf, buf->reserved);
-	if (ret)
-		goto out_release;
-	buf->size = size;
-	if (!(flags & PHX_BUF_SPARSE)) {
-		ret = phx_buf_commit_locked(buf, 0, size);
-		if (ret)
-			goto out_chunks;
+	ret = buf_new(dev, reserve_for(dev->granularity, size), flags, false,
+		      &buf);
+	if (!ret) {
+		buf->size = size;
+		if (!(flags & PHX_BUF_SPARSE))
+			ret = phx_buf_commit_locked(buf, 0, size);
+	}
+	if (ret) {
+		if (buf)
+			buf_destroy(buf);
+		return ret;
 	}
 	*out = buf;
 	phx_err_clear();
 	return 0;
-
-out_chunks:
-	for (unsigned int i = 0; i < buf->nchunks; i++)
-		chunk_drop(buf, &buf->chunks[i]);
-	free(buf->chunks);
-out_release:
-	dev->ops->va_release(dev, buf->dptr, buf->reserved);
-out_free:
-	pthread_mutex_destroy(&buf->lock);
-	free(buf);
-	return ret;
 }
 
 PHX_EXPORT void phx_buf_free(struct phx_buf *buf)
 {
-	unsigned int i;
-
 	if (!buf)
 		return;
 	phx_device_bind(buf->dev);
-	for (i = 0; i < buf->nchunks; i++)
-		chunk_drop(buf, &buf->chunks[i]);
-	buf->dev->ops->va_release(buf->dev, buf->dptr, buf->reserved);
-	free(buf->chunks);
-	pthread_mutex_destroy(&buf->lock);
-	free(buf);
+	buf_destroy(buf);
 }
 
 /* Move every mapped chunk into a larger reservation. */
@@ -586,7 +598,7 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 	struct share_hdr hdr;
 	struct share_chunk idx[PHX_FDS_PER_MSG];
 	int fds[PHX_FDS_PER_MSG];
-	struct phx_buf *buf;
+	struct phx_buf *buf = NULL;
 	unsigned int left, n, got, k;
 	int ret;
 
@@ -604,31 +616,20 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 		return phx_err(EINVAL,
 			       "receiving a buffer: it comes from a %s device with another layout; open the same device kind with the same PHX_ALLOC_CHUNK",
 			       phx_kind_name((enum phx_device_kind)hdr.kind));
-	buf = calloc(1, sizeof(*buf));
-	if (!buf)
-		return phx_err(ENOMEM, "out of host memory for a buffer");
-	buf->dev = dev;
-	buf->imported = true;
-	buf->flags = PHX_BUF_SPARSE;
-	pthread_mutex_init(&buf->lock, NULL);
-	buf->reserved = hdr.reserved;
-	ret = dev->ops->va_reserve(dev, buf->reserved, &buf->dptr);
+	ret = buf_new(dev, hdr.reserved, PHX_BUF_SPARSE, true, &buf);
 	if (ret)
-		goto out_free;
-	ret = chunks_cover(buf, buf->reserved);
-	if (ret)
-		goto out_unmap;
+		goto out_destroy;
 	buf->size = hdr.size;
 	for (left = hdr.nmapped; left; left -= n) {
 		n = phx_min(left, PHX_FDS_PER_MSG);
 		ret = recv_all(sock, idx, n * sizeof(idx[0]), fds, n, &got);
 		if (ret)
-			goto out_unmap;
+			goto out_destroy;
 		if (got != n) {
 			ret = phx_err(EPROTO, "receiving a buffer: descriptors missing");
 			for (k = 0; k < got; k++)
 				close(fds[k]);
-			goto out_unmap;
+			goto out_destroy;
 		}
 		for (k = 0; k < n; k++) {
 			struct phx_buf_chunk *c;
@@ -655,19 +656,14 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 			buf->committed += c->size;
 		}
 		if (ret)
-			goto out_unmap;
+			goto out_destroy;
 	}
 	*out = buf;
 	phx_err_clear();
 	return 0;
 
-out_unmap:
-	for (k = 0; k < buf->nchunks; k++)
-		chunk_drop(buf, &buf->chunks[k]);
-	free(buf->chunks);
-	dev->ops->va_release(dev, buf->dptr, buf->reserved);
-out_free:
-	pthread_mutex_destroy(&buf->lock);
-	free(buf);
+out_destroy:
+	if (buf)
+		buf_destroy(buf);
 	return ret;
 }
