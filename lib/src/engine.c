@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/queue.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -93,7 +94,9 @@ struct job {
 	uint64_t by_path[5];
 	int err;
 	bool eof;
-	struct job *next;
+	bool queued;		/* on the engine's issue queue */
+	TAILQ_ENTRY(job) issue;	/* while it has segments to issue */
+	STAILQ_ENTRY(job) done;	/* once complete, until collected */
 };
 
 enum slot_state {
@@ -130,8 +133,13 @@ struct phx_engine {
 	void *streams[PHX_NR_STREAMS];
 	unsigned int inflight;	/* SQEs submitted, CQE not yet seen */
 	unsigned int to_submit; /* SQEs prepared, not submitted */
-	struct job *active, *active_tail;
-	struct job *done, *done_tail;
+	/*
+	 * Jobs queued and not yet complete; the ones with segments left to
+	 * issue, oldest first; the completed ones not yet collected.
+	 */
+	unsigned int nactive;
+	TAILQ_HEAD(, job) issue;
+	STAILQ_HEAD(, job) done;
 	struct fd_entry fds[PHX_FD_CACHE];
 	struct phx_engine *next_free;
 };
@@ -332,6 +340,8 @@ static int engine_create(struct phx_device *dev, bool batch,
 	if (!e)
 		return phx_err(ENOMEM, "out of host memory for an engine");
 	e->dev = dev;
+	TAILQ_INIT(&e->issue);
+	STAILQ_INIT(&e->done);
 	e->polled = polled;
 	/*
 	 * Synchronous engines favour big requests (a few large transfers);
@@ -485,17 +495,13 @@ static int job_plan(struct phx_engine *e, struct job *j)
 static void job_complete(struct phx_engine *e, struct job *j)
 {
 	struct phx_device *dev = e->dev;
-	struct job **pp;
 	unsigned int p, best = PHX_PATH_NONE;
 
-	for (pp = &e->active; *pp; pp = &(*pp)->next)
-		if (*pp == j) {
-			*pp = j->next;
-			break;
-		}
-	e->active_tail = NULL;
-	for (struct job *k = e->active; k; k = k->next)
-		e->active_tail = k;
+	if (j->queued) {
+		TAILQ_REMOVE(&e->issue, j, issue);
+		j->queued = false;
+	}
+	e->nactive--;
 
 	for (p = 1; p < 5; p++)
 		if (j->by_path[p] > j->by_path[best])
@@ -509,12 +515,7 @@ static void job_complete(struct phx_engine *e, struct job *j)
 		atomic_fetch_add(&dev->errors, 1);
 	if (j->fde)
 		fd_put(j->fde);
-	j->next = NULL;
-	if (e->done_tail)
-		e->done_tail->next = j;
-	else
-		e->done = j;
-	e->done_tail = j;
+	STAILQ_INSERT_TAIL(&e->done, j, done);
 }
 
 static bool job_issuable(const struct job *j)
@@ -599,14 +600,16 @@ out_free:
 
 /* ---- the pipeline --------------------------------------------------- */
 
+/* The oldest job with segments to issue; drops the ones that have none. */
 static struct job *next_issuable(struct phx_engine *e)
 {
 	struct job *j;
 
-	for (j = e->active; j; j = j->next)
-		if (job_issuable(j))
-			return j;
-	return NULL;
+	while ((j = TAILQ_FIRST(&e->issue)) && !job_issuable(j)) {
+		TAILQ_REMOVE(&e->issue, j, issue);
+		j->queued = false;
+	}
+	return j;
 }
 
 static void slot_prep_io(struct phx_engine *e, struct slot *sl)
@@ -906,7 +909,7 @@ static int engine_step(struct phx_engine *e, bool block)
 
 static bool engine_busy(const struct phx_engine *e)
 {
-	return e->active != NULL;
+	return e->nactive > 0;
 }
 
 /* Run until @j completes (and no request of it is left in flight). */
@@ -924,22 +927,13 @@ static int engine_run_job(struct phx_engine *e, struct job *j)
 
 static void engine_queue(struct phx_engine *e, struct job *j)
 {
-	j->next = NULL;
+	e->nactive++;
 	if (!j->nregions) {
-		/* nothing to move: complete now */
-		if (e->active_tail)
-			e->active_tail->next = j;
-		else
-			e->active = j;
-		e->active_tail = j;
-		job_complete(e, j);
+		job_complete(e, j); /* nothing to move */
 		return;
 	}
-	if (e->active_tail)
-		e->active_tail->next = j;
-	else
-		e->active = j;
-	e->active_tail = j;
+	TAILQ_INSERT_TAIL(&e->issue, j, issue);
+	j->queued = true;
 }
 
 /* ---- the pool and synchronous transfers ----------------------------- */
@@ -1047,7 +1041,7 @@ PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
 	engine_queue(e, j);
 	ret = engine_run_job(e, j);
 	/* the job is on the done list now */
-	e->done = e->done_tail = NULL;
+	STAILQ_INIT(&e->done);
 	free(j);
 	engine_put(dev, e);
 	if (ret)
@@ -1299,12 +1293,10 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 		return ret;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
-		while (e->done && (!done || n < max)) {
-			struct job *j = e->done;
+		while (!STAILQ_EMPTY(&e->done) && (!done || n < max)) {
+			struct job *j = STAILQ_FIRST(&e->done);
 
-			e->done = j->next;
-			if (!e->done)
-				e->done_tail = NULL;
+			STAILQ_REMOVE_HEAD(&e->done, done);
 			if (done)
 				done[n] = j->io;
 			n++;
@@ -1337,10 +1329,10 @@ PHX_EXPORT void phx_batch_destroy(struct phx_batch *b)
 	while (engine_busy(e))
 		if (engine_step(e, true))
 			break;
-	while (e->done) {
-		struct job *j = e->done;
+	while (!STAILQ_EMPTY(&e->done)) {
+		struct job *j = STAILQ_FIRST(&e->done);
 
-		e->done = j->next;
+		STAILQ_REMOVE_HEAD(&e->done, done);
 		free(j);
 	}
 	engine_destroy(e);
