@@ -307,6 +307,32 @@ static void fill_name(const struct phx_backend_ops *ops, int index,
 	snprintf(name, len, "%s%d", ops->dir_prefix, index);
 }
 
+/* What the backend reports of device @index of @kind. */
+static int info_query(enum phx_device_kind kind, int index,
+		      struct phx_device_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	info->kind = kind;
+	info->index = index;
+	info->numa_node = -1;
+	fill_name(backends[kind], index, info->name, sizeof(info->name));
+	return backends[kind]->query(index, info);
+}
+
+/* What libphoenix knows beyond the backend: its use and its limit. */
+static void info_adjust(const struct phx_device *dev,
+			struct phx_device_info *info)
+{
+	if (dev->limit && dev->limit < info->capacity)
+		info->capacity = dev->limit;
+	info->used = atomic_load(&dev->used);
+	/* the simulated device has no one else using it */
+	if (dev->ops->kind == PHX_DEVICE_SIM)
+		info->free = info->capacity > info->used ?
+				     info->capacity - info->used :
+				     0;
+}
+
 PHX_EXPORT int phx_device_list(enum phx_device_kind kind,
 			       struct phx_device_info *infos, int max)
 {
@@ -323,19 +349,13 @@ PHX_EXPORT int phx_device_list(enum phx_device_kind kind,
 	for (i = 0; i < n && i < max; i++) {
 		struct phx_device *open_dev;
 
-		memset(&infos[i], 0, sizeof(infos[i]));
-		infos[i].kind = kind;
-		infos[i].index = i;
-		infos[i].numa_node = -1;
-		fill_name(backends[kind], i, infos[i].name,
-			  sizeof(infos[i].name));
-		ret = backends[kind]->query(i, &infos[i]);
+		ret = info_query(kind, i, &infos[i]);
 		if (ret)
 			return ret;
 		pthread_mutex_lock(&registry_lock);
 		open_dev = i < MAX_DEVICES ? open_devices[kind][i] : NULL;
 		if (open_dev)
-			infos[i].used = atomic_load(&open_dev->used);
+			info_adjust(open_dev, &infos[i]);
 		pthread_mutex_unlock(&registry_lock);
 	}
 	phx_err_clear();
@@ -428,9 +448,7 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 	pthread_mutex_init(&dev->async_lock, NULL);
 	ret = dev->ops->open(dev);
 	if (!ret) {
-		memset(&info, 0, sizeof(info));
-		info.numa_node = -1;
-		ret = dev->ops->query(index, &info);
+		ret = info_query(kind, index, &info);
 		dev->capacity = info.capacity;
 		dev->numa_node = info.numa_node;
 	}
@@ -496,25 +514,11 @@ PHX_EXPORT void phx_device_close(struct phx_device *dev)
 PHX_EXPORT int phx_device_info(struct phx_device *dev,
 			       struct phx_device_info *info)
 {
-	int ret;
+	int ret = info_query(dev->ops->kind, dev->index, info);
 
-	memset(info, 0, sizeof(*info));
-	info->kind = dev->ops->kind;
-	info->index = dev->index;
-	info->numa_node = -1;
-	memcpy(info->name, dev->name, sizeof(info->name));
-	ret = dev->ops->query(dev->index, info);
-	if (ret)
-		return ret;
-	if (dev->limit && dev->limit < info->capacity)
-		info->capacity = dev->limit;
-	info->used = atomic_load(&dev->used);
-	/* the simulated device has no one else using it */
-	if (dev->ops->kind == PHX_DEVICE_SIM)
-		info->free = info->capacity > info->used ?
-				     info->capacity - info->used :
-				     0;
-	return 0;
+	if (!ret)
+		info_adjust(dev, info);
+	return ret;
 }
 
 PHX_EXPORT enum phx_device_kind phx_device_kind(const struct phx_device *dev)
