@@ -128,7 +128,8 @@ void phx_fs_exit(void);
 struct phx_range *phx_range_create(struct phx_dev *phx, unsigned long nr_pages,
 				   const struct phx_range_ops *ops);
 void phx_range_destroy(struct phx_range *range);
-int phx_range_get_fd(struct phx_range *range, struct file **filep);
+int phx_range_install(struct phx_range *range, void __user *uarg,
+		      void *arg, size_t len, __s32 *fd_field);
 void phx_range_zap(struct phx_range *range);
 bool phx_range_pinned(const struct phx_range *range);
 void phx_dev_reap(struct phx_dev *phx);

@@ -261,8 +261,6 @@ static long phx_ioctl_alloc(struct phx_dev *phx,
 {
 	struct phx_ioc_alloc arg;
 	struct phx_range *range;
-	struct file *file;
-	int fd;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
@@ -290,17 +288,7 @@ static long phx_ioctl_alloc(struct phx_dev *phx,
 	if (IS_ERR(range))
 		return PTR_ERR(range);
 	range->grow = arg.flags & PHX_ALLOC_GROW;
-	fd = phx_range_get_fd(range, &file);
-	if (fd < 0)
-		return fd;
-	arg.fd = fd;
-	if (copy_to_user(uarg, &arg, sizeof(arg))) {
-		put_unused_fd(fd);
-		fput(file);
-		return -EFAULT;
-	}
-	fd_install(fd, file);
-	return 0;
+	return phx_range_install(range, uarg, &arg, sizeof(arg), &arg.fd);
 }
 
 static long phx_dev_ioctl(struct file *file, unsigned int cmd,

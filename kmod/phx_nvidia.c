@@ -220,8 +220,6 @@ long phx_nvidia_import(struct phx_dev *phx, struct phx_ioc_import __user *uarg)
 {
 	struct phx_ioc_import arg;
 	struct phx_range *range;
-	struct file *file;
-	int fd;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
@@ -244,17 +242,7 @@ long phx_nvidia_import(struct phx_dev *phx, struct phx_ioc_import __user *uarg)
 
 	arg.size = phx_range_size(range);
 	arg.offset = range->offset;
-	fd = phx_range_get_fd(range, &file);
-	if (fd < 0)
-		return fd;
-	arg.fd = fd;
-	if (copy_to_user(uarg, &arg, sizeof(arg))) {
-		put_unused_fd(fd);
-		fput(file);
-		return -EFAULT;
-	}
-	fd_install(fd, file);
-	return 0;
+	return phx_range_install(range, uarg, &arg, sizeof(arg), &arg.fd);
 }
 
 static int phx_nvidia_add(struct pci_dev *pdev)

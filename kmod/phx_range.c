@@ -602,17 +602,20 @@ static struct file *phx_range_file(struct phx_range *range)
 }
 
 /**
- * phx_range_get_fd() - wrap a range in a new file and reserve a descriptor.
+ * phx_range_install() - give a range to userspace as a new descriptor.
  * @range: a range whose pages are set; consumed in every case.
- * @filep: receives the file, opened O_RDWR.
+ * @uarg: the ioctl argument to answer.
+ * @arg: the kernel copy of it, copied back with the descriptor filled in.
+ * @len: size of @arg.
+ * @fd_field: where in @arg the descriptor goes.
  *
- * The caller reports the descriptor to userspace and then either
- * publishes it with fd_install() or undoes both with put_unused_fd() and
- * fput().  The descriptor is close-on-exec.
+ * The descriptor (close-on-exec, the file opened O_RDWR) is installed only
+ * once the answer reached userspace, so a fault leaves no descriptor behind.
  *
- * Return: the reserved descriptor or a negative errno.
+ * Return: 0 or a negative errno.
  */
-int phx_range_get_fd(struct phx_range *range, struct file **filep)
+int phx_range_install(struct phx_range *range, void __user *uarg,
+		      void *arg, size_t len, __s32 *fd_field)
 {
 	struct file *file;
 	int fd;
@@ -627,8 +630,14 @@ int phx_range_get_fd(struct phx_range *range, struct file **filep)
 		put_unused_fd(fd);
 		return PTR_ERR(file);
 	}
-	*filep = file;
-	return fd;
+	*fd_field = fd;
+	if (copy_to_user(uarg, arg, len)) {
+		put_unused_fd(fd);
+		fput(file);
+		return -EFAULT;
+	}
+	fd_install(fd, file);
+	return 0;
 }
 
 static void phx_fs_evict_inode(struct inode *inode)
