@@ -86,7 +86,44 @@ def _device_name(device: Any) -> Optional[str]:
     return name
 
 
-class Device:
+class _Handle:
+    """A libphoenix object that close() releases, as do the end of a
+    ``with`` block and garbage collection."""
+
+    _handle: Optional[int] = None
+
+    def _gone(self) -> str:
+        """The error message once the object is released."""
+        raise NotImplementedError
+
+    def _release(self, handle: int) -> None:
+        raise NotImplementedError
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise PhoenixError(9, self._gone())
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            self._release(handle)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Device(_Handle):
     """An open libphoenix device; buffers and streams are made from it.
 
     ``Device()`` opens device 0 of the default kind; ``Device("cuda:1")``,
@@ -107,11 +144,12 @@ class Device:
         self.kind: str = self.info.kind
         self.index: int = self.info.index
 
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise PhoenixError(9, f"device {self.name} is closed")
-        return self._handle
+    def _gone(self) -> str:
+        return f"device {self.name} is closed"
+
+    def _release(self, handle: int) -> None:
+        """Drop this handle; buffers made from it keep the device open."""
+        lib().phx_device_close(handle)
 
     def query(self) -> DeviceInfo:
         """Current description, with capacity and bytes in use."""
@@ -149,24 +187,6 @@ class Device:
         out.update(ios=s.ios, errors=s.errors, pinned_bytes=s.pinned_bytes)
         return out
 
-    def close(self) -> None:
-        """Drop this handle; buffers made from it keep the device open."""
-        if self._handle is not None:
-            lib().phx_device_close(self._handle)
-            self._handle = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self) -> "Device":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<phoenix.Device {self.name} ({self.info.model})>"
 
@@ -203,7 +223,7 @@ def _native_stream(s: Any) -> Optional[int]:
     raise TypeError(f"not a stream: {s!r}")
 
 
-class Stream:
+class Stream(_Handle):
     """An ordered queue of device work; transfers can be queued on it."""
 
     def __init__(self, dev: Device, native: Optional[int] = None,
@@ -217,11 +237,11 @@ class Stream:
             check(lib().phx_stream_create(dev.handle, ctypes.byref(h)))
         self._handle = h.value
 
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise PhoenixError(9, "stream is destroyed")
-        return self._handle
+    def _gone(self) -> str:
+        return "stream is destroyed"
+
+    def _release(self, handle: int) -> None:
+        lib().phx_stream_destroy(handle)
 
     @property
     def native(self) -> int:
@@ -232,22 +252,6 @@ class Stream:
         """Wait until everything queued on the stream is done."""
         check(lib().phx_stream_sync(self.handle))
 
-    def close(self) -> None:
-        if self._handle is not None:
-            lib().phx_stream_destroy(self._handle)
-            self._handle = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self) -> "Stream":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 class Buffer:
