@@ -1099,6 +1099,21 @@ PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
 }
 
 
+/*
+ * End a synchronous copy queued on a pooled stream: wait for it unless
+ * queueing failed, return the stream, count @memcpy_bytes when it worked.
+ */
+static int copy_finish(struct phx_device *dev, void *stream, int ret,
+		       uint64_t memcpy_bytes)
+{
+	if (!ret)
+		ret = dev->ops->stream_sync(dev, stream);
+	stream_put(dev, stream);
+	if (!ret)
+		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], memcpy_bytes);
+	return ret;
+}
+
 PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 				 const void *src, uint64_t len)
 {
@@ -1123,12 +1138,7 @@ PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 	if (ret)
 		return ret;
 	ret = dev->ops->copy_htod(dev, dptr + off, src, len, stream);
-	if (!ret)
-		ret = dev->ops->stream_sync(dev, stream);
-	stream_put(dev, stream);
-	if (!ret)
-		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
-	return ret;
+	return copy_finish(dev, stream, ret, len);
 }
 
 PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf,
@@ -1148,12 +1158,7 @@ PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf,
 	if (ret)
 		return ret;
 	ret = phx_buf_copy_out(buf, off, dst, len, stream);
-	if (!ret)
-		ret = dev->ops->stream_sync(dev, stream);
-	stream_put(dev, stream);
-	if (!ret)
-		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
-	return ret;
+	return copy_finish(dev, stream, ret, len);
 }
 
 PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
@@ -1207,10 +1212,7 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 		done += n;
 	}
 	pthread_mutex_unlock(&src->lock);
-	if (!ret)
-		ret = dev->ops->stream_sync(dev, stream);
-	stream_put(dev, stream);
-	return ret;
+	return copy_finish(dev, stream, ret, 0);
 }
 
 /* ---- batches -------------------------------------------------------- */
