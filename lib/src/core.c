@@ -301,8 +301,8 @@ static int kind_check(enum phx_device_kind *kind)
 	return 0;
 }
 
-static void fill_name(const struct phx_backend_ops *ops, int index,
-		      char *name, size_t len)
+static void fill_name(const struct phx_backend_ops *ops, int index, char *name,
+		      size_t len)
 {
 	snprintf(name, len, "%s%d", ops->dir_prefix, index);
 }
@@ -363,8 +363,7 @@ PHX_EXPORT int phx_device_list(enum phx_device_kind kind,
 }
 
 /* Parse "gpu0", "sim1", "phx0", "cuda:0", "sim:1", "kmod:0". */
-static int parse_name(const char *name, enum phx_device_kind *kind,
-		      int *index)
+static int parse_name(const char *name, enum phx_device_kind *kind, int *index)
 {
 	static const struct {
 		const char *prefix;
@@ -398,8 +397,8 @@ static int parse_name(const char *name, enum phx_device_kind *kind,
 		*index = (int)v;
 		return 0;
 	}
-	return phx_err(EINVAL,
-		       "bad device name '%s': use gpuN, simN or phxN", name);
+	return phx_err(EINVAL, "bad device name '%s': use gpuN, simN or phxN",
+		       name);
 }
 
 PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
@@ -422,17 +421,22 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 			       phx_kind_name(kind), index,
 			       why ? why : "backend unusable");
 	if (index >= n || index >= MAX_DEVICES)
-		return phx_err(ENODEV, "no device %s%d: there are %d %s devices",
+		return phx_err(ENODEV,
+			       "no device %s%d: there are %d %s devices",
 			       backends[kind]->dir_prefix, index, n,
 			       phx_kind_name(kind));
 
 	pthread_mutex_lock(&registry_lock);
 	dev = open_devices[kind][index];
 	if (dev) {
-		dev->refs++;
+		/* Usable here?  A child forked after a GPU opened is not. */
+		ret = phx_device_bind(dev);
+		if (!ret)
+			dev->refs++;
 		pthread_mutex_unlock(&registry_lock);
-		*out = dev;
-		return 0;
+		if (!ret)
+			*out = dev;
+		return ret;
 	}
 	dev = calloc(1, sizeof(*dev));
 	if (!dev) {
@@ -485,8 +489,7 @@ PHX_EXPORT int phx_device_open_dptr(enum phx_device_kind kind, phx_dptr_t dptr,
 				       (unsigned long long)dptr,
 				       phx_kind_name(kind));
 	}
-	snprintf(name, sizeof(name), "%s%d", backends[kind]->dir_prefix,
-		 index);
+	snprintf(name, sizeof(name), "%s%d", backends[kind]->dir_prefix, index);
 	return phx_device_open(name, out);
 }
 
@@ -549,11 +552,11 @@ int phx_device_charge(struct phx_device *dev, uint64_t bytes)
 
 	do {
 		if (cap && cur + bytes > cap)
-			return phx_err(ENOSPC,
-				       "%s: out of device memory: %s in use of %s; free buffers or raise the limit",
-				       dev->name,
-				       phx_fmt_bytes(b1, sizeof(b1), cur),
-				       phx_fmt_bytes(b2, sizeof(b2), cap));
+			return phx_err(
+				ENOSPC,
+				"%s: out of device memory: %s in use of %s; free buffers or raise the limit",
+				dev->name, phx_fmt_bytes(b1, sizeof(b1), cur),
+				phx_fmt_bytes(b2, sizeof(b2), cap));
 	} while (!atomic_compare_exchange_weak(&dev->used, &cur, cur + bytes));
 	return 0;
 }

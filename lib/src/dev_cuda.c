@@ -251,6 +251,7 @@ static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static int cu_ndev; /* devices, or -ENODEV */
 static const char *cu_why; /* static reason when unusable */
 static char cu_why_buf[128]; /* storage for reasons with a detail */
+static bool cu_forked; /* set in a child forked after cu_load() */
 
 #define PHX_CUDA_MAX_GPUS 64
 
@@ -342,6 +343,11 @@ static int cu_fail(struct phx_device *dev, CUresult res, int err,
 		       dev ? dev->name : "the GPU", cu_name(res), cu_hint(err));
 }
 
+static void cu_atfork_child(void)
+{
+	cu_forked = true;
+}
+
 static void cu_load(void)
 {
 	void *lib;
@@ -380,6 +386,7 @@ static void cu_load(void)
 		goto fail;
 	}
 	cu_ndev = n;
+	pthread_atfork(NULL, NULL, cu_atfork_child);
 	return;
 fail:
 	/* The library stays loaded: cuInit may have started driver threads. */
@@ -394,12 +401,23 @@ static int cuda_probe(const char **why)
 	return cu_ndev;
 }
 
+/* The driver does not survive fork(): say so instead of its error code. */
+static int cu_fork_err(struct phx_device *dev)
+{
+	return phx_err(
+		ENODEV,
+		"cuda: %s cannot be used in this process: it was forked after CUDA started in its parent; open devices after fork(), or exec a new program",
+		dev ? dev->name : "the GPU");
+}
+
 /* Make @ctx current in this thread unless it already is. */
 static int cu_bind_ctx(struct phx_device *dev, CUcontext ctx)
 {
 	CUcontext cur = NULL;
 	CUresult res;
 
+	if (cu_forked)
+		return cu_fork_err(dev);
 	if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
 		return 0;
 	res = cu.cuCtxSetCurrent(ctx);
@@ -564,6 +582,8 @@ static int cuda_open(struct phx_device *dev)
 	if (cuda_probe(NULL) < 0 || dev->index < 0 || dev->index >= cu_ndev)
 		return phx_err(ENODEV, "cuda: no GPU %d; see phx_device_list()",
 			       dev->index);
+	if (cu_forked)
+		return cu_fork_err(dev);
 	cd = calloc(1, sizeof(*cd));
 	if (!cd)
 		return phx_err(ENOMEM, "cuda: out of host memory opening %s",

@@ -67,10 +67,10 @@ struct fd_entry {
 	dev_t st_dev;
 	ino_t st_ino;
 	int accmode;
-	int direct_fd;	 /* -1: not opened yet; -2: O_DIRECT impossible */
+	int direct_fd; /* -1: not opened yet; -2: O_DIRECT impossible */
 	int buffered_fd; /* -1: not opened yet */
 	bool own_direct, own_buffered;
-	uint64_t size;	 /* at the time of the first job */
+	uint64_t size; /* at the time of the first job */
 	unsigned int users;
 };
 
@@ -81,27 +81,27 @@ struct job_region {
 
 struct job {
 	struct phx_io *io;
-	struct phx_buf *buf;	/* NULL for raw device addresses */
-	phx_dptr_t dptr;	/* device address of file offset @start */
+	struct phx_buf *buf; /* NULL for raw device addresses */
+	phx_dptr_t dptr; /* device address of file offset @start */
 	struct fd_entry *fde;
-	uint64_t start, end;	/* the file range */
+	uint64_t start, end; /* the file range */
 	struct job_region region[3];
 	unsigned int nregions, cur;
-	uint64_t pos;		/* next offset to issue in region[cur] */
+	uint64_t pos; /* next offset to issue in region[cur] */
 	bool p2p;
-	unsigned int pending;	/* segments in flight */
+	unsigned int pending; /* segments in flight */
 	uint64_t moved;
 	uint64_t by_path[5];
 	int err;
 	bool eof;
-	bool queued;		/* on the engine's issue queue */
-	TAILQ_ENTRY(job) issue;	/* while it has segments to issue */
-	STAILQ_ENTRY(job) done;	/* once complete, until collected */
+	bool queued; /* on the engine's issue queue */
+	TAILQ_ENTRY(job) issue; /* while it has segments to issue */
+	STAILQ_ENTRY(job) done; /* once complete, until collected */
 };
 
 enum slot_state {
 	SLOT_FREE,
-	SLOT_IO,   /* read or write in flight */
+	SLOT_IO, /* read or write in flight */
 	SLOT_COPY, /* device copy in flight */
 };
 
@@ -110,10 +110,10 @@ struct slot {
 	struct job *job;
 	char *mem;
 	unsigned int index;
-	uint64_t foff;	 /* file offset of the I/O */
-	uint64_t len;	 /* bytes of the I/O */
-	uint64_t done;	 /* bytes of it completed so far */
-	char *target;	 /* p2p: where the I/O goes instead of mem */
+	uint64_t foff; /* file offset of the I/O */
+	uint64_t len; /* bytes of the I/O */
+	uint64_t done; /* bytes of it completed so far */
+	char *target; /* p2p: where the I/O goes instead of mem */
 	bool direct;
 	uint64_t copied; /* bytes of the job the copy moves */
 	void *event;
@@ -131,7 +131,7 @@ struct phx_engine {
 	bool pinned;
 	struct slot *slots;
 	void *streams[PHX_NR_STREAMS];
-	unsigned int inflight;	/* SQEs submitted, CQE not yet seen */
+	unsigned int inflight; /* SQEs submitted, CQE not yet seen */
 	unsigned int to_submit; /* SQEs prepared, not submitted */
 	/*
 	 * Jobs queued and not yet complete; the ones with segments left to
@@ -185,8 +185,10 @@ static int fd_get(struct phx_engine *e, int fd, enum phx_op op,
 		size = (uint64_t)st.st_size;
 	} else if (S_ISBLK(st.st_mode)) {
 		if (ioctl(fd, BLKGETSIZE64, &size))
-			return phx_err(errno, "fd %d: cannot size the block device: %s",
-				       fd, strerror(errno));
+			return phx_err(
+				errno,
+				"fd %d: cannot size the block device: %s", fd,
+				strerror(errno));
 	} else {
 		return phx_err(EINVAL,
 			       "fd %d is not a regular file or block device",
@@ -250,9 +252,10 @@ static int fd_buffered(struct fd_entry *f)
 	if (f->buffered_fd == -1) {
 		f->buffered_fd = reopen(f->user_fd, f->accmode);
 		if (f->buffered_fd < 0)
-			return phx_err(errno,
-				       "fd %d: cannot reopen it without O_DIRECT for an unaligned edge: %s",
-				       f->user_fd, strerror(errno));
+			return phx_err(
+				errno,
+				"fd %d: cannot reopen it without O_DIRECT for an unaligned edge: %s",
+				f->user_fd, strerror(errno));
 		f->own_buffered = true;
 	}
 	return f->buffered_fd;
@@ -285,8 +288,8 @@ static void *staging_alloc(struct phx_device *dev, size_t len)
 	int node = dev->numa_node;
 	void *p;
 
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
 	if (node >= 0 && node < 1024 &&
@@ -327,8 +330,13 @@ static void engine_destroy(struct phx_engine *e)
 	free(e);
 }
 
-static int engine_create(struct phx_device *dev, bool batch,
-			 unsigned int depth, bool polled, struct phx_engine **out)
+/*
+ * @staging: bytes of staging memory, 0 for the configured size.  @batch
+ * engines split it into @depth slots (0: the configured queue depth).
+ */
+static int engine_create(struct phx_device *dev, size_t staging, bool batch,
+			 unsigned int depth, bool polled,
+			 struct phx_engine **out)
 {
 	const struct phx_settings *s = phx_settings();
 	struct phx_engine *e;
@@ -347,11 +355,13 @@ static int engine_create(struct phx_device *dev, bool batch,
 	 * Synchronous engines favour big requests (a few large transfers);
 	 * batches favour depth (many small ones), in the same staging size.
 	 */
+	if (!staging)
+		staging = s->staging_size;
 	e->chunk = s->chunk_size;
-	e->nslots = (unsigned int)(s->staging_size / e->chunk);
+	e->nslots = (unsigned int)(staging / e->chunk);
 	if (batch) {
 		e->nslots = depth ? depth : s->queue_depth;
-		e->chunk = phx_align_down(s->staging_size / e->nslots, 4096);
+		e->chunk = phx_align_down(staging / e->nslots, 4096);
 		e->chunk = phx_min(phx_max(e->chunk, 64 << 10), s->chunk_size);
 	}
 	if (e->nslots < 1)
@@ -359,8 +369,10 @@ static int engine_create(struct phx_device *dev, bool batch,
 
 	ret = io_uring_queue_init(phx_max(e->nslots, 8u) * 2, &e->ring, 0);
 	if (ret) {
-		ret = phx_err(-ret, "%s: io_uring unavailable: %s; is io_uring disabled (kernel.io_uring_disabled)?",
-			      dev->name, strerror(-ret));
+		ret = phx_err(
+			-ret,
+			"%s: io_uring unavailable: %s; is io_uring disabled (kernel.io_uring_disabled)?",
+			dev->name, strerror(-ret));
 		goto out;
 	}
 	e->ring_ok = true;
@@ -368,7 +380,8 @@ static int engine_create(struct phx_device *dev, bool batch,
 	e->staging_len = (size_t)(e->nslots * e->chunk);
 	e->staging = staging_alloc(dev, e->staging_len);
 	if (!e->staging) {
-		ret = phx_err(ENOMEM, "%s: cannot allocate %zu bytes of staging memory",
+		ret = phx_err(ENOMEM,
+			      "%s: cannot allocate %zu bytes of staging memory",
 			      dev->name, e->staging_len);
 		goto out;
 	}
@@ -447,9 +460,10 @@ static int job_plan(struct phx_engine *e, struct job *j)
 		direct = false;
 	if (direct && fd_direct(j->fde) < 0) {
 		if (s->direct > 0)
-			return phx_err(EINVAL,
-				       "fd %d cannot be opened with O_DIRECT (PHX_DIRECT=on): the file system refuses it",
-				       j->fde->user_fd);
+			return phx_err(
+				EINVAL,
+				"fd %d cannot be opened with O_DIRECT (PHX_DIRECT=on): the file system refuses it",
+				j->fde->user_fd);
 		direct = false;
 	}
 
@@ -548,7 +562,9 @@ static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 		if (ret)
 			return ret;
 	} else if (!io->dptr && io->len) {
-		return phx_err(EFAULT, "transfer has neither a buffer nor a device address");
+		return phx_err(
+			EFAULT,
+			"transfer has neither a buffer nor a device address");
 	}
 
 	if (io->file_off < 0 || io->len > INT64_MAX ||
@@ -692,13 +708,12 @@ static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
 					  sl->mem + (cs - sl->foff), sl->copied,
 					  sl->stream);
 	else if (j->buf)
-		ret = phx_buf_copy_out(j->buf,
-				       j->io->buf_off + (cs - j->start),
+		ret = phx_buf_copy_out(j->buf, j->io->buf_off + (cs - j->start),
 				       sl->mem, sl->copied, sl->stream);
 	else
 		ret = dev->ops->copy_dtoh(dev, sl->mem,
-					  j->dptr + (cs - j->start),
-					  sl->copied, sl->stream);
+					  j->dptr + (cs - j->start), sl->copied,
+					  sl->stream);
 	if (!ret)
 		ret = dev->ops->event_record(dev, sl->event, sl->stream);
 	if (ret) {
@@ -728,8 +743,8 @@ static void engine_fill(struct phx_engine *e)
 			return;
 		r = &j->region[j->cur];
 		/* Segments end on chunk-aligned file offsets. */
-		seg_end = phx_min(r->to, phx_align_down(j->pos, e->chunk) +
-						 e->chunk);
+		seg_end = phx_min(r->to,
+				  phx_align_down(j->pos, e->chunk) + e->chunk);
 		sl->job = j;
 		sl->foff = j->pos;
 		sl->len = seg_end - j->pos;
@@ -738,8 +753,8 @@ static void engine_fill(struct phx_engine *e)
 		sl->direct = r->direct;
 		sl->target = NULL;
 		if (j->p2p && r->direct)
-			sl->target = (char *)e->dev->ops->host_addr(
-					     e->dev, j->dptr) +
+			sl->target = (char *)e->dev->ops->host_addr(e->dev,
+								    j->dptr) +
 				     (sl->foff - j->start);
 		j->pos = seg_end;
 		if (j->pos >= r->to && ++j->cur < j->nregions)
@@ -798,10 +813,13 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 			slot_prep_io(e, sl);
 			return;
 		} else {
-			job_fail(j, phx_err(EIO, "writing fd %d: no progress at offset %llu",
-					    j->fde->user_fd,
-					    (unsigned long long)(sl->foff +
-								 sl->done)));
+			job_fail(
+				j,
+				phx_err(EIO,
+					"writing fd %d: no progress at offset %llu",
+					j->fde->user_fd,
+					(unsigned long long)(sl->foff +
+							     sl->done)));
 			sl->copied = 0;
 			slot_free(e, sl);
 			return;
@@ -956,7 +974,7 @@ static int engine_get(struct phx_device *dev, struct phx_engine **out)
 	dev->pool_count++;
 	pthread_mutex_unlock(&dev->pool_lock);
 
-	ret = engine_create(dev, false, 0, false, &e);
+	ret = engine_create(dev, 0, false, 0, false, &e);
 	if (ret) {
 		pthread_mutex_lock(&dev->pool_lock);
 		dev->pool_count--;
@@ -1020,10 +1038,32 @@ void phx_engine_pool_destroy(struct phx_device *dev)
 	pthread_mutex_unlock(&dev->pool_lock);
 }
 
+/* Run @io to completion on @e, which nothing else uses meanwhile. */
+static int64_t engine_io(struct phx_engine *e, struct phx_io *io)
+{
+	struct job *j;
+	int ret;
+
+	ret = job_start(e, io, &j);
+	if (ret) {
+		atomic_fetch_add(&e->dev->errors, 1);
+		return io->result = ret;
+	}
+	engine_queue(e, j);
+	ret = engine_run_job(e, j);
+	/* the job is on the done list now */
+	STAILQ_INIT(&e->done);
+	free(j);
+	if (ret)
+		return io->result = ret;
+	if (io->result >= 0)
+		phx_err_clear();
+	return io->result;
+}
+
 PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
 {
 	struct phx_engine *e;
-	struct job *j;
 	int ret;
 
 	ret = phx_device_bind(dev);
@@ -1032,23 +1072,33 @@ PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
 	ret = engine_get(dev, &e);
 	if (ret)
 		return io->result = ret;
-	ret = job_start(e, io, &j);
-	if (ret) {
-		engine_put(dev, e);
-		atomic_fetch_add(&dev->errors, 1);
-		return io->result = ret;
-	}
-	engine_queue(e, j);
-	ret = engine_run_job(e, j);
-	/* the job is on the done list now */
-	STAILQ_INIT(&e->done);
-	free(j);
+	engine_io(e, io);
 	engine_put(dev, e);
-	if (ret)
-		return io->result = ret;
-	if (io->result >= 0)
-		phx_err_clear();
 	return io->result;
+}
+
+/*
+ * Engines outside the pool, for the stream-ordered workers (stream.c):
+ * made and freed by their owner, used by one thread at a time.
+ */
+int phx_engine_new(struct phx_device *dev, size_t staging,
+		   struct phx_engine **out)
+{
+	int ret = phx_device_bind(dev);
+
+	return ret ? ret : engine_create(dev, staging, false, 0, false, out);
+}
+
+void phx_engine_free(struct phx_engine *e)
+{
+	engine_destroy(e);
+}
+
+int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io)
+{
+	int ret = phx_device_bind(e->dev);
+
+	return ret ? io->result = ret : engine_io(e, io);
 }
 
 static int64_t buf_io(enum phx_op op, struct phx_buf *buf, uint64_t buf_off,
@@ -1098,7 +1148,6 @@ PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
 	dev->ops->host_unregister(dev, p);
 }
 
-
 /*
  * End a synchronous copy queued on a pooled stream: wait for it unless
  * queueing failed, return the stream, count @memcpy_bytes when it worked.
@@ -1141,8 +1190,8 @@ PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 	return copy_finish(dev, stream, ret, len);
 }
 
-PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf,
-				   uint64_t off, uint64_t len)
+PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
+				   uint64_t len)
 {
 	struct phx_device *dev = buf->dev;
 	void *stream;
@@ -1171,7 +1220,8 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	int ret;
 
 	if (dst->dev->ops != src->dev->ops)
-		return phx_err(EXDEV, "cannot copy between a %s and a %s device",
+		return phx_err(EXDEV,
+			       "cannot copy between a %s and a %s device",
 			       dst->dev->ops->name, src->dev->ops->name);
 	ret = phx_buf_check_range(dst, dst_off, len);
 	if (!ret)
@@ -1235,7 +1285,7 @@ PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
 	if (!b)
 		return phx_err(ENOMEM, "out of host memory for a batch");
 	b->dev = dev;
-	ret = engine_create(dev, true, phx_min(depth, 4096u),
+	ret = engine_create(dev, 0, true, phx_min(depth, 4096u),
 			    flags & PHX_BATCH_POLL, &b->engine);
 	if (ret) {
 		free(b);
@@ -1270,7 +1320,8 @@ PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
 			j = calloc(1, sizeof(*j));
 			if (!j)
 				return i ? (int)i :
-					   phx_err(ENOMEM, "out of host memory");
+					   phx_err(ENOMEM,
+						   "out of host memory");
 			j->io = &ios[i];
 			j->err = ret;
 		}

@@ -84,4 +84,10 @@ void phx_chunk_extent(uint64_t gran, uint64_t max_chunk, unsigned int idx,
 void phx_engine_pool_destroy(struct phx_device *dev);
 void phx_async_destroy(struct phx_device *dev);
 
+struct phx_engine;
+int phx_engine_new(struct phx_device *dev, size_t staging,
+		   struct phx_engine **out);
+void phx_engine_free(struct phx_engine *e);
+int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io);
+
 #endif /* PHX_INTERNAL_H */

@@ -5,10 +5,16 @@
  * phx_io_enqueue() places a host function on the stream.  When the stream
  * reaches it, the function hands the transfer to the device's async
  * workers and waits for it; work queued after it on the stream waits in
- * turn.  The workers exist because a stream's host function may not call
- * the CUDA driver itself, while the transfer needs it.  The transfer's
- * parameters are read only then, which is what cuFile's and LMCache's
- * callers rely on.
+ * turn.  The transfer's parameters are read only then, which is what
+ * cuFile's and LMCache's callers rely on.
+ *
+ * A host function may not call the driver, hence the workers.  And while
+ * one runs, the driver refuses its exclusive lock to everyone: on CUDA 13
+ * cuMemHostRegister() waits until the host function returns.  So a worker
+ * must never pin memory or make streams while it serves a host function:
+ * each worker owns an engine (pinned staging, streams, events), built on
+ * the caller's thread inside phx_io_enqueue(), before anything is queued,
+ * and during a transfer it only copies and waits for events.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,17 +38,27 @@ struct async_req {
 	const int64_t *file_off;
 	const int64_t *buf_off;
 	int64_t *bytes_done;
-	bool done;		/* protected by the worker lock */
+	bool done; /* protected by the worker lock */
 	struct async_req *next;
+};
+
+struct async_thread {
+	struct phx_async_worker *w;
+	struct phx_engine *engine;
+	pthread_t thread;
 };
 
 struct phx_async_worker {
 	pthread_mutex_t lock;
 	pthread_cond_t work, done;
 	struct async_req *head, *tail; /* protected by lock */
-	pthread_t threads[PHX_ASYNC_WORKERS];
-	unsigned int nthreads, idle;
+	/* queued on a stream and not finished yet; protected by lock */
+	unsigned int outstanding;
+	unsigned int nthreads; /* protected by lock */
 	bool stop;
+	/* serialises starting threads; never taken by a host function */
+	pthread_mutex_t spawn_lock;
+	struct async_thread threads[PHX_ASYNC_WORKERS];
 };
 
 PHX_EXPORT int phx_stream_create(struct phx_device *dev,
@@ -109,16 +125,14 @@ PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
 
 static void *async_main(void *arg)
 {
-	struct phx_device *dev = arg;
-	struct phx_async_worker *w = dev->async;
+	struct async_thread *t = arg;
+	struct phx_async_worker *w = t->w;
 	struct async_req *r;
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
-		w->idle++;
 		while (!w->head && !w->stop)
 			pthread_cond_wait(&w->work, &w->lock);
-		w->idle--;
 		if (!w->head)
 			break;
 		r = w->head;
@@ -135,14 +149,16 @@ static void *async_main(void *arg)
 			.len = *r->len,
 		};
 		if (*r->buf_off < 0)
-			io.result = phx_err(EINVAL, "negative buffer offset %lld",
-					    (long long)*r->buf_off);
+			io.result =
+				phx_err(EINVAL, "negative buffer offset %lld",
+					(long long)*r->buf_off);
 		else
-			phx_io_run(dev, &io);
+			phx_engine_io(t->engine, &io);
 		*r->bytes_done = io.result;
 
 		pthread_mutex_lock(&w->lock);
 		r->done = true;
+		w->outstanding--;
 		pthread_cond_broadcast(&w->done);
 	}
 	pthread_mutex_unlock(&w->lock);
@@ -162,6 +178,7 @@ static int async_get(struct phx_device *dev, struct phx_async_worker **out)
 			return phx_err(ENOMEM, "out of host memory");
 		}
 		pthread_mutex_init(&w->lock, NULL);
+		pthread_mutex_init(&w->spawn_lock, NULL);
 		pthread_cond_init(&w->work, NULL);
 		pthread_cond_init(&w->done, NULL);
 		dev->async = w;
@@ -171,6 +188,72 @@ static int async_get(struct phx_device *dev, struct phx_async_worker **out)
 	return 0;
 }
 
+/* Start one more worker with its own engine (on the caller's thread). */
+static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
+		       unsigned int index)
+{
+	const struct phx_settings *s = phx_settings();
+	struct async_thread *t = &w->threads[index];
+	size_t staging;
+	int ret;
+
+	/* The workers share one engine's worth of staging between them. */
+	staging = phx_max(s->staging_size / PHX_ASYNC_WORKERS, s->chunk_size);
+	ret = phx_engine_new(dev, staging, &t->engine);
+	if (ret)
+		return ret;
+	t->w = w;
+	ret = pthread_create(&t->thread, NULL, async_main, t);
+	if (ret) {
+		phx_engine_free(t->engine);
+		t->engine = NULL;
+		return phx_err(ret, "%s: cannot start a transfer thread: %s",
+			       dev->name, strerror(ret));
+	}
+	pthread_mutex_lock(&w->lock);
+	w->nthreads++;
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+/*
+ * Count one more queued transfer, and start a worker for it while there
+ * are fewer workers than transfers waiting.  Fails only when no worker at
+ * all could be started.
+ */
+static int async_reserve(struct phx_device *dev, struct phx_async_worker *w)
+{
+	unsigned int n;
+	bool more;
+	int ret = 0;
+
+	pthread_mutex_lock(&w->spawn_lock);
+	pthread_mutex_lock(&w->lock);
+	w->outstanding++;
+	n = w->nthreads;
+	more = w->outstanding > n && n < PHX_ASYNC_WORKERS;
+	pthread_mutex_unlock(&w->lock);
+	if (more) {
+		ret = async_spawn(dev, w, n);
+		if (ret && n)
+			ret = 0; /* the others will serve it */
+	}
+	if (ret) {
+		pthread_mutex_lock(&w->lock);
+		w->outstanding--;
+		pthread_mutex_unlock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->spawn_lock);
+	return ret;
+}
+
+static void async_unreserve(struct phx_async_worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->outstanding--;
+	pthread_mutex_unlock(&w->lock);
+}
+
 /* Runs on the stream: hand the request over and wait for it. */
 static void async_host_fn(void *arg)
 {
@@ -178,42 +261,34 @@ static void async_host_fn(void *arg)
 	struct phx_async_worker *w = r->dev->async;
 
 	pthread_mutex_lock(&w->lock);
-	if (!w->idle && w->nthreads < PHX_ASYNC_WORKERS &&
-	    !pthread_create(&w->threads[w->nthreads], NULL, async_main,
-			    r->dev))
-		w->nthreads++;
 	if (w->tail)
 		w->tail->next = r;
 	else
 		w->head = r;
 	w->tail = r;
 	pthread_cond_signal(&w->work);
-	if (!w->nthreads) {
-		/* no thread could start: report instead of hanging the stream */
-		w->head = w->tail = NULL;
-		*r->bytes_done = -EAGAIN;
-		r->done = true;
-	}
 	while (!r->done)
 		pthread_cond_wait(&w->done, &w->lock);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
 }
 
-PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op,
-			      int fd, phx_dptr_t dptr, const uint64_t *len,
+PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
+			      phx_dptr_t dptr, const uint64_t *len,
 			      const int64_t *file_off, const int64_t *buf_off,
 			      int64_t *bytes_done)
 {
 	struct phx_device *dev = stream->dev;
-	struct phx_async_worker *w;
+	struct phx_async_worker *w = NULL;
 	struct async_req *r;
 	int ret;
 
 	if (op != PHX_OP_READ && op != PHX_OP_WRITE)
 		return phx_err(EINVAL, "unknown transfer op %d", (int)op);
 	if (!len || !file_off || !buf_off || !bytes_done)
-		return phx_err(EFAULT, "stream-ordered transfer: a parameter pointer is NULL");
+		return phx_err(
+			EFAULT,
+			"stream-ordered transfer: a parameter pointer is NULL");
 	ret = async_get(dev, &w);
 	if (ret)
 		return ret;
@@ -224,13 +299,25 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op,
 	if (!r)
 		return phx_err(ENOMEM, "out of host memory");
 	*r = (struct async_req){
-		.dev = dev, .op = op, .fd = fd, .dptr = dptr, .len = len,
-		.file_off = file_off, .buf_off = buf_off,
+		.dev = dev,
+		.op = op,
+		.fd = fd,
+		.dptr = dptr,
+		.len = len,
+		.file_off = file_off,
+		.buf_off = buf_off,
 		.bytes_done = bytes_done,
 	};
-	ret = dev->ops->launch_host_fn(dev, stream->native, async_host_fn, r);
-	if (ret)
+	ret = async_reserve(dev, w);
+	if (ret) {
 		free(r);
+		return ret;
+	}
+	ret = dev->ops->launch_host_fn(dev, stream->native, async_host_fn, r);
+	if (ret) {
+		async_unreserve(w);
+		free(r);
+	}
 	return ret;
 }
 
@@ -245,9 +332,12 @@ void phx_async_destroy(struct phx_device *dev)
 	w->stop = true;
 	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->lock);
-	for (i = 0; i < w->nthreads; i++)
-		pthread_join(w->threads[i], NULL);
+	for (i = 0; i < w->nthreads; i++) {
+		pthread_join(w->threads[i].thread, NULL);
+		phx_engine_free(w->threads[i].engine);
+	}
 	pthread_mutex_destroy(&w->lock);
+	pthread_mutex_destroy(&w->spawn_lock);
 	pthread_cond_destroy(&w->work);
 	pthread_cond_destroy(&w->done);
 	free(w);

@@ -130,8 +130,7 @@ Test(buf, sparse_until_written)
 		     "%s", phx_strerror_last());
 	cr_assert_eq(phx_buf_committed(buf), 0);
 	fill_random(data, sizeof(data), 5);
-	cr_assert_eq(phx_memcpy_to_buf(buf, 5ULL << 30, data, sizeof(data)),
-		     0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 5ULL << 30, data, sizeof(data)), 0);
 	cr_assert_leq(phx_buf_committed(buf), 64 * MiB,
 		      "one write commits one chunk, not the buffer");
 	cr_assert_eq(phx_device_info(dev, &info), 0);
@@ -198,7 +197,7 @@ static int child_import(int sock, const unsigned char *want, size_t n)
 
 Test(buf, export_import_between_processes)
 {
-	struct phx_device *dev = open_default();
+	struct phx_device *dev;
 	size_t n = 6 * MiB + 1234;
 	unsigned char *data = xmalloc(n), *back = xmalloc(4096);
 	struct phx_buf *buf;
@@ -215,6 +214,8 @@ Test(buf, export_import_between_processes)
 		_exit(child_import(sv[1], data, n));
 	}
 	close(sv[1]);
+	/* Only now: CUDA cannot be used in a child forked after it started. */
+	dev = open_default();
 	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
 	cr_assert_eq(phx_memcpy_to_buf(buf, 0, data, n), 0);
 	cr_assert_eq(phx_buf_send(buf, sv[0]), 0, "%s", phx_strerror_last());
@@ -229,6 +230,41 @@ Test(buf, export_import_between_processes)
 	phx_device_close(dev);
 	free(data);
 	free(back);
+}
+
+/* A CUDA driver does not survive fork(): the child is told why. */
+Test(device, cuda_in_a_forked_child_is_refused)
+{
+	struct phx_device *dev, *cdev;
+	int sv[2], status;
+	char msg[512] = "";
+	ssize_t n;
+	pid_t pid;
+
+	if (phx_default_kind(NULL) != PHX_DEVICE_CUDA)
+		cr_skip_test("CUDA only: other devices work in a forked child");
+	dev = open_default();
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int ret = phx_device_open(NULL, &cdev);
+		const char *why = phx_strerror_last();
+
+		if (write(sv[1], why, strlen(why)) < 0)
+			_exit(2);
+		_exit(ret == -ENODEV ? 0 : 1);
+	}
+	close(sv[1]);
+	n = read(sv[0], msg, sizeof(msg) - 1);
+	cr_assert_geq(n, 0);
+	msg[n] = '\0';
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "open in the child gave: %s", msg);
+	cr_assert(strstr(msg, "forked"), "message: %s", msg);
+	close(sv[0]);
+	phx_device_close(dev);
 }
 
 Test(device, missing_gpu_is_reported)
@@ -323,9 +359,9 @@ Test(device, address_finds_its_device)
 		     0);
 	cr_assert_eq(found, d1);
 	phx_device_close(found);
-	cr_assert_eq(phx_device_open_dptr(PHX_DEVICE_SIM, phx_buf_dptr(b0),
-					  &found),
-		     0);
+	cr_assert_eq(
+		phx_device_open_dptr(PHX_DEVICE_SIM, phx_buf_dptr(b0), &found),
+		0);
 	cr_assert_eq(found, d0);
 	phx_device_close(found);
 	cr_assert_eq(phx_device_open_dptr(PHX_DEVICE_SIM, 4096, &found),
