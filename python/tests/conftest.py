@@ -54,5 +54,15 @@ def random_file(path: Path, size: int, rng: np.random.Generator) -> bytes:
     return data
 
 
+# Tests that look at device memory from the host (NumPy views, host
+# arrays as targets) need the simulated device; the rest run on any.
+needs_host_views = pytest.mark.skipif(
+    phoenix.default_kind()[0] == "cuda",
+    reason="host views need the simulated device")
+
+# The directory prefix of each device kind: gpu0, sim0, phx0.
+PREFIX = {"cuda": "gpu", "sim": "sim", "kmod": "phx"}
+
+
 def host_visible(dev: phoenix.Device) -> bool:
     return dev.kind != "cuda"

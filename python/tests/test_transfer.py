@@ -9,10 +9,7 @@ import numpy as np
 import pytest
 
 import phoenix
-from conftest import random_file
-
-pytestmark = pytest.mark.skipif(phoenix.default_kind()[0] == "cuda",
-                                reason="host views need the simulated device")
+from conftest import needs_host_views, random_file
 
 SIZES = [1, 4095, 4096, 65537, 3 << 20]
 
@@ -50,6 +47,7 @@ def test_read_into_fd_and_file_object(dev, scratch, rng):
     assert buf.to_bytes(0, 100) == data[5:105]
 
 
+@needs_host_views
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32,
                                    np.float64, np.complex64])
 def test_read_into_numpy_arrays(scratch, rng, dtype):
@@ -60,6 +58,7 @@ def test_read_into_numpy_arrays(scratch, rng, dtype):
     assert arr.tobytes() == data[off:off + arr.nbytes]
 
 
+@needs_host_views
 def test_read_into_bytearray_and_views(dev, scratch, rng):
     data = random_file(scratch / "f", 200000, rng)
     ba = bytearray(1000)
@@ -75,6 +74,7 @@ def test_read_into_bytearray_and_views(dev, scratch, rng):
     assert np.asarray(v).tobytes() == data[:400]
 
 
+@needs_host_views
 def test_readonly_and_noncontiguous_targets_refused(scratch, rng):
     random_file(scratch / "f", 4096, rng)
     with pytest.raises(ValueError):
@@ -102,6 +102,7 @@ def test_write_from_round_trip(dev, scratch, rng, size):
     assert back[:1000] == data[:1000] or size <= 1000
 
 
+@needs_host_views
 def test_write_from_numpy_and_truncate(scratch, rng):
     (scratch / "out").write_bytes(b"x" * 100000)
     arr = rng.standard_normal(1000).astype(np.float32)
@@ -147,6 +148,7 @@ def test_read_batch_random_triples(dev, scratch, rng):
         assert buf.to_bytes(p, len(chunk)) == chunk
 
 
+@needs_host_views
 def test_read_batch_into_numpy_and_eof(scratch, rng):
     data = random_file(scratch / "f", 10000, rng)
     a, b = np.zeros(100, np.uint8), np.zeros(5000, np.uint8)
