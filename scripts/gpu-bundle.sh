@@ -106,12 +106,14 @@ set -u
 cd "$(dirname "$0")/.."
 export PHX_DEVICE=${PHX_DEVICE:-cuda}
 rc=0
+# A hang (see README, "Known problems") fails its suite instead of the
+# whole call; Python prints every thread's stack first.
 echo "== libphoenix"
-LD_LIBRARY_PATH="$PWD/.gpu/lib" sh scripts/test-lib.sh .gpu/bin/test-lib || rc=1
+LD_LIBRARY_PATH="$PWD/.gpu/lib" timeout 300 sh scripts/test-lib.sh .gpu/bin/test-lib || rc=1
 echo "== phxfs"
-python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
+timeout 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
 echo "== python"
-sh python/tests/run.sh .gpu/bin -q -rs || rc=1
+timeout 600 sh python/tests/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
 exit $rc
 EOF
 chmod +x "$OUT/run-tests"
