@@ -18,10 +18,18 @@ Test(stream, parameters_read_when_the_stream_gets_there)
 	cr_assert_eq(phx_buf_alloc(dev, fsize, 0, &buf), 0);
 	cr_assert_eq(phx_buf_alloc(dev, 256 * MiB, 0, &big), 0);
 	cr_assert_eq(phx_stream_create(dev, &st), 0);
-	/* queue work first so the transfer waits its turn */
-	struct phx_io pre = { 0 };
+	/*
+	 * Queue a long read first, so the transfer under test waits its turn
+	 * while the values change.
+	 */
+	uint64_t pre_len = 64 * MiB;
+	int64_t pre_off = 0, pre_done = 0;
+	void *pre_data;
+	int pre_fd = make_file(dir_direct(), pre_len, 52, true, &pre_data);
 
-	(void)pre;
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, pre_fd, phx_buf_dptr(big),
+				    &pre_len, &pre_off, &pre_off, &pre_done),
+		     0, "%s", phx_strerror_last());
 	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
 				    &len, &foff, &boff, &done),
 		     0, "%s", phx_strerror_last());
@@ -30,8 +38,8 @@ Test(stream, parameters_read_when_the_stream_gets_there)
 	foff = 12345;
 	boff = 999;
 	cr_assert_eq(phx_stream_sync(st), 0);
-	cr_assert_eq(done, (int64_t)len, "bytes_done %lld",
-		     (long long)done);
+	cr_assert_eq(pre_done, (int64_t)pre_len);
+	cr_assert_eq(done, (int64_t)len, "bytes_done %lld", (long long)done);
 	assert_buf_eq(buf, 999, data + 12345, len);
 
 	/* a write, ordered after the read on the same stream */
@@ -65,6 +73,8 @@ Test(stream, parameters_read_when_the_stream_gets_there)
 	phx_device_close(dev);
 	free(back);
 	free(data);
+	free(pre_data);
+	close(pre_fd);
 }
 
 Test(stream, wrapped_default_stream)
