@@ -16,7 +16,7 @@
  *   -o kind=KIND      cuda, sim or kmod (default: PHX_DEVICE, else auto)
  *   -o blksize=SIZE   st_blksize of files, the write size of cp (4M)
  *   -o threads=N      most FUSE worker threads (16)
- *   -o max_write=SIZE largest write request (1M: libfuse's buffer)
+ *   -o max_write=SIZE largest read or write request (see request_cap())
  *   -o writeback      page-cached writes instead of direct I/O
  *   -o headroom=SIZE  room to grow of a passthrough file open for writing
  *
@@ -80,7 +80,8 @@ static void usage(const char *prog)
 	       "    -o kind=KIND       cuda, sim or kmod (PHX_DEVICE, else auto)\n"
 	       "    -o blksize=SIZE    st_blksize of files (4M)\n"
 	       "    -o threads=N       most FUSE worker threads (16)\n"
-	       "    -o max_write=SIZE  largest write request (1M)\n"
+	       "    -o max_write=SIZE  largest read or write request (16M where\n"
+	       "                       libfuse and fs.fuse.max_pages_limit allow)\n"
 	       "    -o writeback       page-cached writes instead of direct I/O\n"
 	       "    -o headroom=SIZE   growth room of passthrough files (1G)\n\n",
 	       prog);
@@ -88,9 +89,36 @@ static void usage(const char *prog)
 	fuse_lowlevel_help();
 }
 
+/*
+ * The largest request both sides take: this libfuse's limit, and the
+ * kernel's fs.fuse.max_pages_limit pages (a sysctl since Linux 6.13; 256
+ * pages before, and where it cannot be read).
+ */
+static uint64_t request_cap(void)
+{
+	uint64_t pages = 256, page = (uint64_t)sysconf(_SC_PAGESIZE), cap;
+	char val[32];
+	ssize_t n;
+	int fd =
+		open("/proc/sys/fs/fuse/max_pages_limit", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		n = read(fd, val, sizeof(val) - 1);
+		if (n > 0) {
+			val[n] = '\0';
+			if (strtoull(val, NULL, 10) > 0)
+				pages = strtoull(val, NULL, 10);
+		}
+		close(fd);
+	}
+	cap = pages * page;
+	return cap < PHXFS_LIBFUSE_MAX_REQUEST ? cap :
+						 PHXFS_LIBFUSE_MAX_REQUEST;
+}
+
 static int parse_sizes(struct phxfs *fs)
 {
-	uint64_t v = 4ULL << 20;
+	uint64_t v = 4ULL << 20, cap;
 
 	if (fs->opts.reserve &&
 	    phx_parse_size(fs->opts.reserve, &fs->reserve)) {
@@ -111,7 +139,9 @@ static int parse_sizes(struct phxfs *fs)
 			fs->opts.size);
 		return -EINVAL;
 	}
-	fs->max_write = 1ULL << 20;
+	cap = request_cap();
+	fs->max_write =
+		PHXFS_DEFAULT_REQUEST < cap ? PHXFS_DEFAULT_REQUEST : cap;
 	if (fs->opts.max_write &&
 	    (phx_parse_size(fs->opts.max_write, &fs->max_write) ||
 	     fs->max_write < 4096 || fs->max_write > (1ULL << 30))) {
@@ -120,6 +150,17 @@ static int parse_sizes(struct phxfs *fs)
 			fs->opts.max_write);
 		return -EINVAL;
 	}
+	if (fs->max_write > PHXFS_LIBFUSE_MAX_REQUEST) {
+		fprintf(stderr,
+			"phxfs: max_write=%s is more than libfuse %d.%d takes (1M); build phxfs with PHX_FUSE=3.17 for larger requests\n",
+			fs->opts.max_write, FUSE_MAJOR_VERSION,
+			FUSE_MINOR_VERSION);
+		return -EINVAL;
+	}
+	if (fs->max_write > cap)
+		fprintf(stderr,
+			"phxfs: the kernel caps requests at %llu KiB (fs.fuse.max_pages_limit); max_write=%s is used up to that\n",
+			(unsigned long long)(cap >> 10), fs->opts.max_write);
 	fs->headroom = 1ULL << 30;
 	if (fs->opts.headroom &&
 	    phx_parse_size(fs->opts.headroom, &fs->headroom)) {

@@ -124,20 +124,40 @@ static void *thread_buf(size_t len)
  * a device-to-host copy into pinned memory runs at the bus's speed, while
  * the driver stages one into pageable memory at a fraction of it.  They
  * are pinned once and kept; a request larger than one, or one arriving
- * when all are in use, takes the thread's pageable buffer instead.
+ * when all are in use, takes the thread's pageable buffer instead.  Each
+ * holds the largest request (max_write); together at most RBUF_BYTES, and
+ * never fewer than RBUF_MIN of them.
  */
-#define RBUF_LEN (1U << 20)
-#define RBUF_MAX 32
+#define RBUF_BYTES (64U << 20)
+#define RBUF_MIN 4U
+#define RBUF_MAX 32U
 
 static pthread_mutex_t rbuf_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *rbuf_free[RBUF_MAX]; /* protected by rbuf_lock */
 static unsigned int rbuf_nfree, rbuf_count; /* protected by rbuf_lock */
 
+static size_t rbuf_len(const struct phxfs *fs)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (fs->max_write + page - 1) / page * page;
+}
+
+static unsigned int rbuf_max(const struct phxfs *fs)
+{
+	size_t n = RBUF_BYTES / rbuf_len(fs);
+
+	return n < RBUF_MIN ? RBUF_MIN :
+	       n > RBUF_MAX ? RBUF_MAX :
+			      (unsigned int)n;
+}
+
 static void *rbuf_get(struct phxfs *fs, size_t len)
 {
+	size_t blen = rbuf_len(fs);
 	void *p = NULL;
 
-	if (len > RBUF_LEN || !fs->ndevs)
+	if (len > blen || !fs->ndevs)
 		return NULL;
 	pthread_mutex_lock(&rbuf_lock);
 	if (rbuf_nfree) {
@@ -145,14 +165,14 @@ static void *rbuf_get(struct phxfs *fs, size_t len)
 		pthread_mutex_unlock(&rbuf_lock);
 		return p;
 	}
-	if (rbuf_count == RBUF_MAX) {
+	if (rbuf_count >= rbuf_max(fs)) {
 		pthread_mutex_unlock(&rbuf_lock);
 		return NULL;
 	}
 	rbuf_count++;
 	pthread_mutex_unlock(&rbuf_lock);
 
-	p = mmap(NULL, RBUF_LEN, PROT_READ | PROT_WRITE,
+	p = mmap(NULL, blen, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (p == MAP_FAILED) {
 		pthread_mutex_lock(&rbuf_lock);
@@ -161,7 +181,7 @@ static void *rbuf_get(struct phxfs *fs, size_t len)
 		return NULL;
 	}
 	/* pinned for every GPU; unpinned memory still works, only slower */
-	phx_host_register(fs->devs[0].dev, p, RBUF_LEN);
+	phx_host_register(fs->devs[0].dev, p, blen);
 	return p;
 }
 
@@ -177,8 +197,9 @@ static void phxfs_init(void *userdata, struct fuse_conn_info *conn)
 	struct phxfs *fs = userdata;
 
 	/*
-	 * Larger than libfuse's request buffer (1 MiB + header on 3.14) and
-	 * the kernel fails every read of /dev/fuse with EINVAL.
+	 * At most what this libfuse's request buffer holds (parse_sizes()
+	 * checked): larger, and every read of /dev/fuse fails with EINVAL.
+	 * libfuse asks the kernel for max_pages to match, for reads too.
 	 */
 	conn->max_write = (unsigned int)fs->max_write;
 	conn->max_readahead = conn->max_readahead > (1u << 20) ?

@@ -43,6 +43,20 @@
 #define PHXFS_HAVE_PASSTHROUGH 0
 #endif
 
+/*
+ * The largest FUSE request (read or write) this libfuse takes: 3.14 reads
+ * /dev/fuse into a fixed buffer of 1 MiB and a header; 3.17 sizes its
+ * buffer from max_write.  The kernel's own cap is fs.fuse.max_pages_limit
+ * pages (256 unless raised).
+ */
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 17)
+#define PHXFS_LIBFUSE_MAX_REQUEST (1ULL << 30)
+#else
+#define PHXFS_LIBFUSE_MAX_REQUEST (1ULL << 20)
+#endif
+/* Default request size where both allow it. */
+#define PHXFS_DEFAULT_REQUEST (16ULL << 20)
+
 /* Ask for (@on) or decline a capability in FUSE init; libfuse 3.17 fails
  * the session when both conn->want and its 64-bit successor change. */
 static inline void phxfs_want(struct fuse_conn_info *conn, uint64_t flag,
@@ -88,7 +102,7 @@ struct phxfs_opts {
 	char *size; /* -o size=SIZE: cap per device */
 	char *kind; /* -o kind=cuda|sim|kmod */
 	char *blksize; /* -o blksize=SIZE: st_blksize of files */
-	char *max_write; /* -o max_write=SIZE: largest FUSE write */
+	char *max_write; /* -o max_write=SIZE: largest FUSE request */
 	unsigned int threads; /* -o threads=N: FUSE worker threads */
 	int writeback; /* -o writeback: page cache instead of direct I/O */
 	char *headroom; /* -o headroom=SIZE: growth room of passthrough files */

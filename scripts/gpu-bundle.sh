@@ -47,6 +47,13 @@ for f in tests/test-lib phxfs phx phx-cpubench libphoenix.so libphxfile.so; do
 	[ -f "$BUILD/$f" ] || fail "$BUILD/$f was not built"
 	cp "$BUILD/$f" "$OUT/bin/"
 done
+# phxfs with libfuse 3.17 (requests past 1 MiB) beside its phx command:
+#   SIZE=4G bash scripts/bench-phxfs.sh .gpu/bin317
+make --no-print-directory BUILD="$BUILD" "$BUILD/phxfs-3.17" ||
+	fail "building phxfs with libfuse 3.17 failed"
+mkdir -p "$OUT/bin317"
+cp "$BUILD/phx" "$OUT/bin317/phx"
+cp "$BUILD/phxfs-3.17" "$OUT/bin317/phxfs"
 for so in "$OUT"/bin/*.so; do
 	cp "$so" "$OUT/lib/"
 	# The soname too, for binaries linked against the shared library.

@@ -706,6 +706,42 @@ def mount_helper():
 
 
 @test
+def request_sizes():
+    """max_write: 16M by default where libfuse and the kernel allow it,
+    refused past libfuse 3.14's 1M buffer, capped by the kernel's
+    fs.fuse.max_pages_limit with a notice."""
+    out = subprocess.run([FS.daemon, "--version"], capture_output=True,
+                         text=True).stdout
+    minor = int(out.split("FUSE 3.")[1].split(")")[0])
+    try:
+        with open("/proc/sys/fs/fuse/max_pages_limit") as f:
+            kernel_cap = int(f.read()) * os.sysconf("SC_PAGESIZE")
+    except OSError:
+        kernel_cap = 256 * 4096
+    FS.umount()
+    try:
+        r = FS.mount("max_write=4M")
+    except AssertionError as e:
+        assert minor < 17, "libfuse 3.%d refused 4M: %s" % (minor, e)
+        assert "libfuse 3.%d" % minor in str(e) and "1M" in str(e), str(e)
+        FS.mount()
+        return
+    try:
+        assert minor >= 17, "libfuse 3.%d took max_write=4M" % minor
+        assert ("caps requests" in r.stderr) == (kernel_cap < 4 * MiB), \
+            r.stderr
+        d, ref = fresh("big")
+        src = os.path.join(ref, "src")
+        write(src, rand(20 * MiB + 4097, 9))
+        sh("dd if=%s of=%s/f bs=4M status=none" % (src, d))
+        sh("dd if=%s/f of=%s/back bs=4M status=none" % (d, ref))
+        sh("cmp %s %s/back" % (src, ref))
+    finally:
+        FS.umount()
+        FS.mount()
+
+
+@test
 def kill_daemon_then_recover():
     """Last: kills the daemon mid-copy, checks ENOTCONN, remounts."""
     d, _ = fresh("kill")
