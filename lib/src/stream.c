@@ -15,9 +15,18 @@
  * each worker owns an engine (pinned staging, streams, events), built on
  * the caller's thread inside phx_io_enqueue(), before anything is queued,
  * and during a transfer it only copies and waits for events.
+ *
+ * Even so, the worker's copies can wait on the driver: a thread inside
+ * cuStreamSynchronize() on the held stream was seen (CUDA 13) to keep a
+ * lock that the worker's cuMemcpyHtoDAsync() needed, and neither moved.
+ * phx_stream_sync() therefore polls an event.  A caller that synchronizes
+ * the stream with the driver directly can still hang this way; the cure
+ * is a host function that never waits (docs/architecture.md).
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -102,11 +111,50 @@ PHX_EXPORT void *phx_stream_native(struct phx_stream *s)
 	return s->native;
 }
 
+/* Between polls: spin briefly, then yield, then sleep up to 50 us. */
+static void poll_backoff(unsigned int n)
+{
+	struct timespec ts = { 0, 0 };
+
+	if (n < 64)
+		return;
+	if (n < 256) {
+		sched_yield();
+		return;
+	}
+	ts.tv_nsec = n < 1024 ? 5000 : 50000;
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * Wait by polling an event recorded at the end of the stream rather than
+ * with the driver's stream synchronize: while a stream-ordered transfer
+ * holds the stream, its worker still needs the driver, and a thread in
+ * CUDA's cuStreamSynchronize was seen to keep a lock that the worker's
+ * next copy waited for (see the file header).  Each query holds the
+ * driver only for a moment.
+ */
 PHX_EXPORT int phx_stream_sync(struct phx_stream *s)
 {
-	int ret = phx_device_bind(s->dev);
+	struct phx_device *dev = s->dev;
+	void *ev = NULL;
+	unsigned int n;
+	int ret = phx_device_bind(dev);
 
-	return ret ? ret : s->dev->ops->stream_sync(s->dev, s->native);
+	if (ret)
+		return ret;
+	if (dev->ops->event_create(dev, &ev))
+		return dev->ops->stream_sync(dev, s->native);
+	ret = dev->ops->event_record(dev, ev, s->native);
+	for (n = 0; !ret; n++) {
+		ret = dev->ops->event_query(dev, ev);
+		if (ret != -EAGAIN)
+			break;
+		ret = 0;
+		poll_backoff(n);
+	}
+	dev->ops->event_destroy(dev, ev);
+	return ret;
 }
 
 PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
