@@ -265,31 +265,31 @@ int main(int argc, char *argv[])
 	static struct phxfs fs = { .sock_fd = -1 };
 	int pipe_fd = -1, ret = 1;
 
-	if (fuse_opt_parse(&args, &fs.opts, phxfs_opt_spec, opt_proc))
-		return 1;
-	if (nnonopts && fuse_opt_add_arg(&args, nonopts[nnonopts - 1]))
-		return 1;
-	if (fuse_parse_cmdline(&args, &cmd))
-		return 1;
+	if (fuse_opt_parse(&args, &fs.opts, phxfs_opt_spec, opt_proc) ||
+	    (nnonopts && fuse_opt_add_arg(&args, nonopts[nnonopts - 1])) ||
+	    fuse_parse_cmdline(&args, &cmd))
+		goto out_args;
 	if (cmd.show_help) {
 		usage(argv[0]);
-		return 0;
+		ret = 0;
+		goto out_args;
 	}
 	if (cmd.show_version) {
 		printf("phxfs (libphoenix %s, FUSE %d.%d)\n", phx_version(),
 		       FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION);
-		return 0;
+		ret = 0;
+		goto out_args;
 	}
 	if (!cmd.mountpoint) {
 		fprintf(stderr,
 			"usage: %s [SOURCE] MOUNTPOINT [options]; "
 			"see --help\n",
 			argv[0]);
-		return 1;
+		goto out_args;
 	}
 	if (parse_sizes(&fs) ||
 	    add_mount_opts(&args, nnonopts == 2 ? nonopts[0] : "phxfs"))
-		return 1;
+		goto out_args;
 	snprintf(fs.mountpoint, sizeof(fs.mountpoint), "%s", cmd.mountpoint);
 	if (!cmd.foreground)
 		pipe_fd = background();
@@ -324,6 +324,7 @@ out_table:
 	phxfs_table_destroy(&fs);
 	phxfs_backing_close(&fs);
 	phxfs_devices_close(&fs);
+out_args:
 	free(cmd.mountpoint);
 	fuse_opt_free_args(&args);
 	return ret;
