@@ -154,7 +154,9 @@ int phx_device_open_dptr(enum phx_device_kind kind, phx_dptr_t dptr,
  * phx_device_close() - drop a reference taken by phx_device_open().
  *
  * The last close releases the device; all its buffers, streams and batches
- * must have been freed by then.
+ * must have been freed by then.  It first waits for stream-ordered
+ * transfers (phx_io_enqueue()) still queued on any stream: their streams
+ * must still get to them.
  */
 void phx_device_close(struct phx_device *dev);
 

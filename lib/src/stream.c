@@ -61,7 +61,7 @@ struct phx_async_worker {
 	pthread_mutex_t lock;
 	pthread_cond_t work, done;
 	struct async_req *head, *tail; /* protected by lock */
-	/* queued on a stream and not finished yet; protected by lock */
+	/* queued on a stream, host function not returned; protected by lock */
 	unsigned int outstanding;
 	unsigned int nthreads; /* protected by lock */
 	bool stop;
@@ -206,7 +206,6 @@ static void *async_main(void *arg)
 
 		pthread_mutex_lock(&w->lock);
 		r->done = true;
-		w->outstanding--;
 		pthread_cond_broadcast(&w->done);
 	}
 	pthread_mutex_unlock(&w->lock);
@@ -264,6 +263,14 @@ static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
 	return 0;
 }
 
+static void async_unreserve(struct phx_async_worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->outstanding--;
+	pthread_cond_broadcast(&w->done);
+	pthread_mutex_unlock(&w->lock);
+}
+
 /*
  * Count one more queued transfer, and start a worker for it while there
  * are fewer workers than transfers waiting.  Fails only when no worker at
@@ -286,20 +293,10 @@ static int async_reserve(struct phx_device *dev, struct phx_async_worker *w)
 		if (ret && n)
 			ret = 0; /* the others will serve it */
 	}
-	if (ret) {
-		pthread_mutex_lock(&w->lock);
-		w->outstanding--;
-		pthread_mutex_unlock(&w->lock);
-	}
 	pthread_mutex_unlock(&w->spawn_lock);
+	if (ret)
+		async_unreserve(w);
 	return ret;
-}
-
-static void async_unreserve(struct phx_async_worker *w)
-{
-	pthread_mutex_lock(&w->lock);
-	w->outstanding--;
-	pthread_mutex_unlock(&w->lock);
 }
 
 /* Runs on the stream: hand the request over and wait for it. */
@@ -317,6 +314,9 @@ static void async_host_fn(void *arg)
 	pthread_cond_signal(&w->work);
 	while (!r->done)
 		pthread_cond_wait(&w->done, &w->lock);
+	/* the last use of @w: phx_async_destroy() waits for this */
+	w->outstanding--;
+	pthread_cond_broadcast(&w->done);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
 }
@@ -377,6 +377,9 @@ void phx_async_destroy(struct phx_device *dev)
 	if (!w)
 		return;
 	pthread_mutex_lock(&w->lock);
+	/* Transfers still queued on streams: let their streams reach them. */
+	while (w->outstanding)
+		pthread_cond_wait(&w->done, &w->lock);
 	w->stop = true;
 	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->lock);

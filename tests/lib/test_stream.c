@@ -100,3 +100,40 @@ Test(stream, wrapped_default_stream)
 	phx_device_close(dev);
 	free(data);
 }
+
+/* The last close waits for transfers still queued on a stream. */
+Test(stream, close_waits_for_queued_transfers)
+{
+	struct phx_device *dev = open_default();
+	struct phx_stream *st;
+	size_t n = 64 * MiB;
+	uint64_t len = n / 2;
+	int64_t foff[2] = { 0, (int64_t)(n / 2) }, boff = 0,
+		done[2] = { -1, -1 };
+	unsigned char *data, *host;
+	int fd;
+
+	/* A raw address is host memory only on the simulated device. */
+	if (phx_device_kind(dev) != PHX_DEVICE_SIM)
+		cr_skip_test("needs device addresses the host can read");
+	fd = make_file(dir_direct(), n, 71, true, (void **)&data);
+	host = xmalloc(n);
+	cr_assert_eq(phx_stream_wrap(dev, NULL, &st), 0);
+	/* the second waits on the stream behind the first */
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd,
+					    (phx_dptr_t)(uintptr_t)host +
+						    (uint64_t)foff[i],
+					    &len, &foff[i], &boff, &done[i]),
+			     0, "%s", phx_strerror_last());
+	/* a wrapper's destroy does not wait; the device's last close does */
+	phx_stream_destroy(st);
+	phx_device_close(dev);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(done[i], (int64_t)len, "bytes_done[%d] %lld", i,
+			     (long long)done[i]);
+	cr_assert(!memcmp(host, data, n));
+	close(fd);
+	free(host);
+	free(data);
+}
