@@ -1148,6 +1148,14 @@ PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
 	dev->ops->host_unregister(dev, p);
 }
 
+/* Start a synchronous copy: this thread on @dev, a pooled stream. */
+static int copy_begin(struct phx_device *dev, void **stream)
+{
+	int ret = phx_device_bind(dev);
+
+	return ret ? ret : stream_get(dev, stream);
+}
+
 /*
  * End a synchronous copy queued on a pooled stream: wait for it unless
  * queueing failed, return the stream, count @memcpy_bytes when it worked.
@@ -1200,10 +1208,7 @@ PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
 	ret = phx_buf_check_range(buf, off, len);
 	if (ret || !len)
 		return ret;
-	ret = phx_device_bind(dev);
-	if (ret)
-		return ret;
-	ret = stream_get(dev, &stream);
+	ret = copy_begin(dev, &stream);
 	if (ret)
 		return ret;
 	ret = phx_buf_copy_out(buf, off, dst, len, stream);
@@ -1228,10 +1233,7 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 		ret = phx_buf_check_range(src, src_off, len);
 	if (ret || !len)
 		return ret;
-	ret = phx_device_bind(dev);
-	if (ret)
-		return ret;
-	ret = stream_get(dev, &stream);
+	ret = copy_begin(dev, &stream);
 	if (ret)
 		return ret;
 	/*
