@@ -486,6 +486,13 @@ void phx_stream_destroy(struct phx_stream *stream);
  *	    transfer completes.
  *
  * All pointers must stay valid until then.  Returns 0 when queued.
+ *
+ * How the stream is held while a worker thread moves the bytes
+ * (PHX_STREAM_WAIT): "host", a host function on the stream waits for the
+ * worker; "device", a host function only hands the transfer over and the
+ * stream waits on the device for a flag the worker sets (CUDA:
+ * cuStreamWaitValue32 on mapped host memory).  "auto" is device, except on
+ * CUDA, where that way has not yet run on a GPU.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		   phx_dptr_t dptr, const uint64_t *len,
@@ -516,6 +523,7 @@ struct phx_settings {
 	unsigned int hot_fraction;
 	unsigned int sim_devices;
 	uint64_t sim_capacity;
+	int stream_wait; /* -1 auto, 0 host, 1 device: see phx_io_enqueue() */
 };
 
 /**

@@ -162,6 +162,7 @@ static void settings_init(void)
 		.hot_fraction = 50,
 		.sim_devices = 1,
 		.sim_capacity = 4ULL << 30,
+		.stream_wait = -1,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, 64 << 10);
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, 4096);
@@ -189,6 +190,16 @@ static void settings_init(void)
 	else if (s && *s && strcmp(s, "auto"))
 		fprintf(stderr,
 			"phoenix: ignoring PHX_DIRECT=%s: use auto, on or off\n",
+			s);
+
+	s = getenv("PHX_STREAM_WAIT");
+	if (s && !strcmp(s, "host"))
+		settings.stream_wait = 0;
+	else if (s && !strcmp(s, "device"))
+		settings.stream_wait = 1;
+	else if (s && *s && strcmp(s, "auto"))
+		fprintf(stderr,
+			"phoenix: ignoring PHX_STREAM_WAIT=%s: use auto, host or device\n",
 			s);
 
 	/* Exported buffers travel as one fd per chunk: allow many. */

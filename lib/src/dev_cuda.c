@@ -192,6 +192,13 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
 CUresult cuEventQuery(CUevent hEvent);
 CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
+typedef unsigned int cuuint32_t;
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define CU_STREAM_WAIT_VALUE_EQ 0x1
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
+				      unsigned int Flags);
+CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
+				cuuint32_t value, unsigned int flags);
 #endif /* PHX_HAVE_CUDA_H */
 
 /* Every driver entry point used, by its exported (versioned) name. */
@@ -238,7 +245,9 @@ CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 	X(cuEventRecord)                  \
 	X(cuEventQuery)                   \
 	X(cuEventSynchronize)             \
-	X(cuLaunchHostFunc)
+	X(cuLaunchHostFunc)               \
+	X(cuMemHostGetDevicePointer_v2)   \
+	X(cuStreamWaitValue32_v2)
 
 static struct {
 #define CU_MEMBER(sym) __typeof__(sym) *sym;
@@ -1041,6 +1050,47 @@ static int cuda_launch_host_fn(struct phx_device *dev, void *stream,
 	return 0;
 }
 
+/* Flags the device reads: pinned and mapped into its address space. */
+static int cuda_flag_map(struct phx_device *dev, void *p, size_t len)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemHostRegister_v2(p, len,
+				      CU_MEMHOSTREGISTER_PORTABLE |
+					      CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemHostRegister(stream flags)");
+	return 0;
+}
+
+static void cuda_flag_unmap(struct phx_device *dev, void *p)
+{
+	if (cuda_bind(dev) == 0)
+		cu.cuMemHostUnregister(p);
+}
+
+static int cuda_stream_wait_flag(struct phx_device *dev, void *stream,
+				 uint32_t *flag)
+{
+	CUdeviceptr addr;
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemHostGetDevicePointer_v2(&addr, flag, 0);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
+	res = cu.cuStreamWaitValue32_v2(stream, addr, 1,
+					CU_STREAM_WAIT_VALUE_EQ);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuStreamWaitValue32");
+	return 0;
+}
+
 const struct phx_backend_ops phx_cuda_ops = {
 	.name = "cuda",
 	.dir_prefix = "gpu",
@@ -1078,4 +1128,9 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.event_query = cuda_event_query,
 	.event_sync = cuda_event_sync,
 	.launch_host_fn = cuda_launch_host_fn,
+	.flag_map = cuda_flag_map,
+	.flag_unmap = cuda_flag_unmap,
+	.stream_wait_flag = cuda_stream_wait_flag,
+	/* "device" has not run on a GPU yet: PHX_STREAM_WAIT=device to try */
+	.wait_on_device = false,
 };

@@ -22,7 +22,7 @@
 
 #define SIM_GRANULARITY (64ULL << 10)
 
-enum sim_op_type { SIM_COPY, SIM_SET, SIM_FN, SIM_MARK };
+enum sim_op_type { SIM_COPY, SIM_SET, SIM_FN, SIM_MARK, SIM_WAIT };
 
 struct sim_op {
 	enum sim_op_type type;
@@ -32,17 +32,18 @@ struct sim_op {
 	uint8_t value;
 	void (*fn)(void *);
 	void *arg;
+	uint32_t *flag; /* SIM_WAIT: until nonzero */
 	struct sim_op *next;
 };
 
 struct sim_stream {
 	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t work;	/* signalled when ops arrive or on stop */
-	pthread_cond_t done;	/* signalled when completed advances */
+	pthread_cond_t work; /* signalled when ops arrive or on stop */
+	pthread_cond_t done; /* signalled when completed advances */
 	struct sim_op *head, *tail; /* protected by lock */
-	uint64_t submitted;	/* protected by lock */
-	uint64_t completed;	/* protected by lock */
+	uint64_t submitted; /* protected by lock */
+	uint64_t completed; /* protected by lock */
 	bool stop;
 };
 
@@ -80,6 +81,9 @@ static void *sim_stream_main(void *arg)
 			op->fn(op->arg);
 			break;
 		case SIM_MARK:
+			break;
+		case SIM_WAIT:
+			phx_flag_wait(op->flag);
 			break;
 		}
 
@@ -256,8 +260,7 @@ static int sim_va_reserve(struct phx_device *dev, uint64_t size,
 	return 0;
 }
 
-static void sim_va_release(struct phx_device *dev, phx_dptr_t va,
-			   uint64_t size)
+static void sim_va_release(struct phx_device *dev, phx_dptr_t va, uint64_t size)
 {
 	struct sim_range **pp, *r;
 
@@ -361,8 +364,9 @@ static void *sim_stream_default(struct phx_device *dev)
 static int sim_copy(struct phx_device *dev, void *dst, const void *src,
 		    size_t len, void *stream)
 {
-	struct sim_op op = { .type = SIM_COPY, .dst = dst, .src = src,
-			     .len = len };
+	struct sim_op op = {
+		.type = SIM_COPY, .dst = dst, .src = src, .len = len
+	};
 
 	if (!len)
 		return 0;
@@ -381,8 +385,8 @@ static int sim_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
 	return sim_copy(dev, dst, (const void *)(uintptr_t)src, len, stream);
 }
 
-static int sim_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
-			 phx_dptr_t src, size_t len, void *stream)
+static int sim_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
+			 size_t len, void *stream)
 {
 	return sim_copy(dev, (void *)(uintptr_t)dst,
 			(const void *)(uintptr_t)src, len, stream);
@@ -391,8 +395,10 @@ static int sim_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
 static int sim_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
 			 size_t len, void *stream)
 {
-	struct sim_op op = { .type = SIM_SET, .dst = (void *)(uintptr_t)dst,
-			     .len = len, .value = value };
+	struct sim_op op = { .type = SIM_SET,
+			     .dst = (void *)(uintptr_t)dst,
+			     .len = len,
+			     .value = value };
 
 	if (!len)
 		return 0;
@@ -456,6 +462,24 @@ static int sim_launch_host_fn(struct phx_device *dev, void *stream,
 	return sim_push(sim_stream_of(dev, stream), &op);
 }
 
+/* Simulated streams are host threads: any host memory serves as flags. */
+static int sim_flag_map(struct phx_device *dev, void *p, size_t len)
+{
+	return 0;
+}
+
+static void sim_flag_unmap(struct phx_device *dev, void *p)
+{
+}
+
+static int sim_stream_wait_flag(struct phx_device *dev, void *stream,
+				uint32_t *flag)
+{
+	struct sim_op op = { .type = SIM_WAIT, .flag = flag };
+
+	return sim_push(sim_stream_of(dev, stream), &op);
+}
+
 const struct phx_backend_ops phx_sim_ops = {
 	.name = "sim",
 	.dir_prefix = "sim",
@@ -491,4 +515,8 @@ const struct phx_backend_ops phx_sim_ops = {
 	.event_query = sim_event_query,
 	.event_sync = sim_event_sync,
 	.launch_host_fn = sim_launch_host_fn,
+	.flag_map = sim_flag_map,
+	.flag_unmap = sim_flag_unmap,
+	.stream_wait_flag = sim_stream_wait_flag,
+	.wait_on_device = true,
 };

@@ -28,8 +28,8 @@ struct phx_device;
 typedef uint64_t phx_chunk_t;
 
 struct phx_backend_ops {
-	const char *name;	   /* "cuda", "sim", "kmod" */
-	const char *dir_prefix;	   /* "gpu", "sim", "phx": names devices */
+	const char *name; /* "cuda", "sim", "kmod" */
+	const char *dir_prefix; /* "gpu", "sim", "phx": names devices */
 	enum phx_device_kind kind;
 
 	/*
@@ -110,10 +110,10 @@ struct phx_backend_ops {
 	int (*copy_dtoh)(struct phx_device *dev, void *dst, phx_dptr_t src,
 			 size_t len, void *stream);
 	/* @dst may be on another device of the same backend. */
-	int (*copy_dtod)(struct phx_device *dev, phx_dptr_t dst,
-			 phx_dptr_t src, size_t len, void *stream);
-	int (*memset_d8)(struct phx_device *dev, phx_dptr_t dst,
-			 uint8_t value, size_t len, void *stream);
+	int (*copy_dtod)(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
+			 size_t len, void *stream);
+	int (*memset_d8)(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
+			 size_t len, void *stream);
 
 	/* Events mark a point in a stream. */
 	int (*event_create)(struct phx_device *dev, void **event);
@@ -129,6 +129,19 @@ struct phx_backend_ops {
 	 */
 	int (*launch_host_fn)(struct phx_device *dev, void *stream,
 			      void (*fn)(void *), void *arg);
+
+	/*
+	 * Stream-ordered waits held on the device side: make host memory
+	 * [@p, @p + @len) usable as flags, then have @stream wait until the
+	 * 32-bit flag at @flag (in such memory) is nonzero.  The host sets it
+	 * with a release store and wakes futex waiters on it.
+	 */
+	int (*flag_map)(struct phx_device *dev, void *p, size_t len);
+	void (*flag_unmap)(struct phx_device *dev, void *p);
+	int (*stream_wait_flag)(struct phx_device *dev, void *stream,
+				uint32_t *flag);
+	/* PHX_STREAM_WAIT=auto: hold streams with flags (else host functions) */
+	bool wait_on_device;
 };
 
 struct phx_engine;
@@ -138,15 +151,15 @@ struct phx_device {
 	const struct phx_backend_ops *ops;
 	int index;
 	char name[16];
-	int refs;		 /* protected by the registry lock */
-	void *priv;		 /* backend state */
-	uint64_t granularity;	 /* chunk size unit; set by ops->open() */
-	int numa_node;		 /* host node nearest the device, or -1 */
-	uint64_t capacity;	 /* bytes */
-	uint64_t limit;		 /* 0: capacity */
-	atomic_uint_fast64_t used;	 /* committed by our buffers */
-	atomic_uint_fast64_t pinned;	 /* staging memory pinned now */
-	atomic_uint_fast64_t bytes[5];	 /* by enum phx_path */
+	int refs; /* protected by the registry lock */
+	void *priv; /* backend state */
+	uint64_t granularity; /* chunk size unit; set by ops->open() */
+	int numa_node; /* host node nearest the device, or -1 */
+	uint64_t capacity; /* bytes */
+	uint64_t limit; /* 0: capacity */
+	atomic_uint_fast64_t used; /* committed by our buffers */
+	atomic_uint_fast64_t pinned; /* staging memory pinned now */
+	atomic_uint_fast64_t bytes[5]; /* by enum phx_path */
 	atomic_uint_fast64_t ios, errors;
 
 	/* engine pool, see engine.c; protected by pool_lock */

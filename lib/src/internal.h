@@ -36,21 +36,21 @@ char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
 /* Buffer internals needed by the engine. */
 struct phx_buf_chunk {
 	phx_chunk_t handle;
-	uint64_t off;  /* offset in the buffer */
+	uint64_t off; /* offset in the buffer */
 	uint64_t size; /* bytes */
-	bool mapped;   /* backed and mapped at dptr + off */
+	bool mapped; /* backed and mapped at dptr + off */
 };
 
 struct phx_buf {
 	struct phx_device *dev;
-	pthread_mutex_t lock;	/* protects everything below */
+	pthread_mutex_t lock; /* protects everything below */
 	uint64_t size;
-	uint64_t reserved;	/* bytes of address space at dptr */
+	uint64_t reserved; /* bytes of address space at dptr */
 	phx_dptr_t dptr;
 	unsigned int flags;
-	bool imported;		/* memory owned by another process */
+	bool imported; /* memory owned by another process */
 	struct phx_buf_chunk *chunks;
-	unsigned int nchunks;	/* chunks covering [0, reserved) */
+	unsigned int nchunks; /* chunks covering [0, reserved) */
 	uint64_t committed;
 };
 
@@ -68,8 +68,8 @@ int phx_buf_zero_locked(struct phx_buf *buf, uint64_t from, uint64_t len,
  * Copy [off, off + len) of @buf to host memory on @stream, writing zeros
  * for ranges never committed.  Caller holds no lock.
  */
-int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst,
-		     uint64_t len, void *stream);
+int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst, uint64_t len,
+		     void *stream);
 
 /* The chunk holding offset @off (< reserved) of @buf; caller holds lock. */
 const struct phx_buf_chunk *phx_buf_chunk_at(const struct phx_buf *buf,
@@ -83,6 +83,13 @@ void phx_chunk_extent(uint64_t gran, uint64_t max_chunk, unsigned int idx,
 /* Engine internals used by stream.c. */
 void phx_engine_pool_destroy(struct phx_device *dev);
 void phx_async_destroy(struct phx_device *dev);
+
+/*
+ * Flags that hold a stream on the device side (see device.h): the host
+ * sets one and wakes whoever waits on it in the host (simulated streams).
+ */
+void phx_flag_set(uint32_t *flag);
+void phx_flag_wait(uint32_t *flag);
 
 struct phx_engine;
 int phx_engine_new(struct phx_device *dev, size_t staging,

@@ -4,35 +4,46 @@
  *
  * phx_io_enqueue() places a host function on the stream.  When the stream
  * reaches it, the function hands the transfer to the device's async
- * workers and waits for it; work queued after it on the stream waits in
- * turn.  The transfer's parameters are read only then, which is what
- * cuFile's and LMCache's callers rely on.
+ * workers; work queued after it on the stream waits until the transfer is
+ * done.  The transfer's parameters are read only then, which is what
+ * cuFile's and LMCache's callers rely on.  A host function may not call
+ * the driver, hence the workers.
  *
- * A host function may not call the driver, hence the workers.  And while
- * one runs, the driver refuses its exclusive lock to everyone: on CUDA 13
- * cuMemHostRegister() waits until the host function returns.  So a worker
- * must never pin memory or make streams while it serves a host function:
- * each worker owns an engine (pinned staging, streams, events), built on
- * the caller's thread inside phx_io_enqueue(), before anything is queued,
- * and during a transfer it only copies and waits for events.
+ * The stream is held one of two ways (PHX_STREAM_WAIT):
  *
- * Even so, the worker's copies can wait on the driver: a thread inside
- * cuStreamSynchronize() on the held stream was seen (CUDA 13) to keep a
- * lock that the worker's cuMemcpyHtoDAsync() needed, and neither moved.
- * phx_stream_sync() therefore polls an event.  A caller that synchronizes
- * the stream with the driver directly can still hang this way; the cure
- * is a host function that never waits (docs/architecture.md).
+ *  - host: the host function waits for the worker.  CUDA documents that a
+ *    host function must not wait for other CUDA work, and on CUDA 13 it
+ *    goes wrong: while it waits, cuMemHostRegister() in any thread waits
+ *    for it (so each worker owns an engine - pinned staging, streams,
+ *    events - built on the caller's thread before anything is queued),
+ *    and a thread inside cuStreamSynchronize() on the held stream was
+ *    seen to keep a lock that the worker's next copy needed.
+ *    phx_stream_sync() polls an event for that reason.
+ *
+ *  - device: the host function only queues the transfer and returns; the
+ *    stream then waits on the device until a flag in mapped host memory
+ *    turns nonzero (cuStreamWaitValue32), which the worker sets when the
+ *    transfer is done; a last host function returns the flag.  No host
+ *    function waits on CUDA work.  This is the default except on CUDA,
+ *    where it has not yet run on a GPU.
  */
+#include <limits.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
 #define PHX_ASYNC_WORKERS 4
+/* Transfers a device can have queued at once in "device" mode. */
+#define PHX_ASYNC_FLAGS 4096
 
-struct phx_stream {
+	struct phx_stream {
 	struct phx_device *dev;
 	void *native;
 	bool owned;
@@ -47,7 +58,10 @@ struct async_req {
 	const int64_t *file_off;
 	const int64_t *buf_off;
 	int64_t *bytes_done;
+	uint32_t *flag; /* "device" mode: set when done; else NULL */
 	bool done; /* protected by the worker lock */
+	/* no host function will return the flag: the worker does */
+	bool orphan; /* protected by the worker lock */
 	struct async_req *next;
 };
 
@@ -68,7 +82,23 @@ struct phx_async_worker {
 	/* serialises starting threads; never taken by a host function */
 	pthread_mutex_t spawn_lock;
 	struct async_thread threads[PHX_ASYNC_WORKERS];
+	/* "device" mode: PHX_ASYNC_FLAGS flags, mapped for the device */
+	uint32_t *flags; /* made under spawn_lock */
+	uint32_t free_flags[PHX_ASYNC_FLAGS]; /* protected by lock */
+	unsigned int nfree_flags; /* protected by lock */
 };
+
+void phx_flag_set(uint32_t *flag)
+{
+	__atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+	syscall(SYS_futex, flag, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+void phx_flag_wait(uint32_t *flag)
+{
+	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
+		syscall(SYS_futex, flag, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+}
 
 PHX_EXPORT int phx_stream_create(struct phx_device *dev,
 				 struct phx_stream **out)
@@ -171,6 +201,17 @@ PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
 
 /* ---- async workers -------------------------------------------------- */
 
+/* The end of a transfer's life: its flag back, one less queued. */
+static void async_release_locked(struct phx_async_worker *w,
+				 struct async_req *r)
+{
+	if (r->flag)
+		w->free_flags[w->nfree_flags++] =
+			(uint32_t)(r->flag - w->flags);
+	w->outstanding--;
+	pthread_cond_broadcast(&w->done);
+}
+
 static void *async_main(void *arg)
 {
 	struct async_thread *t = arg;
@@ -203,10 +244,19 @@ static void *async_main(void *arg)
 		else
 			phx_engine_io(t->engine, &io);
 		*r->bytes_done = io.result;
+		/* the stream may move on now */
+		if (r->flag)
+			phx_flag_set(r->flag);
 
 		pthread_mutex_lock(&w->lock);
 		r->done = true;
 		pthread_cond_broadcast(&w->done);
+		if (r->orphan) {
+			async_release_locked(w, r);
+			pthread_mutex_unlock(&w->lock);
+			free(r);
+			pthread_mutex_lock(&w->lock);
+		}
 	}
 	pthread_mutex_unlock(&w->lock);
 	return NULL;
@@ -299,26 +349,159 @@ static int async_reserve(struct phx_device *dev, struct phx_async_worker *w)
 	return ret;
 }
 
-/* Runs on the stream: hand the request over and wait for it. */
-static void async_host_fn(void *arg)
+/* Hand @r to the workers; the caller holds w->lock. */
+static void async_queue_locked(struct phx_async_worker *w, struct async_req *r)
 {
-	struct async_req *r = arg;
-	struct phx_async_worker *w = r->dev->async;
-
-	pthread_mutex_lock(&w->lock);
 	if (w->tail)
 		w->tail->next = r;
 	else
 		w->head = r;
 	w->tail = r;
 	pthread_cond_signal(&w->work);
+}
+
+/* "device" mode, on the stream: hand the request over and return. */
+static void async_start_fn(void *arg)
+{
+	struct async_req *r = arg;
+	struct phx_async_worker *w = r->dev->async;
+
+	pthread_mutex_lock(&w->lock);
+	async_queue_locked(w, r);
+	pthread_mutex_unlock(&w->lock);
+}
+
+/*
+ * "device" mode, on the stream after the flag: the transfer is done; wait
+ * only for the worker's last few instructions after it set the flag.
+ */
+static void async_release_fn(void *arg)
+{
+	struct async_req *r = arg;
+	struct phx_async_worker *w = r->dev->async;
+
+	pthread_mutex_lock(&w->lock);
+	while (!r->done)
+		pthread_cond_wait(&w->done, &w->lock);
+	async_release_locked(w, r);
+	pthread_mutex_unlock(&w->lock);
+	free(r);
+}
+
+/* "host" mode, on the stream: hand the request over and wait for it. */
+static void async_host_fn(void *arg)
+{
+	struct async_req *r = arg;
+	struct phx_async_worker *w = r->dev->async;
+
+	pthread_mutex_lock(&w->lock);
+	async_queue_locked(w, r);
 	while (!r->done)
 		pthread_cond_wait(&w->done, &w->lock);
 	/* the last use of @w: phx_async_destroy() waits for this */
-	w->outstanding--;
-	pthread_cond_broadcast(&w->done);
+	async_release_locked(w, r);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
+}
+
+/* "device" mode: the flags, made and mapped once (on the caller's thread). */
+static int async_flags(struct phx_device *dev, struct phx_async_worker *w)
+{
+	size_t len = PHX_ASYNC_FLAGS * sizeof(uint32_t);
+	uint32_t *flags;
+	int ret = 0;
+
+	pthread_mutex_lock(&w->spawn_lock);
+	if (w->flags)
+		goto out;
+	flags = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (flags == MAP_FAILED) {
+		ret = phx_err(ENOMEM, "%s: out of host memory for stream flags",
+			      dev->name);
+		goto out;
+	}
+	ret = dev->ops->flag_map(dev, flags, len);
+	if (ret) {
+		munmap(flags, len);
+		goto out;
+	}
+	pthread_mutex_lock(&w->lock);
+	for (unsigned int i = 0; i < PHX_ASYNC_FLAGS; i++)
+		w->free_flags[i] = PHX_ASYNC_FLAGS - 1 - i;
+	w->nfree_flags = PHX_ASYNC_FLAGS;
+	w->flags = flags;
+	pthread_mutex_unlock(&w->lock);
+out:
+	pthread_mutex_unlock(&w->spawn_lock);
+	return ret;
+}
+
+/* A cleared flag for @r, or -EBUSY when every one is in use. */
+static int async_flag_get(struct phx_device *dev, struct phx_async_worker *w,
+			  struct async_req *r)
+{
+	pthread_mutex_lock(&w->lock);
+	if (!w->nfree_flags) {
+		pthread_mutex_unlock(&w->lock);
+		return phx_err(
+			EBUSY,
+			"%s: %d stream-ordered transfers already queued; wait for some to finish",
+			dev->name, PHX_ASYNC_FLAGS);
+	}
+	r->flag = &w->flags[w->free_flags[--w->nfree_flags]];
+	*r->flag = 0;
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+static bool wait_on_device(const struct phx_device *dev)
+{
+	int mode = phx_settings()->stream_wait;
+
+	if (!dev->ops->stream_wait_flag)
+		return false;
+	return mode < 0 ? dev->ops->wait_on_device : mode == 1;
+}
+
+/*
+ * "device" mode: queue start, wait and release on the stream.  Once the
+ * start is queued the transfer will run; if what follows cannot be queued
+ * the worker returns the flag itself, and a failed wait is reported (the
+ * transfer is then not ordered before later work).
+ */
+static int enqueue_on_device(struct phx_stream *stream,
+			     struct phx_async_worker *w, struct async_req *r)
+{
+	struct phx_device *dev = stream->dev;
+	int ret, wait;
+
+	ret = dev->ops->launch_host_fn(dev, stream->native, async_start_fn, r);
+	if (ret) {
+		pthread_mutex_lock(&w->lock);
+		async_release_locked(w, r);
+		pthread_mutex_unlock(&w->lock);
+		free(r);
+		return ret;
+	}
+	wait = dev->ops->stream_wait_flag(dev, stream->native, r->flag);
+	ret = wait ? wait :
+		     dev->ops->launch_host_fn(dev, stream->native,
+					      async_release_fn, r);
+	if (!ret)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	r->orphan = true;
+	if (r->done) {
+		async_release_locked(w, r);
+		pthread_mutex_unlock(&w->lock);
+		free(r);
+	} else {
+		pthread_mutex_unlock(&w->lock);
+	}
+	if (!wait)
+		phx_err_clear(); /* ordered and done; only the cleanup moved */
+	return wait;
 }
 
 PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
@@ -356,11 +539,28 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		.buf_off = buf_off,
 		.bytes_done = bytes_done,
 	};
+	if (wait_on_device(dev)) {
+		ret = async_flags(dev, w);
+		if (!ret)
+			ret = async_flag_get(dev, w, r);
+		if (ret) {
+			free(r);
+			return ret;
+		}
+	}
 	ret = async_reserve(dev, w);
 	if (ret) {
+		if (r->flag) {
+			pthread_mutex_lock(&w->lock);
+			w->free_flags[w->nfree_flags++] =
+				(uint32_t)(r->flag - w->flags);
+			pthread_mutex_unlock(&w->lock);
+		}
 		free(r);
 		return ret;
 	}
+	if (r->flag)
+		return enqueue_on_device(stream, w, r);
 	ret = dev->ops->launch_host_fn(dev, stream->native, async_host_fn, r);
 	if (ret) {
 		async_unreserve(w);
@@ -386,6 +586,10 @@ void phx_async_destroy(struct phx_device *dev)
 	for (i = 0; i < w->nthreads; i++) {
 		pthread_join(w->threads[i].thread, NULL);
 		phx_engine_free(w->threads[i].engine);
+	}
+	if (w->flags) {
+		dev->ops->flag_unmap(dev, w->flags);
+		munmap(w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));
 	}
 	pthread_mutex_destroy(&w->lock);
 	pthread_mutex_destroy(&w->spawn_lock);

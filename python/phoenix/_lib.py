@@ -75,6 +75,7 @@ class SettingsStruct(ctypes.Structure):
         ("hot_fraction", c_uint),
         ("sim_devices", c_uint),
         ("sim_capacity", c_uint64),
+        ("stream_wait", c_int),
     ]
 
 

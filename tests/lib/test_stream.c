@@ -4,7 +4,21 @@
 
 #include "util.h"
 
-Test(stream, parameters_read_when_the_stream_gets_there)
+/*
+ * Each test runs both ways of holding the stream (PHX_STREAM_WAIT): the
+ * settings are read once per process, and every test is its own process.
+ */
+static void stream_wait(const char *mode)
+{
+	struct phx_settings s;
+
+	setenv("PHX_STREAM_WAIT", mode, 1);
+	phx_settings_get(&s);
+	cr_assert_eq(s.stream_wait, strcmp(mode, "host") ? 1 : 0,
+		     "settings were read before the test set %s", mode);
+}
+
+static void parameters_read_when_the_stream_gets_there(void)
 {
 	struct phx_device *dev = open_default();
 	size_t fsize = 4 * MiB;
@@ -77,6 +91,18 @@ Test(stream, parameters_read_when_the_stream_gets_there)
 	close(pre_fd);
 }
 
+Test(stream, parameters_read_when_the_stream_gets_there_host_wait)
+{
+	stream_wait("host");
+	parameters_read_when_the_stream_gets_there();
+}
+
+Test(stream, parameters_read_when_the_stream_gets_there_device_wait)
+{
+	stream_wait("device");
+	parameters_read_when_the_stream_gets_there();
+}
+
 Test(stream, wrapped_default_stream)
 {
 	struct phx_device *dev = open_default();
@@ -102,7 +128,7 @@ Test(stream, wrapped_default_stream)
 }
 
 /* The last close waits for transfers still queued on a stream. */
-Test(stream, close_waits_for_queued_transfers)
+static void close_waits_for_queued_transfers(void)
 {
 	struct phx_device *dev = open_default();
 	struct phx_stream *st;
@@ -136,4 +162,16 @@ Test(stream, close_waits_for_queued_transfers)
 	close(fd);
 	free(host);
 	free(data);
+}
+
+Test(stream, close_waits_for_queued_transfers_host_wait)
+{
+	stream_wait("host");
+	close_waits_for_queued_transfers();
+}
+
+Test(stream, close_waits_for_queued_transfers_device_wait)
+{
+	stream_wait("device");
+	close_waits_for_queued_transfers();
 }
