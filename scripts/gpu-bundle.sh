@@ -116,11 +116,12 @@ rc=0
 # A hang (see README, "Known problems") fails its suite instead of the
 # whole call; Python prints every thread's stack first.
 echo "== libphoenix"
-LD_LIBRARY_PATH="$PWD/.gpu/lib" timeout 300 sh scripts/test-lib.sh .gpu/bin/test-lib || rc=1
+LD_LIBRARY_PATH="$PWD/.gpu/lib" timeout -k 10 300 sh scripts/test-lib.sh \
+	.gpu/bin/test-lib --timeout 120 || rc=1
 echo "== phxfs"
-timeout 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
+timeout -k 10 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
 echo "== python"
-timeout 600 sh python/tests/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
+timeout -k 10 600 sh python/tests/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
 exit $rc
 EOF
 chmod +x "$OUT/run-tests"
