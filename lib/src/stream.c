@@ -43,7 +43,7 @@
 /* Transfers a device can have queued at once in "device" mode. */
 #define PHX_ASYNC_FLAGS 4096
 
-	struct phx_stream {
+struct phx_stream {
 	struct phx_device *dev;
 	void *native;
 	bool owned;
@@ -62,6 +62,8 @@ struct async_req {
 	bool done; /* protected by the worker lock */
 	/* no host function will return the flag: the worker does */
 	bool orphan; /* protected by the worker lock */
+	/* a queued wait may still read the flag: never reuse it */
+	bool keep_flag;
 	struct async_req *next;
 };
 
@@ -205,7 +207,7 @@ PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
 static void async_release_locked(struct phx_async_worker *w,
 				 struct async_req *r)
 {
-	if (r->flag)
+	if (r->flag && !r->keep_flag)
 		w->free_flags[w->nfree_flags++] =
 			(uint32_t)(r->flag - w->flags);
 	w->outstanding--;
@@ -492,6 +494,8 @@ static int enqueue_on_device(struct phx_stream *stream,
 		return 0;
 	pthread_mutex_lock(&w->lock);
 	r->orphan = true;
+	/* one flag of PHX_ASYNC_FLAGS lost, on a path that should not run */
+	r->keep_flag = !wait;
 	if (r->done) {
 		async_release_locked(w, r);
 		pthread_mutex_unlock(&w->lock);
