@@ -35,8 +35,13 @@ install: install-python
 
 # Runs with $(PYTHON) when it has numpy, safetensors and pytest, else in a
 # virtual environment under $(BUILD)/pyvenv filled from PyPI.
+# The stream-ordered tests run once more with PHX_STREAM_WAIT=host, the
+# way CUDA holds streams by default.
 test-python: $(LIB_SO) $(PHXFILE_SO)
 	@PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD)
+	@echo "== stream-ordered transfers with PHX_STREAM_WAIT=host"
+	@PHX_STREAM_WAIT=host PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD) \
+		-k 'stream or phxfile'
 
 # pytest as pure-Python files under $(BUILD)/pylib, for machines that have
 # numpy, safetensors and torch but no pytest and no package index.
