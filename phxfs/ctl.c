@@ -145,6 +145,19 @@ static int64_t fd_size(int fd)
 	return end < 0 ? -errno : end;
 }
 
+/* Run one step of a pull and report progress; 0 or -errno (-EIO at EOF). */
+static int cp_step(struct conn *c, struct phxfs_inode *inode, struct phx_io *io,
+		   uint64_t total, uint64_t *done, enum phx_path *path)
+{
+	if (phx_io_run(inode->dev->dev, io) <= 0)
+		return io->result ? (int)io->result : -EIO;
+	*done += (uint64_t)io->result;
+	*path = io->path;
+	send_line(c->fd, "PROGRESS %llu %llu", (unsigned long long)*done,
+		  (unsigned long long)total);
+	return 0;
+}
+
 /*
  * Pull @src into a range file: io_uring O_DIRECT reads into a mapping of
  * its device pages (p2p) where the engine can, else staged.
@@ -178,14 +191,9 @@ static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
 							 CP_STEP,
 		};
 
-		if (phx_io_run(inode->dev->dev, &io) <= 0) {
-			ret = io.result ? (int)io.result : -EIO;
+		ret = cp_step(c, inode, &io, total, done, path);
+		if (ret)
 			break;
-		}
-		*done += (uint64_t)io.result;
-		*path = io.path;
-		send_line(c->fd, "PROGRESS %llu %llu",
-			  (unsigned long long)*done, (unsigned long long)total);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
 	if (map)
@@ -221,14 +229,9 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 			ret = -ESTALE; /* truncated under us */
 			break;
 		}
-		if (phx_io_run(inode->dev->dev, &io) <= 0) {
-			ret = io.result ? (int)io.result : -EIO;
+		ret = cp_step(c, inode, &io, total, done, path);
+		if (ret)
 			break;
-		}
-		*done += (uint64_t)io.result;
-		*path = io.path;
-		send_line(c->fd, "PROGRESS %llu %llu",
-			  (unsigned long long)*done, (unsigned long long)total);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
 	return ret;

@@ -135,29 +135,26 @@ static void *thread_buf(size_t len)
 static pthread_mutex_t rbuf_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *rbuf_free[RBUF_MAX]; /* protected by rbuf_lock */
 static unsigned int rbuf_nfree, rbuf_count; /* protected by rbuf_lock */
+/* set in phxfs_init(), before the first request */
+static size_t rbuf_len;
+static unsigned int rbuf_max;
 
-static size_t rbuf_len(const struct phxfs *fs)
+static void rbuf_setup(const struct phxfs *fs)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n;
 
-	return (fs->max_write + page - 1) / page * page;
-}
-
-static unsigned int rbuf_max(const struct phxfs *fs)
-{
-	size_t n = RBUF_BYTES / rbuf_len(fs);
-
-	return n < RBUF_MIN ? RBUF_MIN :
-	       n > RBUF_MAX ? RBUF_MAX :
-			      (unsigned int)n;
+	rbuf_len = (fs->max_write + page - 1) / page * page;
+	n = RBUF_BYTES / rbuf_len;
+	rbuf_max = n < RBUF_MIN ? RBUF_MIN :
+		   n > RBUF_MAX ? RBUF_MAX :
+				  (unsigned int)n;
 }
 
 static void *rbuf_get(struct phxfs *fs, size_t len)
 {
-	size_t blen = rbuf_len(fs);
 	void *p = NULL;
 
-	if (len > blen || !fs->ndevs)
+	if (len > rbuf_len || !fs->ndevs)
 		return NULL;
 	pthread_mutex_lock(&rbuf_lock);
 	if (rbuf_nfree) {
@@ -165,14 +162,14 @@ static void *rbuf_get(struct phxfs *fs, size_t len)
 		pthread_mutex_unlock(&rbuf_lock);
 		return p;
 	}
-	if (rbuf_count >= rbuf_max(fs)) {
+	if (rbuf_count >= rbuf_max) {
 		pthread_mutex_unlock(&rbuf_lock);
 		return NULL;
 	}
 	rbuf_count++;
 	pthread_mutex_unlock(&rbuf_lock);
 
-	p = mmap(NULL, blen, PROT_READ | PROT_WRITE,
+	p = mmap(NULL, rbuf_len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (p == MAP_FAILED) {
 		pthread_mutex_lock(&rbuf_lock);
@@ -181,7 +178,7 @@ static void *rbuf_get(struct phxfs *fs, size_t len)
 		return NULL;
 	}
 	/* pinned for every GPU; unpinned memory still works, only slower */
-	phx_host_register(fs->devs[0].dev, p, blen);
+	phx_host_register(fs->devs[0].dev, p, rbuf_len);
 	return p;
 }
 
@@ -202,6 +199,7 @@ static void phxfs_init(void *userdata, struct fuse_conn_info *conn)
 	 * libfuse asks the kernel for max_pages to match, for reads too.
 	 */
 	conn->max_write = (unsigned int)fs->max_write;
+	rbuf_setup(fs);
 	conn->max_readahead = conn->max_readahead > (1u << 20) ?
 				      conn->max_readahead :
 				      (1u << 20);

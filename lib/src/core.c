@@ -147,9 +147,27 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 	*val = v;
 }
 
+/* auto / @no / @yes into -1 / 0 / 1 (left as is when unset). */
+static void env_choice(const char *name, const char *no, const char *yes,
+		       int *val)
+{
+	const char *s = getenv(name);
+
+	if (!s || !*s)
+		return;
+	if (!strcmp(s, "auto"))
+		*val = -1;
+	else if (!strcmp(s, no))
+		*val = 0;
+	else if (!strcmp(s, yes))
+		*val = 1;
+	else
+		fprintf(stderr, "phoenix: ignoring %s=%s: use auto, %s or %s\n",
+			name, s, no, yes);
+}
+
 static void settings_init(void)
 {
-	const char *s;
 	uint64_t v;
 	struct rlimit rl;
 
@@ -182,25 +200,9 @@ static void settings_init(void)
 	if (settings.staging_size < settings.chunk_size)
 		settings.staging_size = settings.chunk_size;
 
-	s = getenv("PHX_DIRECT");
-	if (s && !strcmp(s, "on"))
-		settings.direct = 1;
-	else if (s && !strcmp(s, "off"))
-		settings.direct = 0;
-	else if (s && *s && strcmp(s, "auto"))
-		fprintf(stderr,
-			"phoenix: ignoring PHX_DIRECT=%s: use auto, on or off\n",
-			s);
+	env_choice("PHX_DIRECT", "off", "on", &settings.direct);
 
-	s = getenv("PHX_STREAM_WAIT");
-	if (s && !strcmp(s, "host"))
-		settings.stream_wait = 0;
-	else if (s && !strcmp(s, "device"))
-		settings.stream_wait = 1;
-	else if (s && *s && strcmp(s, "auto"))
-		fprintf(stderr,
-			"phoenix: ignoring PHX_STREAM_WAIT=%s: use auto, host or device\n",
-			s);
+	env_choice("PHX_STREAM_WAIT", "host", "device", &settings.stream_wait);
 
 	/* Exported buffers travel as one fd per chunk: allow many. */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {

@@ -272,6 +272,9 @@ struct cuda_dev {
 	/* this GPU, then every GPU that can reach its memory as a peer */
 	CUmemAccessDesc access[PHX_CUDA_MAX_GPUS];
 	int naccess;
+	/* stream flags (flag_map): host address and the device's for it */
+	void *flags;
+	CUdeviceptr flags_dev;
 };
 
 static inline struct cuda_dev *cuda_priv(struct phx_device *dev)
@@ -1050,9 +1053,13 @@ static int cuda_launch_host_fn(struct phx_device *dev, void *stream,
 	return 0;
 }
 
-/* Flags the device reads: pinned and mapped into its address space. */
+/*
+ * Flags the device reads: pinned, mapped into its address space, and the
+ * device's address for them looked up once.
+ */
 static int cuda_flag_map(struct phx_device *dev, void *p, size_t len)
 {
+	struct cuda_dev *cd = cuda_priv(dev);
 	CUresult res;
 	int ret = cuda_bind(dev);
 
@@ -1063,6 +1070,12 @@ static int cuda_flag_map(struct phx_device *dev, void *p, size_t len)
 					      CU_MEMHOSTREGISTER_DEVICEMAP);
 	if (res != CUDA_SUCCESS)
 		return cu_fail(dev, res, 0, "cuMemHostRegister(stream flags)");
+	res = cu.cuMemHostGetDevicePointer_v2(&cd->flags_dev, p, 0);
+	if (res != CUDA_SUCCESS) {
+		cu.cuMemHostUnregister(p);
+		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
+	}
+	cd->flags = p;
 	return 0;
 }
 
@@ -1070,20 +1083,20 @@ static void cuda_flag_unmap(struct phx_device *dev, void *p)
 {
 	if (cuda_bind(dev) == 0)
 		cu.cuMemHostUnregister(p);
+	cuda_priv(dev)->flags = NULL;
 }
 
 static int cuda_stream_wait_flag(struct phx_device *dev, void *stream,
 				 uint32_t *flag)
 {
+	struct cuda_dev *cd = cuda_priv(dev);
 	CUdeviceptr addr;
 	CUresult res;
 	int ret = cuda_bind(dev);
 
 	if (ret)
 		return ret;
-	res = cu.cuMemHostGetDevicePointer_v2(&addr, flag, 0);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
+	addr = cd->flags_dev + (CUdeviceptr)((char *)flag - (char *)cd->flags);
 	res = cu.cuStreamWaitValue32_v2(stream, addr, 1,
 					CU_STREAM_WAIT_VALUE_EQ);
 	if (res != CUDA_SUCCESS)

@@ -276,15 +276,6 @@ static int kmod_launch_host_fn(struct phx_device *dev, void *stream,
 }
 
 /* Streams here are synchronous: a wait is the caller's own. */
-static int kmod_flag_map(struct phx_device *dev, void *p, size_t len)
-{
-	return 0;
-}
-
-static void kmod_flag_unmap(struct phx_device *dev, void *p)
-{
-}
-
 static int kmod_stream_wait_flag(struct phx_device *dev, void *stream,
 				 uint32_t *flag)
 {
@@ -326,8 +317,6 @@ const struct phx_backend_ops phx_kmod_ops = {
 	.event_query = kmod_event_query,
 	.event_sync = kmod_event_sync,
 	.launch_host_fn = kmod_launch_host_fn,
-	.flag_map = kmod_flag_map,
-	.flag_unmap = kmod_flag_unmap,
 	.stream_wait_flag = kmod_stream_wait_flag,
 	.wait_on_device = true,
 };

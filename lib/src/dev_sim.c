@@ -463,15 +463,6 @@ static int sim_launch_host_fn(struct phx_device *dev, void *stream,
 }
 
 /* Simulated streams are host threads: any host memory serves as flags. */
-static int sim_flag_map(struct phx_device *dev, void *p, size_t len)
-{
-	return 0;
-}
-
-static void sim_flag_unmap(struct phx_device *dev, void *p)
-{
-}
-
 static int sim_stream_wait_flag(struct phx_device *dev, void *stream,
 				uint32_t *flag)
 {
@@ -515,8 +506,6 @@ const struct phx_backend_ops phx_sim_ops = {
 	.event_query = sim_event_query,
 	.event_sync = sim_event_sync,
 	.launch_host_fn = sim_launch_host_fn,
-	.flag_map = sim_flag_map,
-	.flag_unmap = sim_flag_unmap,
 	.stream_wait_flag = sim_stream_wait_flag,
 	.wait_on_device = true,
 };

@@ -132,8 +132,9 @@ struct phx_backend_ops {
 
 	/*
 	 * Stream-ordered waits held on the device side: make host memory
-	 * [@p, @p + @len) usable as flags, then have @stream wait until the
-	 * 32-bit flag at @flag (in such memory) is nonzero.  The host sets it
+	 * [@p, @p + @len) usable as flags (one such range per device; NULL
+	 * where any host memory serves), then have @stream wait until the
+	 * 32-bit flag at @flag (in that range) is nonzero.  The host sets it
 	 * with a release store and wakes futex waiters on it.
 	 */
 	int (*flag_map)(struct phx_device *dev, void *p, size_t len);

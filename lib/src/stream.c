@@ -423,7 +423,7 @@ static int async_flags(struct phx_device *dev, struct phx_async_worker *w)
 			      dev->name);
 		goto out;
 	}
-	ret = dev->ops->flag_map(dev, flags, len);
+	ret = dev->ops->flag_map ? dev->ops->flag_map(dev, flags, len) : 0;
 	if (ret) {
 		munmap(flags, len);
 		goto out;
@@ -543,28 +543,22 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		.buf_off = buf_off,
 		.bytes_done = bytes_done,
 	};
+	ret = async_reserve(dev, w);
+	if (ret) {
+		free(r);
+		return ret;
+	}
 	if (wait_on_device(dev)) {
 		ret = async_flags(dev, w);
 		if (!ret)
 			ret = async_flag_get(dev, w, r);
 		if (ret) {
+			async_unreserve(w);
 			free(r);
 			return ret;
 		}
-	}
-	ret = async_reserve(dev, w);
-	if (ret) {
-		if (r->flag) {
-			pthread_mutex_lock(&w->lock);
-			w->free_flags[w->nfree_flags++] =
-				(uint32_t)(r->flag - w->flags);
-			pthread_mutex_unlock(&w->lock);
-		}
-		free(r);
-		return ret;
-	}
-	if (r->flag)
 		return enqueue_on_device(stream, w, r);
+	}
 	ret = dev->ops->launch_host_fn(dev, stream->native, async_host_fn, r);
 	if (ret) {
 		async_unreserve(w);
@@ -592,7 +586,8 @@ void phx_async_destroy(struct phx_device *dev)
 		phx_engine_free(w->threads[i].engine);
 	}
 	if (w->flags) {
-		dev->ops->flag_unmap(dev, w->flags);
+		if (dev->ops->flag_unmap)
+			dev->ops->flag_unmap(dev, w->flags);
 		munmap(w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));
 	}
 	pthread_mutex_destroy(&w->lock);
