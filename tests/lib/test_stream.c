@@ -175,3 +175,19 @@ Test(stream, close_waits_for_queued_transfers_device_wait)
 	stream_wait("device");
 	close_waits_for_queued_transfers();
 }
+
+/* A bad choice is ignored with one line that says what would do. */
+Test(settings, bad_choices_are_reported_and_ignored, .init = cr_redirect_stderr)
+{
+	struct phx_settings s;
+
+	setenv("PHX_STREAM_WAIT", "sideways", 1);
+	setenv("PHX_DIRECT", "maybe", 1);
+	phx_settings_get(&s);
+	cr_assert_eq(s.stream_wait, -1);
+	cr_assert_eq(s.direct, -1);
+	fflush(stderr);
+	cr_assert_stderr_eq_str(
+		"phoenix: ignoring PHX_DIRECT=maybe: use auto, off or on\n"
+		"phoenix: ignoring PHX_STREAM_WAIT=sideways: use auto, host or device\n");
+}

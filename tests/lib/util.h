@@ -4,6 +4,7 @@
 #define PHX_TEST_UTIL_H
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
