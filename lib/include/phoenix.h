@@ -492,7 +492,8 @@ void phx_stream_destroy(struct phx_stream *stream);
  * worker; "device", a host function only hands the transfer over and the
  * stream waits on the device for a flag the worker sets (CUDA:
  * cuStreamWaitValue32 on mapped host memory).  "auto" is device, except on
- * CUDA, where that way has not yet run on a GPU.
+ * CUDA, where that way has not yet run on a GPU.  In device mode at most
+ * 4096 transfers can be queued on a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		   phx_dptr_t dptr, const uint64_t *len,
