@@ -47,8 +47,9 @@ LIB_TEST_BIN := $(BUILD)/tests/test-lib
 $(LIB_TEST_BIN): $(LIB_TEST_SRCS) tests/lib/util.h $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Itests/lib -o $@ $(LIB_TEST_SRCS) \
-		$(LIB_A) $(URING_LIB) -lcriterion $(LDFLAGS) $(LDLIBS)
+	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Itests/lib -o $@ \
+		$(LIB_TEST_SRCS) $(LIB_A) $(URING_LIB) $(FUSE_SYS_LIB) -lcriterion \
+		$(LDFLAGS) $(LDLIBS)
 
 # Scratch space for the suites: ext4 (O_DIRECT) and tmpfs (no O_DIRECT).
 PHX_TEST_DIR ?= $(BUILD)/scratch

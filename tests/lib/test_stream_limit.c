@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_stream_limit.c - how many stream-ordered transfers "device" mode
+ * queues at once.
+ *
+ * The first transfer reads from a file on a small FUSE file system served
+ * by this process, whose read does not answer until the test lets it.  That
+ * holds the stream at the first transfer for as long as the test needs,
+ * while every later transfer waits behind it holding one of the device's
+ * flags.
+ */
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <sys/mount.h>
+
+#include "util.h"
+
+#define HELD_INO 2
+#define HELD_SIZE 4096
+#define HELD_BYTE 0x5a
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool released;
+	bool reading; /* a read has reached the file system */
+} held = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false };
+
+static void held_stat(fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	if (ino == FUSE_ROOT_ID) {
+		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+	} else {
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = HELD_SIZE;
+	}
+}
+
+static void held_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e = { .ino = HELD_INO,
+				      .attr_timeout = 3600,
+				      .entry_timeout = 3600 };
+
+	if (parent != FUSE_ROOT_ID || strcmp(name, "held")) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	held_stat(HELD_INO, &e.attr);
+	fuse_reply_entry(req, &e);
+}
+
+static void held_getattr(fuse_req_t req, fuse_ino_t ino,
+			 struct fuse_file_info *fi)
+{
+	struct stat st;
+
+	(void)fi;
+	held_stat(ino, &st);
+	fuse_reply_attr(req, &st, 3600);
+}
+
+static void held_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (ino != HELD_INO) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	fi->direct_io = 1; /* every read reaches held_read */
+	fuse_reply_open(req, fi);
+}
+
+static void held_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	static char data[HELD_SIZE];
+
+	(void)ino;
+	(void)fi;
+	pthread_mutex_lock(&held.lock);
+	held.reading = true;
+	pthread_cond_broadcast(&held.cond);
+	while (!held.released)
+		pthread_cond_wait(&held.cond, &held.lock);
+	pthread_mutex_unlock(&held.lock);
+	memset(data, HELD_BYTE, sizeof(data));
+	if (off >= HELD_SIZE)
+		size = 0;
+	else if (size > (size_t)(HELD_SIZE - off))
+		size = (size_t)(HELD_SIZE - off);
+	fuse_reply_buf(req, data, size);
+}
+
+static const struct fuse_lowlevel_ops held_ops = {
+	.lookup = held_lookup,
+	.getattr = held_getattr,
+	.open = held_open,
+	.read = held_read,
+};
+
+struct held_fs {
+	struct fuse_session *se;
+	pthread_t thread;
+	char dir[256];
+};
+
+static void *held_loop(void *arg)
+{
+	fuse_session_loop(((struct held_fs *)arg)->se);
+	return NULL;
+}
+
+static void held_mount(struct held_fs *fs)
+{
+	char *argv[] = { "phx-test-held", NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(1, argv);
+
+	if (access("/dev/fuse", R_OK | W_OK))
+		cr_skip_test("/dev/fuse is not usable: %s", strerror(errno));
+	snprintf(fs->dir, sizeof(fs->dir), "%s/phx-held-XXXXXX", dir_direct());
+	cr_assert_not_null(mkdtemp(fs->dir), "mkdtemp: %s", strerror(errno));
+	fs->se = fuse_session_new(&args, &held_ops, sizeof(held_ops), NULL);
+	fuse_opt_free_args(&args);
+	cr_assert_not_null(fs->se, "fuse_session_new failed");
+	if (fuse_session_mount(fs->se, fs->dir)) {
+		fuse_session_destroy(fs->se);
+		fs->se = NULL;
+		rmdir(fs->dir);
+		cr_skip_test("cannot mount a FUSE file system here");
+	}
+	cr_assert_eq(pthread_create(&fs->thread, NULL, held_loop, fs), 0);
+}
+
+static void held_unmount(struct held_fs *fs)
+{
+	fuse_session_exit(fs->se);
+	fuse_session_unmount(fs->se); /* ends the loop's read of /dev/fuse */
+	pthread_join(fs->thread, NULL);
+	fuse_session_destroy(fs->se);
+	fs->se = NULL;
+	rmdir(fs->dir);
+}
+
+static void release_held(void)
+{
+	pthread_mutex_lock(&held.lock);
+	held.released = true;
+	pthread_cond_broadcast(&held.cond);
+	pthread_mutex_unlock(&held.lock);
+}
+
+static struct held_fs fs;
+
+/* A failed assertion leaves the file system mounted: take it down. */
+static void held_fini(void)
+{
+	if (!fs.se)
+		return;
+	release_held();
+	held_unmount(&fs);
+}
+
+/* The limit phoenix.h documents for device mode. */
+#define QUEUE_LIMIT 4096
+
+Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
+     .timeout = 120, .fini = held_fini)
+{
+	struct phx_settings s;
+	struct phx_device *dev;
+	struct phx_stream *st;
+	struct phx_buf *buf;
+	const uint64_t chunk = 512;
+	uint64_t len = chunk, held_len = HELD_SIZE, n;
+	int64_t *foff, *boff, *done, extra_off = 0, extra_done = -1;
+	unsigned char *data, *back;
+	char path[300];
+	int fd, hfd, ret = 0;
+
+	setenv("PHX_STREAM_WAIT", "device", 1);
+	phx_settings_get(&s);
+	cr_assert_eq(s.stream_wait, 1);
+	held_mount(&fs);
+	dev = open_default();
+	fd = make_file(dir_direct(), QUEUE_LIMIT * chunk, 91, false,
+		       (void **)&data);
+	snprintf(path, sizeof(path), "%s/held", fs.dir);
+	hfd = open(path, O_RDONLY);
+	cr_assert_geq(hfd, 0, "open %s: %s", path, strerror(errno));
+	cr_assert_eq(phx_buf_alloc(dev, (QUEUE_LIMIT + 1) * chunk + HELD_SIZE,
+				   0, &buf),
+		     0, "%s", phx_strerror_last());
+	cr_assert_eq(phx_stream_create(dev, &st), 0, "%s", phx_strerror_last());
+	foff = xmalloc(QUEUE_LIMIT * sizeof(*foff));
+	boff = xmalloc(QUEUE_LIMIT * sizeof(*boff));
+	done = xmalloc(QUEUE_LIMIT * sizeof(*done));
+
+	/* transfer 0 holds the stream in the held file's read */
+	foff[0] = 0;
+	boff[0] = 0;
+	done[0] = -1;
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, hfd, phx_buf_dptr(buf),
+				    &held_len, &foff[0], &boff[0], &done[0]),
+		     0, "%s", phx_strerror_last());
+	pthread_mutex_lock(&held.lock);
+	while (!held.reading)
+		pthread_cond_wait(&held.cond, &held.lock);
+	pthread_mutex_unlock(&held.lock);
+
+	/* then queue until the device says no */
+	for (n = 1; n < QUEUE_LIMIT; n++) {
+		foff[n] = (int64_t)((n - 1) * chunk);
+		boff[n] = (int64_t)(HELD_SIZE + (n - 1) * chunk);
+		done[n] = -1;
+		ret = phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
+				     &len, &foff[n], &boff[n], &done[n]);
+		if (ret)
+			break;
+	}
+	cr_assert_eq(ret, 0, "refused at transfer %llu of %d: %s",
+		     (unsigned long long)n, QUEUE_LIMIT, phx_strerror_last());
+	ret = phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf), &len,
+			     &extra_off, &extra_off, &extra_done);
+	cr_assert_eq(ret, -EBUSY, "transfer %d: %d (%s)", QUEUE_LIMIT + 1, ret,
+		     phx_strerror_last());
+	cr_assert(strstr(phx_strerror_last(), "already queued"), "%s",
+		  phx_strerror_last());
+	cr_assert_eq(extra_done, -1, "a refused transfer reported a result");
+	/* nothing queued has run yet: the stream is still held */
+	for (n = 1; n < QUEUE_LIMIT; n++)
+		cr_assert_eq(done[n], -1, "transfer %llu ran early",
+			     (unsigned long long)n);
+
+	release_held();
+	cr_assert_eq(phx_stream_sync(st), 0, "%s", phx_strerror_last());
+	cr_assert_eq(done[0], HELD_SIZE, "held read: %lld", (long long)done[0]);
+	for (n = 1; n < QUEUE_LIMIT; n++)
+		cr_assert_eq(done[n], (int64_t)chunk, "transfer %llu: %lld",
+			     (unsigned long long)n, (long long)done[n]);
+	back = xmalloc(HELD_SIZE + (QUEUE_LIMIT - 1) * chunk);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0,
+					 HELD_SIZE + (QUEUE_LIMIT - 1) * chunk),
+		     0);
+	for (n = 0; n < HELD_SIZE; n++)
+		cr_assert_eq(back[n], HELD_BYTE);
+	cr_assert(!memcmp(back + HELD_SIZE, data, (QUEUE_LIMIT - 1) * chunk));
+
+	/* the flags came back: the refused transfer can be queued now */
+	extra_off = (int64_t)((QUEUE_LIMIT - 1) * chunk);
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
+				    &len, &extra_off, &extra_off, &extra_done),
+		     0, "%s", phx_strerror_last());
+	cr_assert_eq(phx_stream_sync(st), 0);
+	cr_assert_eq(extra_done, (int64_t)chunk);
+
+	phx_stream_destroy(st);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(hfd);
+	close(fd);
+	held_unmount(&fs);
+	free(back);
+	free(data);
+	free(foff);
+	free(boff);
+	free(done);
+}
