@@ -25,7 +25,9 @@ static struct {
 	pthread_cond_t cond;
 	bool released;
 	bool reading; /* a read has reached the file system */
-} held = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false };
+	bool timed_out; /* the watchdog released it */
+} held = { .lock = PTHREAD_MUTEX_INITIALIZER,
+	   .cond = PTHREAD_COND_INITIALIZER };
 
 static void held_stat(fuse_ino_t ino, struct stat *st)
 {
@@ -156,13 +158,43 @@ static void release_held(void)
 
 static struct held_fs fs;
 
-/* A failed assertion leaves the file system mounted: take it down. */
+/*
+ * A driver may block an enqueue while the stream's own queue is full,
+ * before the library's limit is reached; the test would then wait for
+ * itself.  The watchdog lets the read go after a while so that the test
+ * fails with the count it reached instead of hanging.
+ */
+static void *held_watchdog(void *arg)
+{
+	struct timespec until;
+
+	(void)arg;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30;
+	pthread_mutex_lock(&held.lock);
+	while (!held.released)
+		if (pthread_cond_timedwait(&held.cond, &held.lock, &until) ==
+		    ETIMEDOUT) {
+			held.timed_out = true;
+			held.released = true;
+			pthread_cond_broadcast(&held.cond);
+		}
+	pthread_mutex_unlock(&held.lock);
+	return NULL;
+}
+
+/*
+ * A failed assertion leaves the file system mounted, maybe with the held
+ * file still open: detach it and let the process's exit end the session
+ * (the loop would not see the unmount while the file is open).
+ */
 static void held_fini(void)
 {
 	if (!fs.se)
 		return;
 	release_held();
-	held_unmount(&fs);
+	fuse_session_unmount(fs.se);
+	rmdir(fs.dir);
 }
 
 /* The limit phoenix.h documents for device mode. */
@@ -181,6 +213,8 @@ Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
 	unsigned char *data, *back;
 	char path[300];
 	int fd, hfd, ret = 0;
+	pthread_t watchdog;
+	bool stuck;
 
 	setenv("PHX_STREAM_WAIT", "device", 1);
 	phx_settings_get(&s);
@@ -211,6 +245,7 @@ Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
 	while (!held.reading)
 		pthread_cond_wait(&held.cond, &held.lock);
 	pthread_mutex_unlock(&held.lock);
+	cr_assert_eq(pthread_create(&watchdog, NULL, held_watchdog, NULL), 0);
 
 	/* then queue until the device says no */
 	for (n = 1; n < QUEUE_LIMIT; n++) {
@@ -222,6 +257,13 @@ Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
 		if (ret)
 			break;
 	}
+	pthread_mutex_lock(&held.lock);
+	stuck = held.timed_out;
+	pthread_mutex_unlock(&held.lock);
+	cr_assert(
+		!stuck,
+		"queueing blocked for 30 s with %llu transfers queued before the limit of %d",
+		(unsigned long long)n, QUEUE_LIMIT);
 	cr_assert_eq(ret, 0, "refused at transfer %llu of %d: %s",
 		     (unsigned long long)n, QUEUE_LIMIT, phx_strerror_last());
 	ret = phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf), &len,
@@ -237,6 +279,8 @@ Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
 			     (unsigned long long)n);
 
 	release_held();
+	pthread_join(watchdog, NULL);
+	cr_assert(!held.timed_out, "the watchdog released the read");
 	cr_assert_eq(phx_stream_sync(st), 0, "%s", phx_strerror_last());
 	cr_assert_eq(done[0], HELD_SIZE, "held read: %lld", (long long)done[0]);
 	for (n = 1; n < QUEUE_LIMIT; n++)
