@@ -197,21 +197,51 @@ static void held_fini(void)
 	rmdir(fs.dir);
 }
 
-/* The limit phoenix.h documents for device mode. */
+/*
+ * The limit phoenix.h documents for device mode, spread over streams: a
+ * CUDA stream takes about a thousand operations before queueing blocks
+ * (each transfer is three), so one stream alone would never reach it.
+ */
 #define QUEUE_LIMIT 4096
+#define NSTREAMS 32
+#define PER_STREAM (QUEUE_LIMIT / NSTREAMS)
+#define CHUNK 512
+
+/* Queue read @i of stream @st: the held file first, then chunks of @fd. */
+static int queue_one(struct phx_stream *st, struct phx_buf *buf, int hfd,
+		     int fd, unsigned int i, int64_t *foff, int64_t *boff,
+		     int64_t *done)
+{
+	static const uint64_t held_len = HELD_SIZE, len = CHUNK;
+	unsigned int k = i % PER_STREAM, j = i - i / PER_STREAM - 1;
+
+	done[i] = -1;
+	if (!k) {
+		foff[i] = boff[i] = 0;
+		return phx_io_enqueue(st, PHX_OP_READ, hfd, phx_buf_dptr(buf),
+				      &held_len, &foff[i], &boff[i], &done[i]);
+	}
+	/* the j-th chunk of the file, after the held bytes */
+	foff[i] = (int64_t)j * CHUNK;
+	boff[i] = HELD_SIZE + (int64_t)j * CHUNK;
+	return phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf), &len,
+			      &foff[i], &boff[i], &done[i]);
+}
 
 Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
      .timeout = 120, .fini = held_fini)
 {
+	const size_t nchunks = QUEUE_LIMIT - NSTREAMS,
+		     span = HELD_SIZE + nchunks * CHUNK;
 	struct phx_settings s;
 	struct phx_device *dev;
-	struct phx_stream *st;
+	struct phx_stream *st[NSTREAMS];
 	struct phx_buf *buf;
-	const uint64_t chunk = 512;
-	uint64_t len = chunk, held_len = HELD_SIZE, n;
+	uint64_t len = CHUNK;
 	int64_t *foff, *boff, *done, extra_off = 0, extra_done = -1;
 	unsigned char *data, *back;
 	char path[300];
+	unsigned int i;
 	int fd, hfd, ret = 0;
 	pthread_t watchdog;
 	bool stuck;
@@ -221,88 +251,79 @@ Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
 	cr_assert_eq(s.stream_wait, 1);
 	held_mount(&fs);
 	dev = open_default();
-	fd = make_file(dir_direct(), QUEUE_LIMIT * chunk, 91, false,
+	fd = make_file(dir_direct(), nchunks * CHUNK, 91, false,
 		       (void **)&data);
 	snprintf(path, sizeof(path), "%s/held", fs.dir);
 	hfd = open(path, O_RDONLY);
 	cr_assert_geq(hfd, 0, "open %s: %s", path, strerror(errno));
-	cr_assert_eq(phx_buf_alloc(dev, (QUEUE_LIMIT + 1) * chunk + HELD_SIZE,
-				   0, &buf),
-		     0, "%s", phx_strerror_last());
-	cr_assert_eq(phx_stream_create(dev, &st), 0, "%s", phx_strerror_last());
+	cr_assert_eq(phx_buf_alloc(dev, span, 0, &buf), 0, "%s",
+		     phx_strerror_last());
+	for (i = 0; i < NSTREAMS; i++)
+		cr_assert_eq(phx_stream_create(dev, &st[i]), 0, "%s",
+			     phx_strerror_last());
 	foff = xmalloc(QUEUE_LIMIT * sizeof(*foff));
 	boff = xmalloc(QUEUE_LIMIT * sizeof(*boff));
 	done = xmalloc(QUEUE_LIMIT * sizeof(*done));
 
-	/* transfer 0 holds the stream in the held file's read */
-	foff[0] = 0;
-	boff[0] = 0;
-	done[0] = -1;
-	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, hfd, phx_buf_dptr(buf),
-				    &held_len, &foff[0], &boff[0], &done[0]),
-		     0, "%s", phx_strerror_last());
+	/* the first transfer reaches the file system and stays there */
+	cr_assert_eq(queue_one(st[0], buf, hfd, fd, 0, foff, boff, done), 0,
+		     "%s", phx_strerror_last());
 	pthread_mutex_lock(&held.lock);
 	while (!held.reading)
 		pthread_cond_wait(&held.cond, &held.lock);
 	pthread_mutex_unlock(&held.lock);
 	cr_assert_eq(pthread_create(&watchdog, NULL, held_watchdog, NULL), 0);
 
-	/* then queue until the device says no */
-	for (n = 1; n < QUEUE_LIMIT; n++) {
-		foff[n] = (int64_t)((n - 1) * chunk);
-		boff[n] = (int64_t)(HELD_SIZE + (n - 1) * chunk);
-		done[n] = -1;
-		ret = phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
-				     &len, &foff[n], &boff[n], &done[n]);
+	/* every stream starts with a held read; queue up to the limit */
+	for (i = 1; i < QUEUE_LIMIT; i++) {
+		ret = queue_one(st[i / PER_STREAM], buf, hfd, fd, i, foff, boff,
+				done);
 		if (ret)
 			break;
 	}
 	pthread_mutex_lock(&held.lock);
 	stuck = held.timed_out;
 	pthread_mutex_unlock(&held.lock);
-	cr_assert(
-		!stuck,
-		"queueing blocked for 30 s with %llu transfers queued before the limit of %d",
-		(unsigned long long)n, QUEUE_LIMIT);
-	cr_assert_eq(ret, 0, "refused at transfer %llu of %d: %s",
-		     (unsigned long long)n, QUEUE_LIMIT, phx_strerror_last());
-	ret = phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf), &len,
+	cr_assert(!stuck, "queueing blocked for 30 s at transfer %u of %d", i,
+		  QUEUE_LIMIT);
+	cr_assert_eq(ret, 0, "refused at transfer %u of %d: %s", i, QUEUE_LIMIT,
+		     phx_strerror_last());
+	ret = phx_io_enqueue(st[0], PHX_OP_READ, fd, phx_buf_dptr(buf), &len,
 			     &extra_off, &extra_off, &extra_done);
 	cr_assert_eq(ret, -EBUSY, "transfer %d: %d (%s)", QUEUE_LIMIT + 1, ret,
 		     phx_strerror_last());
 	cr_assert(strstr(phx_strerror_last(), "already queued"), "%s",
 		  phx_strerror_last());
 	cr_assert_eq(extra_done, -1, "a refused transfer reported a result");
-	/* nothing queued has run yet: the stream is still held */
-	for (n = 1; n < QUEUE_LIMIT; n++)
-		cr_assert_eq(done[n], -1, "transfer %llu ran early",
-			     (unsigned long long)n);
+	/* nothing behind a held read has run: the streams are still held */
+	for (i = 0; i < QUEUE_LIMIT; i++)
+		if (i % PER_STREAM)
+			cr_assert_eq(done[i], -1, "transfer %u ran early", i);
 
 	release_held();
 	pthread_join(watchdog, NULL);
-	cr_assert(!held.timed_out, "the watchdog released the read");
-	cr_assert_eq(phx_stream_sync(st), 0, "%s", phx_strerror_last());
-	cr_assert_eq(done[0], HELD_SIZE, "held read: %lld", (long long)done[0]);
-	for (n = 1; n < QUEUE_LIMIT; n++)
-		cr_assert_eq(done[n], (int64_t)chunk, "transfer %llu: %lld",
-			     (unsigned long long)n, (long long)done[n]);
-	back = xmalloc(HELD_SIZE + (QUEUE_LIMIT - 1) * chunk);
-	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0,
-					 HELD_SIZE + (QUEUE_LIMIT - 1) * chunk),
-		     0);
-	for (n = 0; n < HELD_SIZE; n++)
-		cr_assert_eq(back[n], HELD_BYTE);
-	cr_assert(!memcmp(back + HELD_SIZE, data, (QUEUE_LIMIT - 1) * chunk));
+	cr_assert(!held.timed_out, "the watchdog released the reads");
+	for (i = 0; i < NSTREAMS; i++)
+		cr_assert_eq(phx_stream_sync(st[i]), 0, "%s",
+			     phx_strerror_last());
+	for (i = 0; i < QUEUE_LIMIT; i++)
+		cr_assert_eq(done[i], i % PER_STREAM ? CHUNK : HELD_SIZE,
+			     "transfer %u: %lld", i, (long long)done[i]);
+	back = xmalloc(span);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, span), 0);
+	for (i = 0; i < HELD_SIZE; i++)
+		cr_assert_eq(back[i], HELD_BYTE);
+	cr_assert(!memcmp(back + HELD_SIZE, data, nchunks * CHUNK));
 
 	/* the flags came back: the refused transfer can be queued now */
-	extra_off = (int64_t)((QUEUE_LIMIT - 1) * chunk);
-	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
+	cr_assert_eq(phx_io_enqueue(st[0], PHX_OP_READ, fd, phx_buf_dptr(buf),
 				    &len, &extra_off, &extra_off, &extra_done),
 		     0, "%s", phx_strerror_last());
-	cr_assert_eq(phx_stream_sync(st), 0);
-	cr_assert_eq(extra_done, (int64_t)chunk);
+	cr_assert_eq(phx_stream_sync(st[0]), 0);
+	cr_assert_eq(extra_done, CHUNK);
 
-	phx_stream_destroy(st);
+	for (i = 0; i < NSTREAMS; i++)
+		phx_stream_destroy(st[i]);
 	phx_buf_free(buf);
 	phx_device_close(dev);
 	close(hfd);
