@@ -485,7 +485,10 @@ void phx_stream_destroy(struct phx_stream *stream);
  * @bytes_done: written with the bytes moved or a negative errno when the
  *	    transfer completes.
  *
- * All pointers must stay valid until then.  Returns 0 when queued.
+ * All pointers must stay valid until then.  Returns 0 when queued.  Blocks
+ * while the driver's queue for @stream is full (CUDA takes about a
+ * thousand operations on a stream; a transfer is one, or three in device
+ * mode below), as any launch on that stream would.
  *
  * How the stream is held while a worker thread moves the bytes
  * (PHX_STREAM_WAIT): "host", a host function on the stream waits for the
