@@ -324,30 +324,37 @@ static void async_unreserve(struct phx_async_worker *w)
 }
 
 /*
- * Count one more queued transfer, and start a worker for it while there
- * are fewer workers than transfers waiting.  Fails only when no worker at
- * all could be started.
+ * Count one more queued transfer.  The first one starts every worker, so
+ * that building their engines (which pins staging memory, and on CUDA
+ * waits for host functions) never happens while transfers of ours are
+ * queued on a stream: a driver call that waits for the stream then could
+ * block the very copies the stream is waiting for.  Fails only when no
+ * worker at all could be started.
  */
 static int async_reserve(struct phx_device *dev, struct phx_async_worker *w)
 {
-	unsigned int n;
-	bool more;
+	unsigned int i, started;
 	int ret = 0;
 
 	pthread_mutex_lock(&w->spawn_lock);
 	pthread_mutex_lock(&w->lock);
-	w->outstanding++;
-	n = w->nthreads;
-	more = w->outstanding > n && n < PHX_ASYNC_WORKERS;
+	started = w->nthreads; /* only changed under spawn_lock */
 	pthread_mutex_unlock(&w->lock);
-	if (more) {
-		ret = async_spawn(dev, w, n);
-		if (ret && n)
-			ret = 0; /* the others will serve it */
+	for (i = started; !started && i < PHX_ASYNC_WORKERS; i++) {
+		ret = async_spawn(dev, w, i);
+		if (ret)
+			break;
+	}
+	if (i && ret) {
+		ret = 0; /* the workers that started serve everything */
+		phx_err_clear();
+	}
+	if (!ret) {
+		pthread_mutex_lock(&w->lock);
+		w->outstanding++;
+		pthread_mutex_unlock(&w->lock);
 	}
 	pthread_mutex_unlock(&w->spawn_lock);
-	if (ret)
-		async_unreserve(w);
 	return ret;
 }
 
