@@ -36,7 +36,7 @@ install: install-python
 # Runs with $(PYTHON) when it has numpy, safetensors and pytest, else in a
 # virtual environment under $(BUILD)/pyvenv filled from PyPI.
 # The stream-ordered tests run once more with PHX_STREAM_WAIT=host, the
-# way CUDA holds streams by default.
+# other way of holding a stream.
 test-python: $(LIB_SO) $(PHXFILE_SO)
 	@PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD)
 	@echo "== stream-ordered transfers with PHX_STREAM_WAIT=host"

@@ -494,8 +494,8 @@ void phx_stream_destroy(struct phx_stream *stream);
  * (PHX_STREAM_WAIT): "host", a host function on the stream waits for the
  * worker; "device", a host function only hands the transfer over and the
  * stream waits on the device for a flag the worker sets (CUDA:
- * cuStreamWaitValue32 on mapped host memory).  "auto" is device, except on
- * CUDA, where that way has not yet run on a GPU.  In device mode at most
+ * cuStreamWaitValue32 on mapped host memory).  "auto" is device: on CUDA
+ * a host function that waits can hang the driver.  In device mode at most
  * 4096 transfers can be queued on a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,

@@ -1144,6 +1144,6 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.flag_map = cuda_flag_map,
 	.flag_unmap = cuda_flag_unmap,
 	.stream_wait_flag = cuda_stream_wait_flag,
-	/* "device" has not run on a GPU yet: PHX_STREAM_WAIT=device to try */
-	.wait_on_device = false,
+	/* a host function that waits on a worker can hang the driver */
+	.wait_on_device = true,
 };
