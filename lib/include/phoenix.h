@@ -495,7 +495,9 @@ void phx_stream_destroy(struct phx_stream *stream);
  * worker; "device", a host function only hands the transfer over and the
  * stream waits on the device for a flag the worker sets (CUDA:
  * cuStreamWaitValue32 on mapped host memory).  "auto" is device: on CUDA
- * a host function that waits can hang the driver.  In device mode at most
+ * a host function that waits can hang the driver.  On CUDA either way can
+ * still hang while another thread is in a driver call that waits for the
+ * GPU (README, "Known problems").  In device mode at most
  * 4096 transfers can be queued on a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
