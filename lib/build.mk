@@ -1,7 +1,7 @@
 # libphoenix: libphoenix.{a,so}, built from lib/src; tests in tests/lib.
 
 LIB_SRCS := $(wildcard lib/src/*.c)
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/feed_ptx.o
 LIB_A := $(BUILD)/libphoenix.a
 LIB_SO := $(BUILD)/libphoenix.so
 PHX_CPPFLAGS := -Ilib/include
@@ -26,6 +26,20 @@ $(BUILD)/lib/src/%.o: lib/src/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Ilib/src -fvisibility=hidden -c $< -o $@
+
+# The copy kernel's PTX as a C string (lib/src/feed.h, phx_feed_ptx).
+$(BUILD)/lib/feed_ptx.c: lib/src/feed.ptx
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	@{ echo '/* Generated from lib/src/feed.ptx by lib/build.mk. */'; \
+	  echo 'const char phx_feed_ptx[] ='; \
+	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; \
+	  echo ';'; } > $@
+
+$(BUILD)/lib/feed_ptx.o: $(BUILD)/lib/feed_ptx.c
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) -Wno-missing-variable-declarations -fvisibility=hidden \
+		-c $< -o $@
 
 $(LIB_A): $(LIB_OBJS)
 	@rm -f $@

@@ -35,13 +35,15 @@ install: install-python
 
 # Runs with $(PYTHON) when it has numpy, safetensors and pytest, else in a
 # virtual environment under $(BUILD)/pyvenv filled from PyPI.
-# The stream-ordered tests run once more with PHX_STREAM_WAIT=host, the
-# other way of holding a stream.
+# The stream-ordered tests run again for the other ways of holding a
+# stream: PHX_STREAM_WAIT=host and =kernel.
 test-python: $(LIB_SO) $(PHXFILE_SO)
 	@PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD)
-	@echo "== stream-ordered transfers with PHX_STREAM_WAIT=host"
-	@PHX_STREAM_WAIT=host PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD) \
-		-k 'stream or phxfile'
+	@for mode in host kernel; do \
+		echo "== stream-ordered transfers with PHX_STREAM_WAIT=$$mode"; \
+		PHX_STREAM_WAIT=$$mode PYTHON=$(PYTHON) sh python/tests/run.sh \
+			$(BUILD) -k 'stream or phxfile' || exit 1; \
+	done
 
 # pytest as pure-Python files under $(BUILD)/pylib, for machines that have
 # numpy, safetensors and torch but no pytest and no package index.

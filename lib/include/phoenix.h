@@ -494,10 +494,14 @@ void phx_stream_destroy(struct phx_stream *stream);
  * (PHX_STREAM_WAIT): "host", a host function on the stream waits for the
  * worker; "device", a host function only hands the transfer over and the
  * stream waits on the device for a flag the worker sets (CUDA:
- * cuStreamWaitValue32 on mapped host memory).  "auto" is device: on CUDA
- * a host function that waits can hang the driver.  On CUDA either way can
- * still hang while another thread is in a driver call that waits for the
- * GPU (README, "Known problems").  In device mode at most
+ * cuStreamWaitValue32 on mapped host memory); "kernel", a copy kernel on
+ * the stream announces that the stream reached it and copies the bytes
+ * the worker stages in mapped host memory, so the worker makes no driver
+ * call while the stream waits (not on phx.ko devices).  "auto" is device:
+ * on CUDA a host function that waits can hang the driver.  On CUDA host
+ * and device can still hang while another thread is in a driver call that
+ * waits for the GPU (README, "Known problems"); kernel is the answer to
+ * that and has not yet run on a GPU.  In device and kernel modes at most
  * 4096 transfers can be queued on a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
@@ -529,7 +533,7 @@ struct phx_settings {
 	unsigned int hot_fraction;
 	unsigned int sim_devices;
 	uint64_t sim_capacity;
-	int stream_wait; /* -1 auto, 0 host, 1 device: see phx_io_enqueue() */
+	int stream_wait; /* -1 auto, 0 host, 1 device, 2 kernel: phx_io_enqueue() */
 };
 
 /**

@@ -148,22 +148,29 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 }
 
 /* auto / @no / @yes into -1 / 0 / 1 (left as is when unset). */
-static void env_choice(const char *name, const char *no, const char *yes,
-		       int *val)
+/* @name's value as an index into NULL-terminated @choices; "auto" is -1. */
+static void env_choice(const char *name, const char *const *choices, int *val)
 {
 	const char *s = getenv(name);
+	char list[128] = "";
+	int i, n;
 
 	if (!s || !*s)
 		return;
-	if (!strcmp(s, "auto"))
+	if (!strcmp(s, "auto")) {
 		*val = -1;
-	else if (!strcmp(s, no))
-		*val = 0;
-	else if (!strcmp(s, yes))
-		*val = 1;
-	else
-		fprintf(stderr, "phoenix: ignoring %s=%s: use auto, %s or %s\n",
-			name, s, no, yes);
+		return;
+	}
+	for (i = 0; choices[i]; i++) {
+		if (!strcmp(s, choices[i])) {
+			*val = i;
+			return;
+		}
+	}
+	for (n = i, i = 0; i < n; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%s", i == n - 1 ? " or " : ", ", choices[i]);
+	fprintf(stderr, "phoenix: ignoring %s=%s: use auto%s\n", name, s, list);
 }
 
 static void settings_init(void)
@@ -200,9 +207,12 @@ static void settings_init(void)
 	if (settings.staging_size < settings.chunk_size)
 		settings.staging_size = settings.chunk_size;
 
-	env_choice("PHX_DIRECT", "off", "on", &settings.direct);
+	env_choice("PHX_DIRECT", (const char *const[]){ "off", "on", NULL },
+		   &settings.direct);
 
-	env_choice("PHX_STREAM_WAIT", "host", "device", &settings.stream_wait);
+	env_choice("PHX_STREAM_WAIT",
+		   (const char *const[]){ "host", "device", "kernel", NULL },
+		   &settings.stream_wait);
 
 	/* Exported buffers travel as one fd per chunk: allow many. */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {

@@ -199,6 +199,17 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
 				      unsigned int Flags);
 CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
 				cuuint32_t value, unsigned int flags);
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleUnload(CUmodule hmod);
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod,
+			     const char *name);
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
+			unsigned int gridDimY, unsigned int gridDimZ,
+			unsigned int blockDimX, unsigned int blockDimY,
+			unsigned int blockDimZ, unsigned int sharedMemBytes,
+			CUstream hStream, void **kernelParams, void **extra);
 #endif /* PHX_HAVE_CUDA_H */
 
 /* Every driver entry point used, by its exported (versioned) name. */
@@ -247,7 +258,11 @@ CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
 	X(cuEventSynchronize)             \
 	X(cuLaunchHostFunc)               \
 	X(cuMemHostGetDevicePointer_v2)   \
-	X(cuStreamWaitValue32_v2)
+	X(cuStreamWaitValue32_v2)         \
+	X(cuModuleLoadData)               \
+	X(cuModuleUnload)                 \
+	X(cuModuleGetFunction)            \
+	X(cuLaunchKernel)
 
 static struct {
 #define CU_MEMBER(sym) __typeof__(sym) *sym;
@@ -275,7 +290,12 @@ struct cuda_dev {
 	/* stream flags (flag_map): host address and the device's for it */
 	void *flags;
 	CUdeviceptr flags_dev;
+	/* the copy kernel (feed.ptx), loaded at its first launch */
+	CUmodule feed_mod;
+	CUfunction feed_fn;
 };
+
+static pthread_mutex_t feed_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static inline struct cuda_dev *cuda_priv(struct phx_device *dev)
 {
@@ -544,6 +564,8 @@ static void cuda_close(struct phx_device *dev)
 		return;
 	if (cd->zero_stream && cu_bind_ctx(dev, cd->ctx) == 0)
 		cu.cuStreamDestroy_v2(cd->zero_stream);
+	if (cd->feed_mod && cu_bind_ctx(dev, cd->ctx) == 0)
+		cu.cuModuleUnload(cd->feed_mod);
 	cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
 	free(cd);
 	dev->priv = NULL;
@@ -1104,6 +1126,72 @@ static int cuda_stream_wait_flag(struct phx_device *dev, void *stream,
 	return 0;
 }
 
+/* Pinned host memory the device reads and writes at *@daddr. */
+static int cuda_host_map(struct phx_device *dev, void *p, size_t len,
+			 uint64_t *daddr)
+{
+	CUdeviceptr d;
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemHostRegister_v2(p, len,
+				      CU_MEMHOSTREGISTER_PORTABLE |
+					      CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemHostRegister(stream work)");
+	res = cu.cuMemHostGetDevicePointer_v2(&d, p, 0);
+	if (res != CUDA_SUCCESS) {
+		cu.cuMemHostUnregister(p);
+		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
+	}
+	*daddr = d;
+	return 0;
+}
+
+static void cuda_host_unmap(struct phx_device *dev, void *p)
+{
+	if (cuda_bind(dev) == 0)
+		cu.cuMemHostUnregister(p);
+}
+
+/* Put the copy kernel of feed.h on @stream: one block per ring slot. */
+static int cuda_feed_launch(struct phx_device *dev, void *stream,
+			    struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
+			    phx_dptr_t buf)
+{
+	struct cuda_dev *cd = cuda_priv(dev);
+	CUdeviceptr c = ctl_daddr, b = buf;
+	void *params[] = { &c, &b };
+	CUresult res = CUDA_SUCCESS;
+	int ret = cuda_bind(dev);
+
+	(void)ctl;
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&feed_lock);
+	if (!cd->feed_fn) {
+		res = cu.cuModuleLoadData(&cd->feed_mod, phx_feed_ptx);
+		if (res == CUDA_SUCCESS) {
+			res = cu.cuModuleGetFunction(&cd->feed_fn, cd->feed_mod,
+						     "phx_feed");
+			if (res != CUDA_SUCCESS) {
+				cu.cuModuleUnload(cd->feed_mod);
+				cd->feed_mod = NULL;
+			}
+		}
+	}
+	pthread_mutex_unlock(&feed_lock);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "loading the copy kernel");
+	res = cu.cuLaunchKernel(cd->feed_fn, PHX_FEED_SLOTS, 1, 1, 256, 1, 1, 0,
+				stream, params, NULL);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuLaunchKernel(copy kernel)");
+	return 0;
+}
+
 const struct phx_backend_ops phx_cuda_ops = {
 	.name = "cuda",
 	.dir_prefix = "gpu",
@@ -1146,4 +1234,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.stream_wait_flag = cuda_stream_wait_flag,
 	/* a host function that waits on a worker can hang the driver */
 	.wait_on_device = true,
+	.host_map = cuda_host_map,
+	.host_unmap = cuda_host_unmap,
+	.feed_launch = cuda_feed_launch,
 };

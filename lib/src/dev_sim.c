@@ -22,7 +22,7 @@
 
 #define SIM_GRANULARITY (64ULL << 10)
 
-enum sim_op_type { SIM_COPY, SIM_SET, SIM_FN, SIM_MARK, SIM_WAIT };
+enum sim_op_type { SIM_COPY, SIM_SET, SIM_FN, SIM_MARK, SIM_WAIT, SIM_FEED };
 
 struct sim_op {
 	enum sim_op_type type;
@@ -84,6 +84,9 @@ static void *sim_stream_main(void *arg)
 			break;
 		case SIM_WAIT:
 			phx_flag_wait(op->flag);
+			break;
+		case SIM_FEED:
+			phx_feed_emulate(op->arg, op->dst);
 			break;
 		}
 
@@ -471,6 +474,26 @@ static int sim_stream_wait_flag(struct phx_device *dev, void *stream,
 	return sim_push(sim_stream_of(dev, stream), &op);
 }
 
+/* Device addresses are host addresses here. */
+static int sim_host_map(struct phx_device *dev, void *p, size_t len,
+			uint64_t *daddr)
+{
+	*daddr = (uintptr_t)p;
+	return 0;
+}
+
+/* The copy kernel, played by the stream's thread (feed.h). */
+static int sim_feed_launch(struct phx_device *dev, void *stream,
+			   struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
+			   phx_dptr_t buf)
+{
+	struct sim_op op = { .type = SIM_FEED,
+			     .arg = ctl,
+			     .dst = (void *)(uintptr_t)buf };
+
+	return sim_push(sim_stream_of(dev, stream), &op);
+}
+
 const struct phx_backend_ops phx_sim_ops = {
 	.name = "sim",
 	.dir_prefix = "sim",
@@ -508,4 +531,6 @@ const struct phx_backend_ops phx_sim_ops = {
 	.launch_host_fn = sim_launch_host_fn,
 	.stream_wait_flag = sim_stream_wait_flag,
 	.wait_on_device = true,
+	.host_map = sim_host_map,
+	.feed_launch = sim_feed_launch,
 };

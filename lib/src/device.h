@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "feed.h"
 #include "phoenix.h"
 
 struct phx_device;
@@ -143,6 +144,19 @@ struct phx_backend_ops {
 				uint32_t *flag);
 	/* PHX_STREAM_WAIT=auto: hold streams with flags (else host functions) */
 	bool wait_on_device;
+
+	/*
+	 * PHX_STREAM_WAIT=kernel (feed.h): map host memory for the device,
+	 * its address there in *@daddr; and put the copy kernel on @stream
+	 * for the control block @ctl (at @ctl_daddr on the device) and the
+	 * buffer at @buf.
+	 */
+	int (*host_map)(struct phx_device *dev, void *p, size_t len,
+			uint64_t *daddr);
+	void (*host_unmap)(struct phx_device *dev, void *p);
+	int (*feed_launch)(struct phx_device *dev, void *stream,
+			   struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
+			   phx_dptr_t buf);
 };
 
 struct phx_engine;

@@ -27,9 +27,11 @@
  *    function waits on CUDA work.  This is the default except on CUDA,
  *    where it has not yet run on a GPU.
  */
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -64,6 +66,9 @@ struct async_req {
 	bool orphan; /* protected by the worker lock */
 	/* a queued wait may still read the flag: never reuse it */
 	bool keep_flag;
+	/* "kernel" mode: the copy kernel's control block, and its index */
+	struct phx_feed_ctl *ctl;
+	unsigned int ctl_index;
 	struct async_req *next;
 };
 
@@ -71,6 +76,10 @@ struct async_thread {
 	struct phx_async_worker *w;
 	struct phx_engine *engine;
 	pthread_t thread;
+	/* "kernel" mode: PHX_FEED_SLOTS slots of pinned, mapped memory */
+	unsigned char *ring;
+	uint64_t ring_daddr;
+	size_t slot_size;
 };
 
 struct phx_async_worker {
@@ -88,6 +97,14 @@ struct phx_async_worker {
 	uint32_t *flags; /* made under spawn_lock */
 	uint32_t free_flags[PHX_ASYNC_FLAGS]; /* protected by lock */
 	unsigned int nfree_flags; /* protected by lock */
+	/*
+	 * "kernel" mode: PHX_ASYNC_FLAGS control blocks, mapped; free_flags
+	 * lists the free ones (a process uses one mode).  feed_head: queued
+	 * on streams, waiting for their kernel to start; protected by lock.
+	 */
+	struct phx_feed_ctl *ctls; /* made under spawn_lock */
+	uint64_t ctls_daddr;
+	struct async_req *feed_head;
 };
 
 void phx_flag_set(uint32_t *flag)
@@ -214,24 +231,104 @@ static void async_release_locked(struct phx_async_worker *w,
 	pthread_cond_broadcast(&w->done);
 }
 
+/* "kernel" mode: a queued transfer whose kernel has started, taken off. */
+static struct async_req *feed_claim_locked(struct phx_async_worker *w)
+{
+	struct async_req **pp, *r;
+
+	for (pp = &w->feed_head; (r = *pp); pp = &r->next) {
+		if (__atomic_load_n(&r->ctl->reached, __ATOMIC_ACQUIRE)) {
+			*pp = r->next;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * "kernel" mode: move @r's bytes through this thread's ring with the
+ * kernel on the stream, then give its control block back.  No call into
+ * the backend: the stream waits on this, and a driver call could wait on
+ * the stream.
+ */
+static void feed_run(struct async_thread *t, struct async_req *r)
+{
+	struct phx_async_worker *w = t->w;
+	struct phx_feed_ctl *ctl = r->ctl;
+	uint64_t len = *r->len;
+	int64_t foff = *r->file_off, boff = *r->buf_off;
+
+	int fl = fcntl(r->fd, F_GETFL), fd = r->fd;
+
+	ctl->ring = t->ring_daddr;
+	ctl->slot_size = t->slot_size;
+	/* chunks start anywhere: an O_DIRECT fd is read through a twin */
+	if (fl >= 0 && (fl & O_DIRECT)) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", r->fd);
+		fd = open(path, (fl & O_ACCMODE) | O_CLOEXEC);
+	}
+	if (boff < 0 || foff < 0)
+		phx_feed_abort(ctl, -EINVAL, r->bytes_done);
+	else if (fd < 0)
+		phx_feed_abort(ctl, -errno, r->bytes_done);
+	else if (r->op == PHX_OP_READ)
+		phx_feed_read(ctl, t->ring, fd, len, foff, boff, r->bytes_done);
+	else
+		phx_feed_write(ctl, t->ring, fd, len, foff, boff,
+			       r->bytes_done);
+	if (fd >= 0 && fd != r->fd)
+		close(fd);
+	phx_feed_wait_exit(ctl);
+	pthread_mutex_lock(&w->lock);
+	w->free_flags[w->nfree_flags++] = r->ctl_index;
+	w->outstanding--;
+	pthread_cond_broadcast(&w->done);
+	pthread_mutex_unlock(&w->lock);
+	free(r);
+}
+
 static void *async_main(void *arg)
 {
 	struct async_thread *t = arg;
 	struct phx_async_worker *w = t->w;
 	struct async_req *r;
+	unsigned int polls = 0;
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
-		while (!w->head && !w->stop)
-			pthread_cond_wait(&w->work, &w->lock);
-		if (!w->head)
+		r = NULL;
+		while (!w->stop) {
+			if (w->head) {
+				r = w->head;
+				w->head = r->next;
+				if (!w->head)
+					w->tail = NULL;
+				break;
+			}
+			r = feed_claim_locked(w);
+			if (r)
+				break;
+			if (!w->feed_head) {
+				pthread_cond_wait(&w->work, &w->lock);
+				continue;
+			}
+			/* kernels queued but not started: look again soon */
+			pthread_mutex_unlock(&w->lock);
+			poll_backoff(polls++);
+			pthread_mutex_lock(&w->lock);
+		}
+		if (!r)
 			break;
-		r = w->head;
-		w->head = r->next;
-		if (!w->head)
-			w->tail = NULL;
+		polls = 0;
 		pthread_mutex_unlock(&w->lock);
 
+		if (r->ctl) {
+			feed_run(t, r);
+			pthread_mutex_lock(&w->lock);
+			continue;
+		}
 		struct phx_io io = {
 			.op = r->op,
 			.fd = r->fd,
@@ -446,6 +543,140 @@ out:
 	return ret;
 }
 
+/* "kernel" mode: unmap and free the control blocks and the rings. */
+static void feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
+			  struct phx_feed_ctl *ctls)
+{
+	const struct phx_backend_ops *ops = dev->ops;
+	unsigned int i;
+
+	for (i = 0; i < PHX_ASYNC_WORKERS; i++) {
+		struct async_thread *t = &w->threads[i];
+
+		if (!t->ring)
+			continue;
+		if (ops->host_unmap)
+			ops->host_unmap(dev, t->ring);
+		munmap(t->ring, t->slot_size * PHX_FEED_SLOTS);
+		t->ring = NULL;
+	}
+	if (ctls) {
+		if (ops->host_unmap)
+			ops->host_unmap(dev, ctls);
+		munmap(ctls, PHX_ASYNC_FLAGS * sizeof(*ctls));
+	}
+}
+
+/*
+ * "kernel" mode: the control blocks and every worker's ring, made and
+ * mapped once, on the caller's thread and before any transfer of ours is
+ * queued (the workers all start at the first one).
+ */
+static int async_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
+{
+	const struct phx_backend_ops *ops = dev->ops;
+	size_t len = PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl), slot;
+	struct phx_feed_ctl *ctls;
+	unsigned int i;
+	int ret = 0;
+
+	if (!ops->feed_launch || !ops->host_map)
+		return phx_err(
+			EOPNOTSUPP,
+			"%s: PHX_STREAM_WAIT=kernel: this device has no copy kernel",
+			dev->name);
+	pthread_mutex_lock(&w->spawn_lock);
+	if (w->ctls)
+		goto out;
+	ctls = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (ctls == MAP_FAILED) {
+		ret = phx_err(ENOMEM, "%s: out of host memory for stream work",
+			      dev->name);
+		goto out;
+	}
+	ret = ops->host_map(dev, ctls, len, &w->ctls_daddr);
+	if (ret) {
+		munmap(ctls, len);
+		goto out;
+	}
+	/* the workers share one engine's worth of staging, as for engines */
+	slot = phx_max(phx_settings()->staging_size / PHX_ASYNC_WORKERS /
+			       PHX_FEED_SLOTS,
+		       64 << 10);
+	for (i = 0; i < w->nthreads; i++) {
+		struct async_thread *t = &w->threads[i];
+		void *ring = mmap(
+			NULL, slot * PHX_FEED_SLOTS, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+		if (ring == MAP_FAILED) {
+			ret = phx_err(ENOMEM,
+				      "%s: out of host memory for stream work",
+				      dev->name);
+			break;
+		}
+		ret = ops->host_map(dev, ring, slot * PHX_FEED_SLOTS,
+				    &t->ring_daddr);
+		if (ret) {
+			munmap(ring, slot * PHX_FEED_SLOTS);
+			break;
+		}
+		t->ring = ring;
+		t->slot_size = slot;
+	}
+	if (ret) {
+		feed_teardown(dev, w, ctls);
+		goto out;
+	}
+	pthread_mutex_lock(&w->lock);
+	for (i = 0; i < PHX_ASYNC_FLAGS; i++)
+		w->free_flags[i] = PHX_ASYNC_FLAGS - 1 - i;
+	w->nfree_flags = PHX_ASYNC_FLAGS;
+	w->ctls = ctls;
+	pthread_mutex_unlock(&w->lock);
+out:
+	pthread_mutex_unlock(&w->spawn_lock);
+	return ret;
+}
+
+/*
+ * "kernel" mode: put the copy kernel on the stream and let the workers
+ * look for it; nothing on the stream calls back into libphoenix.
+ */
+static int enqueue_kernel(struct phx_stream *stream, struct phx_async_worker *w,
+			  struct async_req *r)
+{
+	struct phx_device *dev = stream->dev;
+	int ret;
+
+	pthread_mutex_lock(&w->lock);
+	if (!w->nfree_flags) {
+		pthread_mutex_unlock(&w->lock);
+		return phx_err(
+			EBUSY,
+			"%s: %d stream-ordered transfers already queued; wait for some to finish",
+			dev->name, PHX_ASYNC_FLAGS);
+	}
+	r->ctl_index = w->free_flags[--w->nfree_flags];
+	pthread_mutex_unlock(&w->lock);
+	r->ctl = &w->ctls[r->ctl_index];
+	memset(r->ctl, 0, sizeof(*r->ctl));
+	ret = dev->ops->feed_launch(
+		dev, stream->native, r->ctl,
+		w->ctls_daddr + r->ctl_index * sizeof(*r->ctl), r->dptr);
+	pthread_mutex_lock(&w->lock);
+	if (ret) {
+		w->free_flags[w->nfree_flags++] = r->ctl_index;
+	} else {
+		r->next = w->feed_head;
+		w->feed_head = r;
+		pthread_cond_broadcast(&w->work);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
 /* A cleared flag for @r, or -EBUSY when every one is in use. */
 static int async_flag_get(struct phx_device *dev, struct phx_async_worker *w,
 			  struct async_req *r)
@@ -464,12 +695,15 @@ static int async_flag_get(struct phx_device *dev, struct phx_async_worker *w,
 	return 0;
 }
 
-static bool wait_on_device(const struct phx_device *dev)
+/* How @dev's streams wait for transfers: 0 host, 1 device, 2 kernel. */
+static int stream_mode(const struct phx_device *dev)
 {
 	int mode = phx_settings()->stream_wait;
 
+	if (mode == 2)
+		return 2;
 	if (!dev->ops->stream_wait_flag)
-		return false;
+		return 0;
 	return mode < 0 ? dev->ops->wait_on_device : mode == 1;
 }
 
@@ -523,7 +757,7 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 	struct phx_device *dev = stream->dev;
 	struct phx_async_worker *w = NULL;
 	struct async_req *r;
-	int ret;
+	int ret, mode;
 
 	if (op != PHX_OP_READ && op != PHX_OP_WRITE)
 		return phx_err(EINVAL, "unknown transfer op %d", (int)op);
@@ -555,7 +789,18 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		free(r);
 		return ret;
 	}
-	if (wait_on_device(dev)) {
+	mode = stream_mode(dev);
+	if (mode == 2) {
+		ret = async_feed_setup(dev, w);
+		if (!ret)
+			ret = enqueue_kernel(stream, w, r);
+		if (ret) {
+			async_unreserve(w);
+			free(r);
+		}
+		return ret;
+	}
+	if (mode == 1) {
 		ret = async_flags(dev, w);
 		if (!ret)
 			ret = async_flag_get(dev, w, r);
@@ -592,6 +837,7 @@ void phx_async_destroy(struct phx_device *dev)
 		pthread_join(w->threads[i].thread, NULL);
 		phx_engine_free(w->threads[i].engine);
 	}
+	feed_teardown(dev, w, w->ctls);
 	if (w->flags) {
 		if (dev->ops->flag_unmap)
 			dev->ops->flag_unmap(dev, w->flags);

@@ -14,7 +14,10 @@ static void stream_wait(const char *mode)
 
 	setenv("PHX_STREAM_WAIT", mode, 1);
 	phx_settings_get(&s);
-	cr_assert_eq(s.stream_wait, strcmp(mode, "host") ? 1 : 0,
+	cr_assert_eq(s.stream_wait,
+		     !strcmp(mode, "host")   ? 0 :
+		     !strcmp(mode, "device") ? 1 :
+					       2,
 		     "settings were read before the test set %s", mode);
 }
 
@@ -103,6 +106,12 @@ Test(stream, parameters_read_when_the_stream_gets_there_device_wait)
 	parameters_read_when_the_stream_gets_there();
 }
 
+Test(stream, parameters_read_when_the_stream_gets_there_kernel_wait)
+{
+	stream_wait("kernel");
+	parameters_read_when_the_stream_gets_there();
+}
+
 Test(stream, wrapped_default_stream)
 {
 	struct phx_device *dev = open_default();
@@ -176,6 +185,12 @@ Test(stream, close_waits_for_queued_transfers_device_wait)
 	close_waits_for_queued_transfers();
 }
 
+Test(stream, close_waits_for_queued_transfers_kernel_wait)
+{
+	stream_wait("kernel");
+	close_waits_for_queued_transfers();
+}
+
 /* A bad choice is ignored with one line that says what would do. */
 Test(settings, bad_choices_are_reported_and_ignored, .init = cr_redirect_stderr)
 {
@@ -189,5 +204,5 @@ Test(settings, bad_choices_are_reported_and_ignored, .init = cr_redirect_stderr)
 	fflush(stderr);
 	cr_assert_stderr_eq_str(
 		"phoenix: ignoring PHX_DIRECT=maybe: use auto, off or on\n"
-		"phoenix: ignoring PHX_STREAM_WAIT=sideways: use auto, host or device\n");
+		"phoenix: ignoring PHX_STREAM_WAIT=sideways: use auto, host, device or kernel\n");
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_stream_limit.c - how many stream-ordered transfers "device" mode
- * queues at once.
+ * test_stream_limit.c - how many stream-ordered transfers "device" and
+ * "kernel" modes queue at once.
  *
  * The first transfer reads from a file on a small FUSE file system served
  * by this process, whose read does not answer until the test lets it.  That
@@ -228,8 +228,7 @@ static int queue_one(struct phx_stream *st, struct phx_buf *buf, int hfd,
 			      &foff[i], &boff[i], &done[i]);
 }
 
-Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
-     .timeout = 120, .fini = held_fini)
+static void refuses_past_its_queue_limit_and_loses_nothing(const char *mode)
 {
 	const size_t nchunks = QUEUE_LIMIT - NSTREAMS,
 		     span = HELD_SIZE + nchunks * CHUNK;
@@ -246,9 +245,9 @@ Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
 	pthread_t watchdog;
 	bool stuck;
 
-	setenv("PHX_STREAM_WAIT", "device", 1);
+	setenv("PHX_STREAM_WAIT", mode, 1);
 	phx_settings_get(&s);
-	cr_assert_eq(s.stream_wait, 1);
+	cr_assert_eq(s.stream_wait, strcmp(mode, "device") ? 2 : 1);
 	held_mount(&fs);
 	dev = open_default();
 	fd = make_file(dir_direct(), nchunks * CHUNK, 91, false,
@@ -334,4 +333,16 @@ Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
 	free(foff);
 	free(boff);
 	free(done);
+}
+
+Test(stream, device_mode_refuses_past_its_queue_limit_and_loses_nothing,
+     .timeout = 120, .fini = held_fini)
+{
+	refuses_past_its_queue_limit_and_loses_nothing("device");
+}
+
+Test(stream, kernel_mode_refuses_past_its_queue_limit_and_loses_nothing,
+     .timeout = 120, .fini = held_fini)
+{
+	refuses_past_its_queue_limit_and_loses_nothing("kernel");
 }
