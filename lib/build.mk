@@ -73,6 +73,14 @@ test-lib: $(LIB_TEST_BIN)
 	@sh scripts/test-lib.sh $(LIB_TEST_BIN)
 
 TESTS += test-lib
+
+# The copy kernel's PTX, assembled by ptxas (no GPU needed).
+.PHONY: test-ptx
+test-ptx:
+	@mkdir -p $(BUILD)
+	@sh scripts/check-ptx.sh $(BUILD)
+
+TESTS += test-ptx
 -include $(LIB_OBJS:.o=.d)
 
 # ---- benchmarks (not part of make test) ------------------------------------
