@@ -76,8 +76,10 @@ int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
 		/* the slot's previous chunk must have been copied out */
 		if (c >= PHX_FEED_SLOTS)
 			wait_at_least(&ctl->freed[s], c - PHX_FEED_SLOTS + 1);
-		got = pread(fd, ring + s * ctl->slot_size, want,
-			    file_off + (int64_t)moved);
+		do
+			got = pread(fd, ring + s * ctl->slot_size, want,
+				    file_off + (int64_t)moved);
+		while (got < 0 && errno == EINTR);
 		if (got < 0) {
 			ret = -errno;
 			break;
