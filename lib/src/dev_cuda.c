@@ -1075,13 +1075,11 @@ static int cuda_launch_host_fn(struct phx_device *dev, void *stream,
 	return 0;
 }
 
-/*
- * Flags the device reads: pinned, mapped into its address space, and the
- * device's address for them looked up once.
- */
-static int cuda_flag_map(struct phx_device *dev, void *p, size_t len)
+/* Pinned host memory the device reads and writes at *@daddr. */
+static int cuda_host_map(struct phx_device *dev, void *p, size_t len,
+			 uint64_t *daddr)
 {
-	struct cuda_dev *cd = cuda_priv(dev);
+	CUdeviceptr d;
 	CUresult res;
 	int ret = cuda_bind(dev);
 
@@ -1091,20 +1089,42 @@ static int cuda_flag_map(struct phx_device *dev, void *p, size_t len)
 				      CU_MEMHOSTREGISTER_PORTABLE |
 					      CU_MEMHOSTREGISTER_DEVICEMAP);
 	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemHostRegister(stream flags)");
-	res = cu.cuMemHostGetDevicePointer_v2(&cd->flags_dev, p, 0);
+		return cu_fail(dev, res, 0, "cuMemHostRegister(mapped)");
+	res = cu.cuMemHostGetDevicePointer_v2(&d, p, 0);
 	if (res != CUDA_SUCCESS) {
 		cu.cuMemHostUnregister(p);
 		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
 	}
+	*daddr = d;
+	return 0;
+}
+
+static void cuda_host_unmap(struct phx_device *dev, void *p)
+{
+	if (cuda_bind(dev) == 0)
+		cu.cuMemHostUnregister(p);
+}
+
+/*
+ * Flags the device reads: pinned, mapped into its address space, and the
+ * device's address for them looked up once.
+ */
+static int cuda_flag_map(struct phx_device *dev, void *p, size_t len)
+{
+	struct cuda_dev *cd = cuda_priv(dev);
+	uint64_t daddr;
+	int ret = cuda_host_map(dev, p, len, &daddr);
+
+	if (ret)
+		return ret;
+	cd->flags_dev = daddr;
 	cd->flags = p;
 	return 0;
 }
 
 static void cuda_flag_unmap(struct phx_device *dev, void *p)
 {
-	if (cuda_bind(dev) == 0)
-		cu.cuMemHostUnregister(p);
+	cuda_host_unmap(dev, p);
 	cuda_priv(dev)->flags = NULL;
 }
 
@@ -1124,36 +1144,6 @@ static int cuda_stream_wait_flag(struct phx_device *dev, void *stream,
 	if (res != CUDA_SUCCESS)
 		return cu_fail(dev, res, 0, "cuStreamWaitValue32");
 	return 0;
-}
-
-/* Pinned host memory the device reads and writes at *@daddr. */
-static int cuda_host_map(struct phx_device *dev, void *p, size_t len,
-			 uint64_t *daddr)
-{
-	CUdeviceptr d;
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuMemHostRegister_v2(p, len,
-				      CU_MEMHOSTREGISTER_PORTABLE |
-					      CU_MEMHOSTREGISTER_DEVICEMAP);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemHostRegister(stream work)");
-	res = cu.cuMemHostGetDevicePointer_v2(&d, p, 0);
-	if (res != CUDA_SUCCESS) {
-		cu.cuMemHostUnregister(p);
-		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
-	}
-	*daddr = d;
-	return 0;
-}
-
-static void cuda_host_unmap(struct phx_device *dev, void *p)
-{
-	if (cuda_bind(dev) == 0)
-		cu.cuMemHostUnregister(p);
 }
 
 /* Put the copy kernel of feed.h on @stream: one block per ring slot. */

@@ -510,6 +510,14 @@ static void async_host_fn(void *arg)
 	free(r);
 }
 
+/* Every flag (or control block) free, lowest index first out. */
+static void free_all_locked(struct phx_async_worker *w)
+{
+	for (unsigned int i = 0; i < PHX_ASYNC_FLAGS; i++)
+		w->free_flags[i] = PHX_ASYNC_FLAGS - 1 - i;
+	w->nfree_flags = PHX_ASYNC_FLAGS;
+}
+
 /* "device" mode: the flags, made and mapped once (on the caller's thread). */
 static int async_flags(struct phx_device *dev, struct phx_async_worker *w)
 {
@@ -533,9 +541,7 @@ static int async_flags(struct phx_device *dev, struct phx_async_worker *w)
 		goto out;
 	}
 	pthread_mutex_lock(&w->lock);
-	for (unsigned int i = 0; i < PHX_ASYNC_FLAGS; i++)
-		w->free_flags[i] = PHX_ASYNC_FLAGS - 1 - i;
-	w->nfree_flags = PHX_ASYNC_FLAGS;
+	free_all_locked(w);
 	w->flags = flags;
 	pthread_mutex_unlock(&w->lock);
 out:
@@ -630,14 +636,43 @@ static int async_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 		goto out;
 	}
 	pthread_mutex_lock(&w->lock);
-	for (i = 0; i < PHX_ASYNC_FLAGS; i++)
-		w->free_flags[i] = PHX_ASYNC_FLAGS - 1 - i;
-	w->nfree_flags = PHX_ASYNC_FLAGS;
+	free_all_locked(w);
 	w->ctls = ctls;
 	pthread_mutex_unlock(&w->lock);
 out:
 	pthread_mutex_unlock(&w->spawn_lock);
 	return ret;
+}
+
+/* A free flag (or control block) index, or -EBUSY when all are in use. */
+static int async_take(struct phx_device *dev, struct phx_async_worker *w,
+		      unsigned int *index)
+{
+	pthread_mutex_lock(&w->lock);
+	if (!w->nfree_flags) {
+		pthread_mutex_unlock(&w->lock);
+		return phx_err(
+			EBUSY,
+			"%s: %d stream-ordered transfers already queued; wait for some to finish",
+			dev->name, PHX_ASYNC_FLAGS);
+	}
+	*index = w->free_flags[--w->nfree_flags];
+	pthread_mutex_unlock(&w->lock);
+	return 0;
+}
+
+/* A cleared flag for @r, or -EBUSY when every one is in use. */
+static int async_flag_get(struct phx_device *dev, struct phx_async_worker *w,
+			  struct async_req *r)
+{
+	unsigned int i = 0;
+	int ret = async_take(dev, w, &i);
+
+	if (ret)
+		return ret;
+	r->flag = &w->flags[i];
+	*r->flag = 0;
+	return 0;
 }
 
 /*
@@ -650,16 +685,9 @@ static int enqueue_kernel(struct phx_stream *stream, struct phx_async_worker *w,
 	struct phx_device *dev = stream->dev;
 	int ret;
 
-	pthread_mutex_lock(&w->lock);
-	if (!w->nfree_flags) {
-		pthread_mutex_unlock(&w->lock);
-		return phx_err(
-			EBUSY,
-			"%s: %d stream-ordered transfers already queued; wait for some to finish",
-			dev->name, PHX_ASYNC_FLAGS);
-	}
-	r->ctl_index = w->free_flags[--w->nfree_flags];
-	pthread_mutex_unlock(&w->lock);
+	ret = async_take(dev, w, &r->ctl_index);
+	if (ret)
+		return ret;
 	r->ctl = &w->ctls[r->ctl_index];
 	memset(r->ctl, 0, sizeof(*r->ctl));
 	ret = dev->ops->feed_launch(
@@ -675,24 +703,6 @@ static int enqueue_kernel(struct phx_stream *stream, struct phx_async_worker *w,
 	}
 	pthread_mutex_unlock(&w->lock);
 	return ret;
-}
-
-/* A cleared flag for @r, or -EBUSY when every one is in use. */
-static int async_flag_get(struct phx_device *dev, struct phx_async_worker *w,
-			  struct async_req *r)
-{
-	pthread_mutex_lock(&w->lock);
-	if (!w->nfree_flags) {
-		pthread_mutex_unlock(&w->lock);
-		return phx_err(
-			EBUSY,
-			"%s: %d stream-ordered transfers already queued; wait for some to finish",
-			dev->name, PHX_ASYNC_FLAGS);
-	}
-	r->flag = &w->flags[w->free_flags[--w->nfree_flags]];
-	*r->flag = 0;
-	pthread_mutex_unlock(&w->lock);
-	return 0;
 }
 
 /* How @dev's streams wait for transfers: 0 host, 1 device, 2 kernel. */
