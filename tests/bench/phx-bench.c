@@ -671,6 +671,29 @@ static void peer_phx_read(struct bench *b, uint64_t dst_off)
 	close(io.fd);
 }
 
+/* The same read, stream ordered: queued on a stream, waited for there. */
+static void peer_phx_enqueue(struct bench *b, uint64_t dst_off)
+{
+	uint64_t len = b->size;
+	int64_t foff = 0, boff = (int64_t)dst_off, done = 0;
+	struct phx_stream *st;
+	int fd = open(b->data, O_RDONLY);
+
+	if (fd < 0)
+		die("libphoenix: open %s: %s", b->data, strerror(errno));
+	if (phx_stream_create(b->pdev, &st))
+		die("phx_stream_create: %s", phx_strerror_last());
+	if (phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(b->pbuf), &len,
+			   &foff, &boff, &done))
+		die("phx_io_enqueue: %s", phx_strerror_last());
+	if (phx_stream_sync(st))
+		die("phx_stream_sync: %s", phx_strerror_last());
+	if (done != (int64_t)b->size)
+		die("stream-ordered read returned %" PRId64, done);
+	phx_stream_destroy(st);
+	close(fd);
+}
+
 /* ---- peers: GPU -> file ----------------------------------------------- */
 
 static void peer_raw_direct_write(struct bench *b, uint64_t src)
@@ -1134,6 +1157,9 @@ static void usage(void)
 
 static void print_versions(struct bench *b)
 {
+	static const char *const waits[] = { "auto", "host", "device",
+					     "kernel" };
+	struct phx_settings set;
 	struct utsname u;
 	time_t t = time(NULL);
 	char date[64];
@@ -1143,6 +1169,9 @@ static void print_versions(struct bench *b)
 	printf("phx-bench: %s, libphoenix %s, %s, CUDA driver %d.%d, kernel %s, %d threads\n",
 	       date, phx_version(), b->gpu, b->driver / 1000,
 	       b->driver % 1000 / 10, u.release, b->nthreads);
+	phx_settings_get(&set);
+	printf("stream-ordered reads: PHX_STREAM_WAIT=%s\n",
+	       waits[set.stream_wait + 1]);
 	printf("file %s: %" PRIu64 " MiB; %d timed runs per peer; cold = %s\n",
 	       b->data, b->size / MiB, b->runs,
 	       !b->cold	  ? "skipped" :
@@ -1242,6 +1271,9 @@ int main(int argc, char **argv)
 		  .run = peer_phx_read,
 		  .dest = TO_PBUF,
 		  .ours = true },
+		{ .name = "libphoenix phx_io_enqueue (stream)",
+		  .run = peer_phx_enqueue,
+		  .dest = TO_PBUF },
 	};
 	static const struct peer cold[] = {
 		{ .name = "raw O_DIRECT io_uring QD32 4M",
@@ -1266,6 +1298,9 @@ int main(int argc, char **argv)
 		  .run = peer_phx_read,
 		  .dest = TO_PBUF,
 		  .ours = true },
+		{ .name = "libphoenix phx_io_enqueue (stream)",
+		  .run = peer_phx_enqueue,
+		  .dest = TO_PBUF },
 	};
 	static const struct peer wr[] = {
 		{ .name = "raw O_DIRECT io_uring QD32 4M",
