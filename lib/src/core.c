@@ -147,7 +147,6 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 	*val = v;
 }
 
-/* auto / @no / @yes into -1 / 0 / 1 (left as is when unset). */
 /* @name's value as an index into NULL-terminated @choices; "auto" is -1. */
 static void env_choice(const char *name, const char *const *choices, int *val)
 {

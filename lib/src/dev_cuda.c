@@ -287,9 +287,6 @@ struct cuda_dev {
 	/* this GPU, then every GPU that can reach its memory as a peer */
 	CUmemAccessDesc access[PHX_CUDA_MAX_GPUS];
 	int naccess;
-	/* stream flags (flag_map): host address and the device's for it */
-	void *flags;
-	CUdeviceptr flags_dev;
 	/* the copy kernel (feed.ptx), loaded at its first launch */
 	CUmodule feed_mod;
 	CUfunction feed_fn;
@@ -1105,41 +1102,16 @@ static void cuda_host_unmap(struct phx_device *dev, void *p)
 		cu.cuMemHostUnregister(p);
 }
 
-/*
- * Flags the device reads: pinned, mapped into its address space, and the
- * device's address for them looked up once.
- */
-static int cuda_flag_map(struct phx_device *dev, void *p, size_t len)
-{
-	struct cuda_dev *cd = cuda_priv(dev);
-	uint64_t daddr;
-	int ret = cuda_host_map(dev, p, len, &daddr);
-
-	if (ret)
-		return ret;
-	cd->flags_dev = daddr;
-	cd->flags = p;
-	return 0;
-}
-
-static void cuda_flag_unmap(struct phx_device *dev, void *p)
-{
-	cuda_host_unmap(dev, p);
-	cuda_priv(dev)->flags = NULL;
-}
-
 static int cuda_stream_wait_flag(struct phx_device *dev, void *stream,
-				 uint32_t *flag)
+				 uint32_t *flag, uint64_t daddr)
 {
-	struct cuda_dev *cd = cuda_priv(dev);
-	CUdeviceptr addr;
 	CUresult res;
 	int ret = cuda_bind(dev);
 
+	(void)flag;
 	if (ret)
 		return ret;
-	addr = cd->flags_dev + (CUdeviceptr)((char *)flag - (char *)cd->flags);
-	res = cu.cuStreamWaitValue32_v2(stream, addr, 1,
+	res = cu.cuStreamWaitValue32_v2(stream, daddr, 1,
 					CU_STREAM_WAIT_VALUE_EQ);
 	if (res != CUDA_SUCCESS)
 		return cu_fail(dev, res, 0, "cuStreamWaitValue32");
@@ -1219,8 +1191,6 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.event_query = cuda_event_query,
 	.event_sync = cuda_event_sync,
 	.launch_host_fn = cuda_launch_host_fn,
-	.flag_map = cuda_flag_map,
-	.flag_unmap = cuda_flag_unmap,
 	.stream_wait_flag = cuda_stream_wait_flag,
 	/* a host function that waits on a worker can hang the driver */
 	.wait_on_device = true,

@@ -277,7 +277,7 @@ static int kmod_launch_host_fn(struct phx_device *dev, void *stream,
 
 /* Streams here are synchronous: a wait is the caller's own. */
 static int kmod_stream_wait_flag(struct phx_device *dev, void *stream,
-				 uint32_t *flag)
+				 uint32_t *flag, uint64_t daddr)
 {
 	phx_flag_wait(flag);
 	return 0;

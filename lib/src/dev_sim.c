@@ -465,21 +465,13 @@ static int sim_launch_host_fn(struct phx_device *dev, void *stream,
 	return sim_push(sim_stream_of(dev, stream), &op);
 }
 
-/* Simulated streams are host threads: any host memory serves as flags. */
+/* Simulated streams are host threads: they wait on the host address. */
 static int sim_stream_wait_flag(struct phx_device *dev, void *stream,
-				uint32_t *flag)
+				uint32_t *flag, uint64_t daddr)
 {
 	struct sim_op op = { .type = SIM_WAIT, .flag = flag };
 
 	return sim_push(sim_stream_of(dev, stream), &op);
-}
-
-/* Device addresses are host addresses here. */
-static int sim_host_map(struct phx_device *dev, void *p, size_t len,
-			uint64_t *daddr)
-{
-	*daddr = (uintptr_t)p;
-	return 0;
 }
 
 /* The copy kernel, played by the stream's thread (feed.h). */
@@ -531,6 +523,5 @@ const struct phx_backend_ops phx_sim_ops = {
 	.launch_host_fn = sim_launch_host_fn,
 	.stream_wait_flag = sim_stream_wait_flag,
 	.wait_on_device = true,
-	.host_map = sim_host_map,
 	.feed_launch = sim_feed_launch,
 };

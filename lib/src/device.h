@@ -132,28 +132,31 @@ struct phx_backend_ops {
 			      void (*fn)(void *), void *arg);
 
 	/*
-	 * Stream-ordered waits held on the device side: make host memory
-	 * [@p, @p + @len) usable as flags (one such range per device; NULL
-	 * where any host memory serves), then have @stream wait until the
-	 * 32-bit flag at @flag (in that range) is nonzero.  The host sets it
-	 * with a release store and wakes futex waiters on it.
-	 */
-	int (*flag_map)(struct phx_device *dev, void *p, size_t len);
-	void (*flag_unmap)(struct phx_device *dev, void *p);
-	int (*stream_wait_flag)(struct phx_device *dev, void *stream,
-				uint32_t *flag);
-	/* PHX_STREAM_WAIT=auto: hold streams with flags (else host functions) */
-	bool wait_on_device;
-
-	/*
-	 * PHX_STREAM_WAIT=kernel (feed.h): map host memory for the device,
-	 * its address there in *@daddr; and put the copy kernel on @stream
-	 * for the control block @ctl (at @ctl_daddr on the device) and the
-	 * buffer at @buf.
+	 * Host memory the device reads and writes (stream flags, the copy
+	 * kernel's control blocks and rings): pin and map [@p, @p + @len),
+	 * its device address in *@daddr.  NULL where the device uses host
+	 * addresses as they are.
 	 */
 	int (*host_map)(struct phx_device *dev, void *p, size_t len,
 			uint64_t *daddr);
 	void (*host_unmap)(struct phx_device *dev, void *p);
+
+	/*
+	 * Stream-ordered waits held on the device side: have @stream wait
+	 * until the 32-bit flag at @flag (device address @daddr, from
+	 * host_map) is nonzero.  The host sets it with a release store and
+	 * wakes futex waiters on it.
+	 */
+	int (*stream_wait_flag)(struct phx_device *dev, void *stream,
+				uint32_t *flag, uint64_t daddr);
+	/* PHX_STREAM_WAIT=auto: hold streams with flags (else host functions) */
+	bool wait_on_device;
+
+	/*
+	 * PHX_STREAM_WAIT=kernel (feed.h): put the copy kernel on @stream
+	 * for the control block @ctl (at @ctl_daddr on the device) and the
+	 * buffer at @buf.
+	 */
 	int (*feed_launch)(struct phx_device *dev, void *stream,
 			   struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
 			   phx_dptr_t buf);

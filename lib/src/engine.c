@@ -146,7 +146,7 @@ struct phx_engine {
 
 /* ---- files ---------------------------------------------------------- */
 
-static int reopen(int fd, int flags)
+int phx_reopen(int fd, int flags)
 {
 	char path[64];
 
@@ -236,9 +236,10 @@ static int fd_direct(struct fd_entry *f)
 	if (f->direct_fd == -1) {
 		int acc = f->accmode == O_WRONLY ? O_RDWR : f->accmode;
 
-		f->direct_fd = reopen(f->user_fd, acc | O_DIRECT);
+		f->direct_fd = phx_reopen(f->user_fd, acc | O_DIRECT);
 		if (f->direct_fd < 0 && f->accmode == O_WRONLY)
-			f->direct_fd = reopen(f->user_fd, O_WRONLY | O_DIRECT);
+			f->direct_fd =
+				phx_reopen(f->user_fd, O_WRONLY | O_DIRECT);
 		if (f->direct_fd < 0)
 			f->direct_fd = -2;
 		else
@@ -250,7 +251,7 @@ static int fd_direct(struct fd_entry *f)
 static int fd_buffered(struct fd_entry *f)
 {
 	if (f->buffered_fd == -1) {
-		f->buffered_fd = reopen(f->user_fd, f->accmode);
+		f->buffered_fd = phx_reopen(f->user_fd, f->accmode);
 		if (f->buffered_fd < 0)
 			return phx_err(
 				errno,

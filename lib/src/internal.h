@@ -91,6 +91,9 @@ void phx_async_destroy(struct phx_device *dev);
 void phx_flag_set(uint32_t *flag);
 void phx_flag_wait(uint32_t *flag);
 
+/* A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added). */
+int phx_reopen(int fd, int flags);
+
 struct phx_engine;
 int phx_engine_new(struct phx_device *dev, size_t staging,
 		   struct phx_engine **out);

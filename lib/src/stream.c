@@ -9,7 +9,7 @@
  * cuFile's and LMCache's callers rely on.  A host function may not call
  * the driver, hence the workers.
  *
- * The stream is held one of two ways (PHX_STREAM_WAIT):
+ * The stream is held one of three ways (PHX_STREAM_WAIT):
  *
  *  - host: the host function waits for the worker.  CUDA documents that a
  *    host function must not wait for other CUDA work, and on CUDA 13 it
@@ -20,18 +20,20 @@
  *    seen to keep a lock that the worker's next copy needed.
  *    phx_stream_sync() polls an event for that reason.
  *
- *  - device: the host function only queues the transfer and returns; the
- *    stream then waits on the device until a flag in mapped host memory
- *    turns nonzero (cuStreamWaitValue32), which the worker sets when the
- *    transfer is done; a last host function returns the flag.  No host
- *    function waits on CUDA work.  This is the default except on CUDA,
- *    where it has not yet run on a GPU.
+ *  - device (the default): the host function only queues the transfer
+ *    and returns; the stream then waits on the device until a flag in
+ *    mapped host memory turns nonzero (cuStreamWaitValue32), which the
+ *    worker sets when the transfer is done; a last host function returns
+ *    the flag.  The worker still calls the driver while the stream waits.
+ *
+ *  - kernel: no host function at all.  A copy kernel on the stream says
+ *    when the stream reached it, and the worker feeds it through mapped
+ *    host memory without calling the driver (feed.h).
  */
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -95,6 +97,7 @@ struct phx_async_worker {
 	struct async_thread threads[PHX_ASYNC_WORKERS];
 	/* "device" mode: PHX_ASYNC_FLAGS flags, mapped for the device */
 	uint32_t *flags; /* made under spawn_lock */
+	uint64_t flags_daddr;
 	uint32_t free_flags[PHX_ASYNC_FLAGS]; /* protected by lock */
 	unsigned int nfree_flags; /* protected by lock */
 	/*
@@ -220,13 +223,15 @@ PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
 
 /* ---- async workers -------------------------------------------------- */
 
-/* The end of a transfer's life: its flag back, one less queued. */
+/* The end of a transfer's life: its flag or control block back, one less queued. */
 static void async_release_locked(struct phx_async_worker *w,
 				 struct async_req *r)
 {
 	if (r->flag && !r->keep_flag)
 		w->free_flags[w->nfree_flags++] =
 			(uint32_t)(r->flag - w->flags);
+	if (r->ctl)
+		w->free_flags[w->nfree_flags++] = r->ctl_index;
 	w->outstanding--;
 	pthread_cond_broadcast(&w->done);
 }
@@ -263,12 +268,8 @@ static void feed_run(struct async_thread *t, struct async_req *r)
 	ctl->ring = t->ring_daddr;
 	ctl->slot_size = t->slot_size;
 	/* chunks start anywhere: an O_DIRECT fd is read through a twin */
-	if (fl >= 0 && (fl & O_DIRECT)) {
-		char path[64];
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", r->fd);
-		fd = open(path, (fl & O_ACCMODE) | O_CLOEXEC);
-	}
+	if (fl >= 0 && (fl & O_DIRECT))
+		fd = phx_reopen(r->fd, fl & O_ACCMODE);
 	if (boff < 0 || foff < 0)
 		phx_feed_abort(ctl, -EINVAL, r->bytes_done);
 	else if (fd < 0)
@@ -282,9 +283,7 @@ static void feed_run(struct async_thread *t, struct async_req *r)
 		close(fd);
 	phx_feed_wait_exit(ctl);
 	pthread_mutex_lock(&w->lock);
-	w->free_flags[w->nfree_flags++] = r->ctl_index;
-	w->outstanding--;
-	pthread_cond_broadcast(&w->done);
+	async_release_locked(w, r);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
 }
@@ -518,28 +517,55 @@ static void free_all_locked(struct phx_async_worker *w)
 	w->nfree_flags = PHX_ASYNC_FLAGS;
 }
 
+/*
+ * Host memory the device reads and writes: @len bytes, zeroed, at *@out,
+ * and at *@daddr for the device.  On the caller's thread, before any
+ * transfer of ours is queued (pinning waits for host functions on CUDA).
+ */
+static int mapped_alloc(struct phx_device *dev, size_t len, void **out,
+			uint64_t *daddr)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	int ret = 0;
+
+	if (p == MAP_FAILED)
+		return phx_err(ENOMEM, "%s: out of host memory for stream work",
+			       dev->name);
+	if (dev->ops->host_map)
+		ret = dev->ops->host_map(dev, p, len, daddr);
+	else
+		*daddr = (uintptr_t)p;
+	if (ret) {
+		munmap(p, len);
+		return ret;
+	}
+	*out = p;
+	return 0;
+}
+
+static void mapped_free(struct phx_device *dev, void *p, size_t len)
+{
+	if (!p)
+		return;
+	if (dev->ops->host_unmap)
+		dev->ops->host_unmap(dev, p);
+	munmap(p, len);
+}
+
 /* "device" mode: the flags, made and mapped once (on the caller's thread). */
 static int async_flags(struct phx_device *dev, struct phx_async_worker *w)
 {
-	size_t len = PHX_ASYNC_FLAGS * sizeof(uint32_t);
-	uint32_t *flags;
+	void *flags;
 	int ret = 0;
 
 	pthread_mutex_lock(&w->spawn_lock);
 	if (w->flags)
 		goto out;
-	flags = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (flags == MAP_FAILED) {
-		ret = phx_err(ENOMEM, "%s: out of host memory for stream flags",
-			      dev->name);
+	ret = mapped_alloc(dev, PHX_ASYNC_FLAGS * sizeof(uint32_t), &flags,
+			   &w->flags_daddr);
+	if (ret)
 		goto out;
-	}
-	ret = dev->ops->flag_map ? dev->ops->flag_map(dev, flags, len) : 0;
-	if (ret) {
-		munmap(flags, len);
-		goto out;
-	}
 	pthread_mutex_lock(&w->lock);
 	free_all_locked(w);
 	w->flags = flags;
@@ -553,24 +579,13 @@ out:
 static void feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
 			  struct phx_feed_ctl *ctls)
 {
-	const struct phx_backend_ops *ops = dev->ops;
-	unsigned int i;
-
-	for (i = 0; i < PHX_ASYNC_WORKERS; i++) {
+	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
 		struct async_thread *t = &w->threads[i];
 
-		if (!t->ring)
-			continue;
-		if (ops->host_unmap)
-			ops->host_unmap(dev, t->ring);
-		munmap(t->ring, t->slot_size * PHX_FEED_SLOTS);
+		mapped_free(dev, t->ring, t->slot_size * PHX_FEED_SLOTS);
 		t->ring = NULL;
 	}
-	if (ctls) {
-		if (ops->host_unmap)
-			ops->host_unmap(dev, ctls);
-		munmap(ctls, PHX_ASYNC_FLAGS * sizeof(*ctls));
-	}
+	mapped_free(dev, ctls, PHX_ASYNC_FLAGS * sizeof(*ctls));
 }
 
 /*
@@ -580,13 +595,12 @@ static void feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
  */
 static int async_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 {
-	const struct phx_backend_ops *ops = dev->ops;
-	size_t len = PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl), slot;
-	struct phx_feed_ctl *ctls;
+	size_t slot;
+	void *ctls;
 	unsigned int i;
 	int ret = 0;
 
-	if (!ops->feed_launch || !ops->host_map)
+	if (!dev->ops->feed_launch)
 		return phx_err(
 			EOPNOTSUPP,
 			"%s: PHX_STREAM_WAIT=kernel: this device has no copy kernel",
@@ -594,40 +608,22 @@ static int async_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 	pthread_mutex_lock(&w->spawn_lock);
 	if (w->ctls)
 		goto out;
-	ctls = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (ctls == MAP_FAILED) {
-		ret = phx_err(ENOMEM, "%s: out of host memory for stream work",
-			      dev->name);
+	ret = mapped_alloc(dev, PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl),
+			   &ctls, &w->ctls_daddr);
+	if (ret)
 		goto out;
-	}
-	ret = ops->host_map(dev, ctls, len, &w->ctls_daddr);
-	if (ret) {
-		munmap(ctls, len);
-		goto out;
-	}
 	/* the workers share one engine's worth of staging, as for engines */
 	slot = phx_max(phx_settings()->staging_size / PHX_ASYNC_WORKERS /
 			       PHX_FEED_SLOTS,
 		       64 << 10);
 	for (i = 0; i < w->nthreads; i++) {
 		struct async_thread *t = &w->threads[i];
-		void *ring = mmap(
-			NULL, slot * PHX_FEED_SLOTS, PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		void *ring;
 
-		if (ring == MAP_FAILED) {
-			ret = phx_err(ENOMEM,
-				      "%s: out of host memory for stream work",
-				      dev->name);
+		ret = mapped_alloc(dev, slot * PHX_FEED_SLOTS, &ring,
+				   &t->ring_daddr);
+		if (ret)
 			break;
-		}
-		ret = ops->host_map(dev, ring, slot * PHX_FEED_SLOTS,
-				    &t->ring_daddr);
-		if (ret) {
-			munmap(ring, slot * PHX_FEED_SLOTS);
-			break;
-		}
 		t->ring = ring;
 		t->slot_size = slot;
 	}
@@ -737,7 +733,10 @@ static int enqueue_on_device(struct phx_stream *stream,
 		free(r);
 		return ret;
 	}
-	wait = dev->ops->stream_wait_flag(dev, stream->native, r->flag);
+	wait = dev->ops->stream_wait_flag(
+		dev, stream->native, r->flag,
+		w->flags_daddr +
+			(uint64_t)(r->flag - w->flags) * sizeof(*r->flag));
 	ret = wait ? wait :
 		     dev->ops->launch_host_fn(dev, stream->native,
 					      async_release_fn, r);
@@ -848,11 +847,7 @@ void phx_async_destroy(struct phx_device *dev)
 		phx_engine_free(w->threads[i].engine);
 	}
 	feed_teardown(dev, w, w->ctls);
-	if (w->flags) {
-		if (dev->ops->flag_unmap)
-			dev->ops->flag_unmap(dev, w->flags);
-		munmap(w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));
-	}
+	mapped_free(dev, w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));
 	pthread_mutex_destroy(&w->lock);
 	pthread_mutex_destroy(&w->spawn_lock);
 	pthread_cond_destroy(&w->work);
