@@ -28,18 +28,26 @@ static void store_rel(uint32_t *p, uint32_t v)
 	__atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-/* Poll @p until it holds at least @v: yield a while, then nap. */
+/* Between polls: spin briefly, then yield, then sleep up to 50 us. */
+void phx_poll_backoff(unsigned int n)
+{
+	struct timespec ts = { 0, 0 };
+
+	if (n < 64)
+		return;
+	if (n < 256) {
+		sched_yield();
+		return;
+	}
+	ts.tv_nsec = n < 1024 ? 5000 : 50000;
+	nanosleep(&ts, NULL);
+}
+
+/* Poll @p until it holds at least @v. */
 static void wait_at_least(const uint32_t *p, uint32_t v)
 {
-	struct timespec nap = { 0, 20000 };
-	unsigned int spins = 0;
-
-	while (load_acq(p) < v) {
-		if (++spins < 1000)
-			sched_yield();
-		else
-			nanosleep(&nap, NULL);
-	}
+	for (unsigned int n = 0; load_acq(p) < v; n++)
+		phx_poll_backoff(n);
 }
 
 static size_t chunk_len(const struct phx_feed_ctl *ctl, uint64_t n, uint64_t at)
@@ -174,17 +182,12 @@ void phx_feed_emulate(struct phx_feed_ctl *ctl, unsigned char *buf)
 		unsigned int s = c % PHX_FEED_SLOTS;
 		unsigned char *slot;
 
-		for (unsigned int spins = 0;; spins++) {
-			struct timespec nap = { 0, 20000 };
-
+		for (unsigned int n = 0;; n++) {
 			if (load_acq(&ctl->ready[s]) == c + 1)
 				break;
 			if (load_acq(&ctl->done) && c >= ctl->nchunks)
 				goto out;
-			if (spins < 1000)
-				sched_yield();
-			else
-				nanosleep(&nap, NULL);
+			phx_poll_backoff(n);
 		}
 		slot = (unsigned char *)(uintptr_t)ctl->ring +
 		       s * ctl->slot_size;

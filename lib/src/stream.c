@@ -33,12 +33,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -163,21 +161,6 @@ PHX_EXPORT void *phx_stream_native(struct phx_stream *s)
 	return s->native;
 }
 
-/* Between polls: spin briefly, then yield, then sleep up to 50 us. */
-static void poll_backoff(unsigned int n)
-{
-	struct timespec ts = { 0, 0 };
-
-	if (n < 64)
-		return;
-	if (n < 256) {
-		sched_yield();
-		return;
-	}
-	ts.tv_nsec = n < 1024 ? 5000 : 50000;
-	nanosleep(&ts, NULL);
-}
-
 /*
  * Wait by polling an event recorded at the end of the stream rather than
  * with the driver's stream synchronize: while a stream-ordered transfer
@@ -203,7 +186,7 @@ PHX_EXPORT int phx_stream_sync(struct phx_stream *s)
 		if (ret != -EAGAIN)
 			break;
 		ret = 0;
-		poll_backoff(n);
+		phx_poll_backoff(n);
 	}
 	dev->ops->event_destroy(dev, ev);
 	return ret;
@@ -315,7 +298,7 @@ static void *async_main(void *arg)
 			}
 			/* kernels queued but not started: look again soon */
 			pthread_mutex_unlock(&w->lock);
-			poll_backoff(polls++);
+			phx_poll_backoff(polls++);
 			pthread_mutex_lock(&w->lock);
 		}
 		if (!r)
