@@ -586,7 +586,7 @@ static int async_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 	if (!dev->ops->feed_launch)
 		return phx_err(
 			EOPNOTSUPP,
-			"%s: PHX_STREAM_WAIT=kernel: this device has no copy kernel",
+			"%s: PHX_STREAM_WAIT=kernel: this device has no copy kernel; use device or host",
 			dev->name);
 	pthread_mutex_lock(&w->spawn_lock);
 	if (w->ctls)

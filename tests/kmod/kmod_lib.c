@@ -71,9 +71,13 @@ int main(void)
 	struct phx_stats stats;
 	struct phx_io io = {};
 	const char *view;
-	int64_t bad;
+	struct phx_stream *st;
+	uint64_t one = 1;
+	int64_t bad, zero = 0, done = 1;
 	int ret, fd;
 
+	/* read once per process: the copy kernel is asked for below */
+	setenv("PHX_STREAM_WAIT", "kernel", 1);
 	fd = dev_open(&kinfo);
 	EXPECT(fd >= 0, "no /dev/phx0");
 	if (fd < 0)
@@ -124,6 +128,16 @@ int main(void)
 	EXPECT(stats.bytes[PHX_PATH_P2P] >= FILE_LIB_SIZE,
 	       "stats: %llu bytes by p2p",
 	       (unsigned long long)stats.bytes[PHX_PATH_P2P]);
+
+	/* phx.ko has no copy kernel: kernel mode says so and what to use */
+	EXPECT(!phx_stream_create(dev, &st), "phx_stream_create: %s",
+	       phx_strerror_last());
+	ret = phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf), &one,
+			     &zero, &zero, &done);
+	EXPECT(ret == -EOPNOTSUPP && strstr(phx_strerror_last(), "use device"),
+	       "kernel mode on phx.ko: %d (%s)", ret, phx_strerror_last());
+	EXPECT(done == 1, "a refused transfer reported %lld", (long long)done);
+	phx_stream_destroy(st);
 
 	close(fd);
 	phx_buf_free(buf);
