@@ -122,9 +122,6 @@ echo "== phxfs"
 timeout -k 10 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
 echo "== python"
 timeout -k 10 600 sh python/tests/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
-echo "== python stream-ordered tests with PHX_STREAM_WAIT=kernel"
-PHX_STREAM_WAIT=kernel timeout -k 10 300 sh python/tests/run.sh .gpu/bin -q \
-	-k 'stream or phxfile' -o faulthandler_timeout=120 || rc=1
 exit $rc
 EOF
 chmod +x "$OUT/run-tests"

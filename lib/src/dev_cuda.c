@@ -287,12 +287,17 @@ struct cuda_dev {
 	/* this GPU, then every GPU that can reach its memory as a peer */
 	CUmemAccessDesc access[PHX_CUDA_MAX_GPUS];
 	int naccess;
-	/* the copy kernel (feed.ptx), loaded at its first launch */
+	/*
+	 * The copy kernel (feed.ptx), loaded when the device opens: loading
+	 * a module waits for the GPU to finish what is queued, which at the
+	 * first launch can be a stream held for the transfer being queued.
+	 */
 	CUmodule feed_mod;
 	CUfunction feed_fn;
 };
 
 static pthread_mutex_t feed_lock = PTHREAD_MUTEX_INITIALIZER;
+static int cuda_feed_load(struct phx_device *dev);
 
 static inline struct cuda_dev *cuda_priv(struct phx_device *dev)
 {
@@ -676,6 +681,11 @@ static int cuda_open(struct phx_device *dev)
 		ret = cu_fail(dev, res, 0, "cuStreamCreate");
 		goto err_release;
 	}
+	/* a failure here is reported by the first launch, which tries again */
+	if ((phx_settings()->stream_wait < 0 ||
+	     phx_settings()->stream_wait == 2) &&
+	    cuda_feed_load(dev))
+		phx_err_clear();
 	return 0;
 
 err_release:
@@ -1118,20 +1128,12 @@ static int cuda_stream_wait_flag(struct phx_device *dev, void *stream,
 	return 0;
 }
 
-/* Put the copy kernel of feed.h on @stream: one block per ring slot. */
-static int cuda_feed_launch(struct phx_device *dev, void *stream,
-			    struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
-			    phx_dptr_t buf)
+/* Load the copy kernel of feed.h into @dev's context, once. */
+static int cuda_feed_load(struct phx_device *dev)
 {
 	struct cuda_dev *cd = cuda_priv(dev);
-	CUdeviceptr c = ctl_daddr, b = buf;
-	void *params[] = { &c, &b };
 	CUresult res = CUDA_SUCCESS;
-	int ret = cuda_bind(dev);
 
-	(void)ctl;
-	if (ret)
-		return ret;
 	pthread_mutex_lock(&feed_lock);
 	if (!cd->feed_fn) {
 		res = cu.cuModuleLoadData(&cd->feed_mod, phx_feed_ptx);
@@ -1147,6 +1149,25 @@ static int cuda_feed_launch(struct phx_device *dev, void *stream,
 	pthread_mutex_unlock(&feed_lock);
 	if (res != CUDA_SUCCESS)
 		return cu_fail(dev, res, 0, "loading the copy kernel");
+	return 0;
+}
+
+/* Put the copy kernel of feed.h on @stream: one block per ring slot. */
+static int cuda_feed_launch(struct phx_device *dev, void *stream,
+			    struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
+			    phx_dptr_t buf)
+{
+	struct cuda_dev *cd = cuda_priv(dev);
+	CUdeviceptr c = ctl_daddr, b = buf;
+	void *params[] = { &c, &b };
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	(void)ctl;
+	if (!ret)
+		ret = cuda_feed_load(dev);
+	if (ret)
+		return ret;
 	res = cu.cuLaunchKernel(cd->feed_fn, PHX_FEED_SLOTS, 1, 1, 256, 1, 1, 0,
 				stream, params, NULL);
 	if (res != CUDA_SUCCESS)
@@ -1193,7 +1214,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.launch_host_fn = cuda_launch_host_fn,
 	.stream_wait_flag = cuda_stream_wait_flag,
 	/* a host function that waits on a worker can hang the driver */
-	.wait_on_device = true,
+	.stream_wait_auto = 2,
 	.host_map = cuda_host_map,
 	.host_unmap = cuda_host_unmap,
 	.feed_launch = cuda_feed_launch,

@@ -522,6 +522,6 @@ const struct phx_backend_ops phx_sim_ops = {
 	.event_sync = sim_event_sync,
 	.launch_host_fn = sim_launch_host_fn,
 	.stream_wait_flag = sim_stream_wait_flag,
-	.wait_on_device = true,
+	.stream_wait_auto = 2,
 	.feed_launch = sim_feed_launch,
 };

@@ -149,8 +149,8 @@ struct phx_backend_ops {
 	 */
 	int (*stream_wait_flag)(struct phx_device *dev, void *stream,
 				uint32_t *flag, uint64_t daddr);
-	/* PHX_STREAM_WAIT=auto: hold streams with flags (else host functions) */
-	bool wait_on_device;
+	/* PHX_STREAM_WAIT=auto here: 0 host, 1 device (flags), 2 kernel */
+	int stream_wait_auto;
 
 	/*
 	 * PHX_STREAM_WAIT=kernel (feed.h): put the copy kernel on @stream

@@ -689,11 +689,11 @@ static int stream_mode(const struct phx_device *dev)
 {
 	int mode = phx_settings()->stream_wait;
 
-	if (mode == 2)
-		return 2;
-	if (!dev->ops->stream_wait_flag)
+	if (mode < 0)
+		mode = dev->ops->stream_wait_auto;
+	if (mode == 1 && !dev->ops->stream_wait_flag)
 		return 0;
-	return mode < 0 ? dev->ops->wait_on_device : mode == 1;
+	return mode;
 }
 
 /*

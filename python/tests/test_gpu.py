@@ -19,6 +19,22 @@ pytestmark = pytest.mark.skipif(
     reason="needs torch with CUDA and PHX_DEVICE=cuda")
 
 
+def hold(stream: "torch.cuda.Stream") -> "torch.Tensor":
+    """Hold @stream until the returned pinned flag is set to 1.
+
+    A timed sleep on the stream races with whatever the first transfer
+    sets up; a wait on host memory holds the stream for as long as the
+    test needs.
+    """
+    cuda = ctypes.CDLL("libcuda.so.1")
+    flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+    ret = cuda.cuStreamWaitValue32_v2(
+        ctypes.c_void_p(stream.cuda_stream), ctypes.c_uint64(flag.data_ptr()),
+        ctypes.c_uint32(1), ctypes.c_uint(0))  # CU_STREAM_WAIT_VALUE_GEQ
+    assert ret == 0, f"cuStreamWaitValue32: CUresult {ret}"
+    return flag
+
+
 def file_tensor(data: bytes, off: int, n: int) -> "torch.Tensor":
     return torch.frombuffer(bytearray(data[off:off + n]), dtype=torch.uint8)
 
@@ -75,10 +91,13 @@ def test_read_into_on_a_torch_stream(scratch, rng):
     data = random_file(scratch / "f", 1 << 20, rng)
     t = torch.zeros(1 << 20, dtype=torch.uint8, device="cuda")
     s = torch.cuda.Stream()
+    phoenix.device("cuda:0")  # opening it waits for the GPU (copy kernel)
     with torch.cuda.stream(s):
-        torch.cuda._sleep(50_000_000)  # the read waits behind this
+        flag = hold(s)  # the read waits behind this
         tr = phoenix.read_into(scratch / "f", t, stream=s)
         t.add_(1)  # and this waits for the read
+    assert not tr.done()
+    flag[0] = 1
     assert tr.wait() == 1 << 20
     s.synchronize()
     ref = (np.frombuffer(data, np.uint8) + 1).astype(np.uint8)
@@ -99,7 +118,7 @@ def test_phxfile_on_torch_streams(scratch, rng):
     assert lib.phxFileBufRegister(ctypes.c_void_p(t.data_ptr()),
                                   t.numel()) == 0
     with torch.cuda.stream(s):
-        torch.cuda._sleep(100_000_000)  # keep the stream busy
+        flag = hold(s)
         rd = Op(10, 0, 0)
         assert lib.phxFileReadAsync(fh, ctypes.c_void_p(t.data_ptr()),
                                     *rd.args(), native) == 0
@@ -111,6 +130,7 @@ def test_phxfile_on_torch_streams(scratch, rng):
         rd.file_offset.value = 1 << 20
         rd.buf_offset.value = 4096
         assert rd.bytes_done.value == PENDING
+    flag[0] = 1
     s.synchronize()
     assert rd.bytes_done.value == 2 << 20
     assert wr.bytes_done.value == 1 << 20
