@@ -24,7 +24,8 @@ def hold(stream: "torch.cuda.Stream") -> "torch.Tensor":
 
     A timed sleep on the stream races with whatever the first transfer
     sets up; a wait on host memory holds the stream for as long as the
-    test needs.
+    test needs.  Nothing may load a kernel while it holds: loading waits
+    for the GPU to finish what is queued.
     """
     cuda = ctypes.CDLL("libcuda.so.1")
     flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
@@ -91,7 +92,11 @@ def test_read_into_on_a_torch_stream(scratch, rng):
     data = random_file(scratch / "f", 1 << 20, rng)
     t = torch.zeros(1 << 20, dtype=torch.uint8, device="cuda")
     s = torch.cuda.Stream()
-    phoenix.device("cuda:0")  # opening it waits for the GPU (copy kernel)
+    # Loading a kernel waits for the GPU to finish what is queued, so load
+    # ours (the device opens) and torch's add before the stream is held.
+    phoenix.device("cuda:0")
+    t.add_(1)  # the read overwrites all of it
+    torch.cuda.synchronize()
     with torch.cuda.stream(s):
         flag = hold(s)  # the read waits behind this
         tr = phoenix.read_into(scratch / "f", t, stream=s)
