@@ -497,12 +497,11 @@ void phx_stream_destroy(struct phx_stream *stream);
  * cuStreamWaitValue32 on mapped host memory); "kernel", a copy kernel on
  * the stream announces that the stream reached it and copies the bytes
  * the worker stages in mapped host memory, so the worker makes no driver
- * call while the stream waits (not on phx.ko devices).  "auto" is device:
- * on CUDA a host function that waits can hang the driver.  On CUDA host
- * and device can still hang while another thread is in a driver call that
- * waits for the GPU (README, "Known problems"); kernel is the answer to
- * that and has not yet run on a GPU.  In device and kernel modes at most
- * 4096 transfers can be queued on a device at once; past that, -EBUSY.
+ * call while the stream waits (not on phx.ko devices).  "auto" is kernel,
+ * or device on phx.ko devices.  On CUDA host and device can hang while
+ * another thread is in a driver call that waits for the GPU (README,
+ * "Known problems").  In device and kernel modes at most 4096 transfers
+ * can be queued on a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		   phx_dptr_t dptr, const uint64_t *len,

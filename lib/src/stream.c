@@ -2,12 +2,12 @@
 /*
  * stream.c - device streams and stream-ordered transfers.
  *
- * phx_io_enqueue() places a host function on the stream.  When the stream
- * reaches it, the function hands the transfer to the device's async
- * workers; work queued after it on the stream waits until the transfer is
- * done.  The transfer's parameters are read only then, which is what
- * cuFile's and LMCache's callers rely on.  A host function may not call
- * the driver, hence the workers.
+ * phx_io_enqueue() places a marker on the stream (a host function, or the
+ * copy kernel).  When the stream reaches it, the device's async workers
+ * take the transfer; work queued after it on the stream waits until the
+ * transfer is done.  The transfer's parameters are read only then, which
+ * is what cuFile's and LMCache's callers rely on.  Nothing on a stream may
+ * call the driver, hence the workers.
  *
  * The stream is held one of three ways (PHX_STREAM_WAIT):
  *
@@ -20,15 +20,17 @@
  *    seen to keep a lock that the worker's next copy needed.
  *    phx_stream_sync() polls an event for that reason.
  *
- *  - device (the default): the host function only queues the transfer
- *    and returns; the stream then waits on the device until a flag in
- *    mapped host memory turns nonzero (cuStreamWaitValue32), which the
- *    worker sets when the transfer is done; a last host function returns
- *    the flag.  The worker still calls the driver while the stream waits.
+ *  - device (the default on phx.ko): the host function only queues the
+ *    transfer and returns; the stream then waits on the device until a
+ *    flag in mapped host memory turns nonzero (cuStreamWaitValue32), which
+ *    the worker sets when the transfer is done; a last host function
+ *    returns the flag.  The worker still calls the driver while the
+ *    stream waits.
  *
- *  - kernel: no host function at all.  A copy kernel on the stream says
- *    when the stream reached it, and the worker feeds it through mapped
- *    host memory without calling the driver (feed.h).
+ *  - kernel (the default on CUDA and sim): no host function at all.  A
+ *    copy kernel on the stream says when the stream reached it, and the
+ *    worker feeds it through mapped host memory without calling the
+ *    driver (feed.h).
  */
 #include <fcntl.h>
 #include <limits.h>
