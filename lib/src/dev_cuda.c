@@ -682,9 +682,7 @@ static int cuda_open(struct phx_device *dev)
 		goto err_release;
 	}
 	/* a failure here is reported by the first launch, which tries again */
-	if ((phx_settings()->stream_wait < 0 ||
-	     phx_settings()->stream_wait == 2) &&
-	    cuda_feed_load(dev))
+	if (phx_stream_mode(dev) == 2 && cuda_feed_load(dev))
 		phx_err_clear();
 	return 0;
 
@@ -1133,14 +1131,20 @@ static int cuda_feed_load(struct phx_device *dev)
 {
 	struct cuda_dev *cd = cuda_priv(dev);
 	CUresult res = CUDA_SUCCESS;
+	CUfunction fn;
 
+	if (__atomic_load_n(&cd->feed_fn, __ATOMIC_ACQUIRE))
+		return 0;
 	pthread_mutex_lock(&feed_lock);
 	if (!cd->feed_fn) {
 		res = cu.cuModuleLoadData(&cd->feed_mod, phx_feed_ptx);
 		if (res == CUDA_SUCCESS) {
-			res = cu.cuModuleGetFunction(&cd->feed_fn, cd->feed_mod,
+			res = cu.cuModuleGetFunction(&fn, cd->feed_mod,
 						     "phx_feed");
-			if (res != CUDA_SUCCESS) {
+			if (res == CUDA_SUCCESS) {
+				__atomic_store_n(&cd->feed_fn, fn,
+						 __ATOMIC_RELEASE);
+			} else {
 				cu.cuModuleUnload(cd->feed_mod);
 				cd->feed_mod = NULL;
 			}
@@ -1213,7 +1217,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.event_sync = cuda_event_sync,
 	.launch_host_fn = cuda_launch_host_fn,
 	.stream_wait_flag = cuda_stream_wait_flag,
-	/* a host function that waits on a worker can hang the driver */
+	/* host and device modes can hang in the driver (README) */
 	.stream_wait_auto = 2,
 	.host_map = cuda_host_map,
 	.host_unmap = cuda_host_unmap,

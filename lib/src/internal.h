@@ -91,6 +91,9 @@ void phx_async_destroy(struct phx_device *dev);
 void phx_flag_set(uint32_t *flag);
 void phx_flag_wait(uint32_t *flag);
 
+/* How @dev's streams wait for transfers: 0 host, 1 device, 2 kernel. */
+int phx_stream_mode(const struct phx_device *dev);
+
 /* A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added). */
 int phx_reopen(int fd, int flags);
 

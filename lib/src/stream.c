@@ -247,7 +247,6 @@ static void feed_run(struct async_thread *t, struct async_req *r)
 	struct phx_feed_ctl *ctl = r->ctl;
 	uint64_t len = *r->len;
 	int64_t foff = *r->file_off, boff = *r->buf_off;
-
 	int fl = fcntl(r->fd, F_GETFL), fd = r->fd;
 
 	ctl->ring = t->ring_daddr;
@@ -686,8 +685,7 @@ static int enqueue_kernel(struct phx_stream *stream, struct phx_async_worker *w,
 	return ret;
 }
 
-/* How @dev's streams wait for transfers: 0 host, 1 device, 2 kernel. */
-static int stream_mode(const struct phx_device *dev)
+int phx_stream_mode(const struct phx_device *dev)
 {
 	int mode = phx_settings()->stream_wait;
 
@@ -783,7 +781,7 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		free(r);
 		return ret;
 	}
-	mode = stream_mode(dev);
+	mode = phx_stream_mode(dev);
 	if (mode == 2) {
 		ret = async_feed_setup(dev, w);
 		if (!ret)
