@@ -172,8 +172,14 @@ class Device(_Handle):
         return Stream(self)
 
     def wrap_stream(self, native: Any) -> "Stream":
-        """Wrap a stream made elsewhere (a CUstream, torch.cuda.Stream)."""
-        return Stream(self, native=_native_stream(native))
+        """Wrap a stream made elsewhere (a CUstream, torch.cuda.Stream).
+
+        None or 0 is the device's default stream."""
+        return Stream(self, native=_native_stream(native), _wrap=True)
+
+    def default_stream(self) -> "Stream":
+        """The device's default stream (where a NULL stream handle goes)."""
+        return Stream(self, _wrap=True)
 
     def set_limit(self, limit: int) -> None:
         """Cap the bytes libphoenix may hold on this device (0: none)."""

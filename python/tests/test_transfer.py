@@ -190,6 +190,17 @@ def test_stream_ordered_read_into(dev, scratch, rng):
     assert buf.to_bytes(0, 8192) == data[4096:4096 + 8192]
 
 
+def test_stream_ordered_on_default_stream(dev, scratch, rng):
+    data = random_file(scratch / "f", 300000, rng)
+    buf = dev.alloc(300000)
+    with dev.default_stream() as s:
+        assert s.native == dev.wrap_stream(None).native
+        tr = phoenix.read_into(scratch / "f", buf, stream=s)
+        s.synchronize()
+        assert tr.done() and tr.wait() == 300000
+    assert buf.to_bytes() == data
+
+
 def test_stream_ordered_write_from(dev, scratch, rng):
     src = rng.integers(0, 256, 100000, dtype=np.uint8).tobytes()
     buf = dev.alloc(100000)

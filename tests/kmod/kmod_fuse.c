@@ -336,7 +336,7 @@ static int kill_daemon(const char *pid)
 	EXPECT(m != MAP_FAILED, "mmap: %s", strerror(errno));
 	kill(atoi(pid), SIGKILL);
 	/* the connection goes when the dying daemon's fd is closed */
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < 300; i++) {
 		errno = 0;
 		if (stat(dir, &st) && errno == ENOTCONN)
 			break;

@@ -51,7 +51,8 @@ static int all_free(void)
 {
 	int i;
 
-	for (i = 0; i < 250; i++) {
+	/* a range is freed when its last reference goes, which can be late */
+	for (i = 0; i < 1500; i++) {
 		if (free_bytes() == info.size)
 			return 1;
 		usleep(20000);

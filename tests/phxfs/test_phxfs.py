@@ -386,8 +386,9 @@ def unlink_while_open():
     assert fh.read(10) == b"still here"
     assert FS_used() >= used0 - MiB, "freed while still open"
     fh.close()
-    # the kernel sends RELEASE after close returns: give it a moment
-    deadline = time.time() + 10
+    # FUSE sends RELEASE asynchronously after close() returns, and nothing
+    # a client can call waits for it; the limit only bounds a real leak
+    deadline = time.time() + 120
     while FS_used() > used0 - 7 * MiB and time.time() < deadline:
         time.sleep(0.05)
     assert FS_used() <= used0 - 7 * MiB, "not freed after the last close"
@@ -750,13 +751,16 @@ def kill_daemon_then_recover():
          "import os, sys, time\n"
          "f = open(sys.argv[1], 'wb', buffering=0)\n"
          "b = os.urandom(1 << 20)\n"
+         "f.write(b)\n"
+         "print('writing', flush=True)\n"
          "try:\n"
          "    while True:\n"
          "        f.seek(0); f.write(b); time.sleep(0.005)\n"
          "except OSError as e:\n"
          "    print(e.errno); sys.exit(3)\n", d + "/victim"],
         stdout=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    # kill only once the writer's first write went through the mount
+    assert writer.stdout.readline() == "writing\n"
     os.kill(FS.daemon_pid(), signal.SIGKILL)
     out, _ = writer.communicate(timeout=20)
     # the write in flight sees ECONNABORTED, or EIO when the kernel had
