@@ -560,6 +560,26 @@ struct phx_stats {
  */
 void phx_stats_get(struct phx_device *dev, struct phx_stats *out);
 
+/*
+ * The device's transfer engines (an io_uring, pinned staging, copy
+ * streams each).  Synchronous transfers, batches and host copies borrow
+ * them from a pool per device and give them back, so after the first
+ * call none of them builds one; stream-ordered transfers have their own.
+ */
+struct phx_engine_stats {
+	uint64_t built;		/* engines built since the device opened */
+	unsigned int alive;	/* engines of the pool now, idle or lent */
+	unsigned int idle;	/* of those, waiting in the pool */
+	uint64_t staging_bytes; /* host staging memory all engines hold */
+};
+
+/**
+ * phx_engine_stats_get() - what @dev's engines cost now.
+ *
+ * Returns 0.  Does not block on transfers.
+ */
+int phx_engine_stats_get(struct phx_device *dev, struct phx_engine_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

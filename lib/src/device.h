@@ -180,11 +180,15 @@ struct phx_device {
 	atomic_uint_fast64_t bytes[5]; /* by enum phx_path */
 	atomic_uint_fast64_t ios, errors;
 
+	atomic_uint_fast64_t staging; /* staging memory of all engines */
+	atomic_uint_fast64_t engines_built;
+
 	/* engine pool, see engine.c; protected by pool_lock */
 	pthread_mutex_t pool_lock;
 	pthread_cond_t pool_cond;
-	struct phx_engine *pool_free;
-	unsigned int pool_count;
+	struct phx_engine *pool_free; /* idle engines */
+	unsigned int pool_count; /* engines of the pool, idle or lent */
+	unsigned int pool_idle;
 	/* idle copy streams for host<->device copies; under pool_lock */
 	void *streams[16];
 	unsigned int nstreams;

@@ -109,7 +109,6 @@ struct slot {
 	enum slot_state state;
 	struct job *job;
 	char *mem;
-	unsigned int index;
 	uint64_t foff; /* file offset of the I/O */
 	uint64_t len; /* bytes of the I/O */
 	uint64_t done; /* bytes of it completed so far */
@@ -123,13 +122,16 @@ struct slot {
 struct phx_engine {
 	struct phx_device *dev;
 	struct io_uring ring;
+	unsigned int ring_entries; /* SQEs the ring holds: twice the slots */
 	bool ring_ok, fixed, polled;
+	bool broken; /* a step failed midway: never lend it again */
 	uint64_t chunk;
 	unsigned int nslots;
 	char *staging;
 	size_t staging_len;
 	bool pinned;
 	struct slot *slots;
+	unsigned int nevents; /* slots[0..nevents) have an event */
 	void *streams[PHX_NR_STREAMS];
 	unsigned int inflight; /* SQEs submitted, CQE not yet seen */
 	unsigned int to_submit; /* SQEs prepared, not submitted */
@@ -315,9 +317,8 @@ static void engine_destroy(struct phx_engine *e)
 			dev->ops->stream_sync(dev, e->streams[i]);
 			dev->ops->stream_destroy(dev, e->streams[i]);
 		}
-	for (i = 0; e->slots && i < e->nslots; i++)
-		if (e->slots[i].event)
-			dev->ops->event_destroy(dev, e->slots[i].event);
+	for (i = 0; i < e->nevents; i++)
+		dev->ops->event_destroy(dev, e->slots[i].event);
 	if (e->ring_ok)
 		io_uring_queue_exit(&e->ring);
 	if (e->staging) {
@@ -326,22 +327,101 @@ static void engine_destroy(struct phx_engine *e)
 			atomic_fetch_sub(&dev->pinned, e->staging_len);
 		}
 		munmap(e->staging, e->staging_len);
+		atomic_fetch_sub(&dev->staging, e->staging_len);
 	}
 	free(e->slots);
 	free(e);
 }
 
+/* How an engine cuts its staging: @nslots slots of @chunk bytes. */
+struct engine_shape {
+	unsigned int nslots;
+	uint64_t chunk;
+};
+
 /*
- * @staging: bytes of staging memory, 0 for the configured size.  @batch
- * engines split it into @depth slots (0: the configured queue depth).
+ * Synchronous engines favour big requests (a few large transfers);
+ * batches favour depth (many small ones), in the same staging size.
+ * @staging: bytes, 0 for the configured size.  @depth: slots of a batch,
+ * 0 for the configured queue depth.
  */
-static int engine_create(struct phx_device *dev, size_t staging, bool batch,
-			 unsigned int depth, bool polled,
-			 struct phx_engine **out)
+static struct engine_shape shape_sync(size_t staging)
 {
 	const struct phx_settings *s = phx_settings();
+	struct engine_shape sh = { .chunk = s->chunk_size };
+
+	if (!staging)
+		staging = s->staging_size;
+	sh.nslots = (unsigned int)phx_max(staging / sh.chunk, 1);
+	return sh;
+}
+
+static struct engine_shape shape_batch(unsigned int depth)
+{
+	const struct phx_settings *s = phx_settings();
+	struct engine_shape sh;
+
+	sh.nslots = depth ? phx_min(depth, 4096u) : s->queue_depth;
+	sh.chunk = phx_align_down(s->staging_size / sh.nslots, 4096);
+	sh.chunk = phx_min(phx_max(sh.chunk, 64 << 10), s->chunk_size);
+	return sh;
+}
+
+/* Whether @e's staging and ring can take shape @sh without rebuilding. */
+static bool engine_fits(const struct phx_engine *e, struct engine_shape sh)
+{
+	return sh.nslots * sh.chunk <= e->staging_len &&
+	       sh.nslots * 2 <= e->ring_entries;
+}
+
+/*
+ * Cut the staging into the slots of shape @sh, each with an event.  The
+ * staging is one fixed buffer of the ring, so re-cutting it costs no
+ * registration: only events for slots it never had.
+ */
+static int engine_slice(struct phx_engine *e, struct engine_shape sh)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int i;
+	int ret;
+
+	if (sh.nslots > e->nevents) {
+		struct slot *slots =
+			realloc(e->slots, sh.nslots * sizeof(*slots));
+
+		if (!slots)
+			return phx_err(ENOMEM,
+				       "out of host memory for an engine");
+		memset(slots + e->nevents, 0,
+		       (sh.nslots - e->nevents) * sizeof(*slots));
+		e->slots = slots;
+		for (i = e->nevents; i < sh.nslots; i++) {
+			ret = dev->ops->event_create(dev, &slots[i].event);
+			if (ret)
+				return ret;
+			e->nevents++;
+		}
+	}
+	for (i = 0; i < sh.nslots; i++) {
+		struct slot *sl = &e->slots[i];
+
+		sl->state = SLOT_FREE;
+		sl->job = NULL;
+		sl->target = NULL;
+		sl->mem = e->staging + (size_t)i * sh.chunk;
+		sl->stream = e->streams[i % PHX_NR_STREAMS];
+	}
+	e->nslots = sh.nslots;
+	e->chunk = sh.chunk;
+	return 0;
+}
+
+/* Build an engine of shape @sh: ring, staging (pinned), streams, events. */
+static int engine_create(struct phx_device *dev, struct engine_shape sh,
+			 struct phx_engine **out)
+{
 	struct phx_engine *e;
-	struct iovec *iov;
+	struct iovec iov;
 	unsigned int i;
 	int ret;
 
@@ -351,24 +431,10 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 	e->dev = dev;
 	TAILQ_INIT(&e->issue);
 	STAILQ_INIT(&e->done);
-	e->polled = polled;
-	/*
-	 * Synchronous engines favour big requests (a few large transfers);
-	 * batches favour depth (many small ones), in the same staging size.
-	 */
-	if (!staging)
-		staging = s->staging_size;
-	e->chunk = s->chunk_size;
-	e->nslots = (unsigned int)(staging / e->chunk);
-	if (batch) {
-		e->nslots = depth ? depth : s->queue_depth;
-		e->chunk = phx_align_down(staging / e->nslots, 4096);
-		e->chunk = phx_min(phx_max(e->chunk, 64 << 10), s->chunk_size);
-	}
-	if (e->nslots < 1)
-		e->nslots = 1;
 
-	ret = io_uring_queue_init(phx_max(e->nslots, 8u) * 2, &e->ring, 0);
+	/* Room for batches of up to 64 slots to re-cut it without a new ring. */
+	e->ring_entries = phx_max(sh.nslots, 64u) * 2;
+	ret = io_uring_queue_init(e->ring_entries, &e->ring, 0);
 	if (ret) {
 		ret = phx_err(
 			-ret,
@@ -378,7 +444,7 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 	}
 	e->ring_ok = true;
 
-	e->staging_len = (size_t)(e->nslots * e->chunk);
+	e->staging_len = (size_t)(sh.nslots * sh.chunk);
 	e->staging = staging_alloc(dev, e->staging_len);
 	if (!e->staging) {
 		ret = phx_err(ENOMEM,
@@ -386,22 +452,16 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 			      dev->name, e->staging_len);
 		goto out;
 	}
-	e->slots = calloc(e->nslots, sizeof(*e->slots));
-	iov = calloc(e->nslots, sizeof(*iov));
-	if (!e->slots || !iov) {
-		free(iov);
-		ret = phx_err(ENOMEM, "out of host memory for an engine");
-		goto out;
-	}
-	for (i = 0; i < e->nslots; i++) {
-		e->slots[i].mem = e->staging + (size_t)i * e->chunk;
-		e->slots[i].index = i;
-		iov[i].iov_base = e->slots[i].mem;
-		iov[i].iov_len = e->chunk;
-	}
-	/* Fixed buffers save a page pin per I/O; optional (memlock limits). */
-	e->fixed = !io_uring_register_buffers(&e->ring, iov, e->nslots);
-	free(iov);
+	atomic_fetch_add(&dev->staging, e->staging_len);
+	/*
+	 * One fixed buffer for the whole staging saves a page pin per I/O
+	 * whatever the slots; optional (memlock limits, io_uring's 1 GiB
+	 * cap on a buffer).
+	 */
+	iov.iov_base = e->staging;
+	iov.iov_len = e->staging_len;
+	e->fixed = e->staging_len <= (1UL << 30) &&
+		   !io_uring_register_buffers(&e->ring, &iov, 1);
 
 	ret = phx_device_bind(dev);
 	if (ret)
@@ -415,12 +475,10 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 		if (ret)
 			goto out;
 	}
-	for (i = 0; i < e->nslots; i++) {
-		ret = dev->ops->event_create(dev, &e->slots[i].event);
-		if (ret)
-			goto out;
-		e->slots[i].stream = e->streams[i % PHX_NR_STREAMS];
-	}
+	ret = engine_slice(e, sh);
+	if (ret)
+		goto out;
+	atomic_fetch_add(&dev->engines_built, 1);
 	*out = e;
 	return 0;
 out:
@@ -641,14 +699,12 @@ static void slot_prep_io(struct phx_engine *e, struct slot *sl)
 	/* The ring has twice as many entries as slots: never NULL. */
 	if (j->io->op == PHX_OP_READ) {
 		if (e->fixed && !sl->target)
-			io_uring_prep_read_fixed(sqe, fd, mem, n, off,
-						 (int)sl->index);
+			io_uring_prep_read_fixed(sqe, fd, mem, n, off, 0);
 		else
 			io_uring_prep_read(sqe, fd, mem, n, off);
 	} else {
 		if (e->fixed && !sl->target)
-			io_uring_prep_write_fixed(sqe, fd, mem, n, off,
-						  (int)sl->index);
+			io_uring_prep_write_fixed(sqe, fd, mem, n, off, 0);
 		else
 			io_uring_prep_write(sqe, fd, mem, n, off);
 	}
@@ -882,7 +938,7 @@ static struct slot *oldest_copy(struct phx_engine *e)
  * One round of the pipeline.  With @block it sleeps until something
  * happens (unless the engine is polled, which spins instead).
  */
-static int engine_step(struct phx_engine *e, bool block)
+static int engine_step_once(struct phx_engine *e, bool block)
 {
 	struct io_uring_cqe *cqe;
 	unsigned int progressed = 0, head, seen;
@@ -926,6 +982,16 @@ static int engine_step(struct phx_engine *e, bool block)
 	return 0;
 }
 
+/* A failed step leaves requests in flight: the engine is not lent again. */
+static int engine_step(struct phx_engine *e, bool block)
+{
+	int ret = engine_step_once(e, block);
+
+	if (ret)
+		e->broken = true;
+	return ret;
+}
+
 static bool engine_busy(const struct phx_engine *e)
 {
 	return e->nactive > 0;
@@ -957,25 +1023,52 @@ static void engine_queue(struct phx_engine *e, struct job *j)
 
 /* ---- the pool and synchronous transfers ----------------------------- */
 
-static int engine_get(struct phx_device *dev, struct phx_engine **out)
+/*
+ * Lend an engine of shape @sh from @dev's pool: an idle one of that shape,
+ * else an idle one re-cut to it, else a new one.  Synchronous calls
+ * (@wait) wait while PHX_MAX_ENGINES are alive and none is idle.  Batches
+ * never wait: a batch holds its engine for its life, so a thread holding
+ * four batches would wait for itself; past the limit they build one that
+ * is freed when it comes back.
+ */
+static int engine_get(struct phx_device *dev, struct engine_shape sh,
+		      bool wait, struct phx_engine **out)
 {
-	struct phx_engine *e;
+	struct phx_engine *e, **pp, **pick;
 	int ret;
 
 	pthread_mutex_lock(&dev->pool_lock);
-	while (!dev->pool_free && dev->pool_count >= PHX_MAX_ENGINES)
+	while (!dev->pool_free && dev->pool_count >= PHX_MAX_ENGINES && wait)
 		pthread_cond_wait(&dev->pool_cond, &dev->pool_lock);
-	e = dev->pool_free;
-	if (e) {
-		dev->pool_free = e->next_free;
+	if (!dev->pool_free) {
+		dev->pool_count++;
 		pthread_mutex_unlock(&dev->pool_lock);
-		*out = e;
-		return 0;
+		goto build;
 	}
-	dev->pool_count++;
+	pick = NULL;
+	for (pp = &dev->pool_free; *pp; pp = &(*pp)->next_free) {
+		if ((*pp)->nslots == sh.nslots && (*pp)->chunk == sh.chunk) {
+			pick = pp;
+			break;
+		}
+		if (!pick && engine_fits(*pp, sh))
+			pick = pp;
+	}
+	if (!pick)
+		pick = &dev->pool_free;
+	e = *pick;
+	*pick = e->next_free;
+	dev->pool_idle--;
 	pthread_mutex_unlock(&dev->pool_lock);
 
-	ret = engine_create(dev, 0, false, 0, false, &e);
+	if (e->nslots == sh.nslots && e->chunk == sh.chunk)
+		goto lent;
+	if (engine_fits(e, sh) && !engine_slice(e, sh))
+		goto lent;
+	/* Too small for this shape: build one in its place. */
+	engine_destroy(e);
+build:
+	ret = engine_create(dev, sh, &e);
 	if (ret) {
 		pthread_mutex_lock(&dev->pool_lock);
 		dev->pool_count--;
@@ -983,17 +1076,41 @@ static int engine_get(struct phx_device *dev, struct phx_engine **out)
 		pthread_mutex_unlock(&dev->pool_lock);
 		return ret;
 	}
+lent:
 	*out = e;
 	return 0;
 }
 
+/* Return @e to the pool; broken engines and those past the limit go. */
 static void engine_put(struct phx_device *dev, struct phx_engine *e)
 {
+	e->polled = false;
 	pthread_mutex_lock(&dev->pool_lock);
+	if (e->broken || dev->pool_count > PHX_MAX_ENGINES) {
+		dev->pool_count--;
+		pthread_cond_signal(&dev->pool_cond);
+		pthread_mutex_unlock(&dev->pool_lock);
+		engine_destroy(e);
+		return;
+	}
 	e->next_free = dev->pool_free;
 	dev->pool_free = e;
+	dev->pool_idle++;
 	pthread_cond_signal(&dev->pool_cond);
 	pthread_mutex_unlock(&dev->pool_lock);
+}
+
+PHX_EXPORT int phx_engine_stats_get(struct phx_device *dev,
+				    struct phx_engine_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&dev->pool_lock);
+	out->alive = dev->pool_count;
+	out->idle = dev->pool_idle;
+	pthread_mutex_unlock(&dev->pool_lock);
+	out->built = atomic_load(&dev->engines_built);
+	out->staging_bytes = atomic_load(&dev->staging);
+	return 0;
 }
 
 /*
@@ -1034,6 +1151,7 @@ void phx_engine_pool_destroy(struct phx_device *dev)
 	while ((e = dev->pool_free)) {
 		dev->pool_free = e->next_free;
 		dev->pool_count--;
+		dev->pool_idle--;
 		engine_destroy(e);
 	}
 	pthread_mutex_unlock(&dev->pool_lock);
@@ -1070,7 +1188,7 @@ PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
 	ret = phx_device_bind(dev);
 	if (ret)
 		return io->result = ret;
-	ret = engine_get(dev, &e);
+	ret = engine_get(dev, shape_sync(0), true, &e);
 	if (ret)
 		return io->result = ret;
 	engine_io(e, io);
@@ -1087,7 +1205,7 @@ int phx_engine_new(struct phx_device *dev, size_t staging,
 {
 	int ret = phx_device_bind(dev);
 
-	return ret ? ret : engine_create(dev, staging, false, 0, false, out);
+	return ret ? ret : engine_create(dev, shape_sync(staging), out);
 }
 
 void phx_engine_free(struct phx_engine *e)
@@ -1288,12 +1406,12 @@ PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
 	if (!b)
 		return phx_err(ENOMEM, "out of host memory for a batch");
 	b->dev = dev;
-	ret = engine_create(dev, 0, true, phx_min(depth, 4096u),
-			    flags & PHX_BATCH_POLL, &b->engine);
+	ret = engine_get(dev, shape_batch(depth), false, &b->engine);
 	if (ret) {
 		free(b);
 		return ret;
 	}
+	b->engine->polled = flags & PHX_BATCH_POLL;
 	*out = b;
 	return 0;
 }
@@ -1391,6 +1509,6 @@ PHX_EXPORT void phx_batch_destroy(struct phx_batch *b)
 		STAILQ_REMOVE_HEAD(&e->done, done);
 		free(j);
 	}
-	engine_destroy(e);
+	engine_put(b->dev, e);
 	free(b);
 }
