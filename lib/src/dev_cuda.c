@@ -1200,6 +1200,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.chunk_import = cuda_chunk_import,
 	.host_addr = cuda_host_addr,
 	.p2p = false,
+	.pinned_copies = true,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
 	.stream_create = cuda_stream_create,

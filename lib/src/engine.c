@@ -1148,6 +1148,9 @@ void phx_engine_pool_destroy(struct phx_device *dev)
 	pthread_mutex_lock(&dev->pool_lock);
 	while (dev->nstreams)
 		dev->ops->stream_destroy(dev, dev->streams[--dev->nstreams]);
+	free(dev->pinned_ranges);
+	dev->pinned_ranges = NULL;
+	dev->npinned_ranges = 0;
 	while ((e = dev->pool_free)) {
 		dev->pool_free = e->next_free;
 		dev->pool_count--;
@@ -1249,22 +1252,183 @@ PHX_EXPORT int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
 
 /* ---- host memory copies --------------------------------------------- */
 
+/*
+ * Host ranges pinned through phx_host_register(): copies to and from them
+ * go straight to the device; other host memory goes through the pinned
+ * staging of a pooled engine.
+ */
+static bool host_pinned(struct phx_device *dev, const void *p, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	bool found = false;
+	unsigned int i;
+
+	pthread_mutex_lock(&dev->pool_lock);
+	for (i = 0; i < dev->npinned_ranges && !found; i++)
+		found = a >= dev->pinned_ranges[i].start &&
+			a - dev->pinned_ranges[i].start + len <=
+				dev->pinned_ranges[i].len;
+	pthread_mutex_unlock(&dev->pool_lock);
+	return found;
+}
+
 PHX_EXPORT int phx_host_register(struct phx_device *dev, void *p, size_t len)
 {
+	struct phx_host_range *r;
 	int ret = phx_device_bind(dev);
 
 	if (ret)
 		return ret;
 	if (!p || !len)
 		return phx_err(EINVAL, "%s: nothing to pin", dev->name);
-	return dev->ops->host_register(dev, p, len);
+	ret = dev->ops->host_register(dev, p, len);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&dev->pool_lock);
+	r = realloc(dev->pinned_ranges,
+		    (dev->npinned_ranges + 1) * sizeof(*r));
+	if (r) {
+		dev->pinned_ranges = r;
+		r[dev->npinned_ranges].start = (uintptr_t)p;
+		r[dev->npinned_ranges].len = len;
+		dev->npinned_ranges++;
+	}
+	pthread_mutex_unlock(&dev->pool_lock);
+	/* Untracked, copies from it only take the staged way: still right. */
+	return 0;
 }
 
 PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
 {
+	unsigned int i;
+
 	if (phx_device_bind(dev))
 		return;
+	pthread_mutex_lock(&dev->pool_lock);
+	for (i = 0; i < dev->npinned_ranges; i++)
+		if (dev->pinned_ranges[i].start == (uintptr_t)p) {
+			dev->pinned_ranges[i] =
+				dev->pinned_ranges[--dev->npinned_ranges];
+			break;
+		}
+	pthread_mutex_unlock(&dev->pool_lock);
 	dev->ops->host_unregister(dev, p);
+}
+
+/* Whether a copy of [@p, @p + @len) should go through pinned staging. */
+static bool host_staged(struct phx_device *dev, const void *p, uint64_t len)
+{
+	return dev->ops->pinned_copies && !host_pinned(dev, p, len);
+}
+
+/* Wait for every slot copy of @e still in flight; the first error. */
+static int slots_drain(struct phx_engine *e)
+{
+	unsigned int i;
+	int ret = 0, r;
+
+	for (i = 0; i < e->nslots; i++) {
+		struct slot *sl = &e->slots[i];
+
+		if (sl->state != SLOT_COPY)
+			continue;
+		r = e->dev->ops->event_sync(e->dev, sl->event);
+		if (!ret)
+			ret = r;
+		sl->state = SLOT_FREE;
+	}
+	return ret;
+}
+
+/*
+ * Host -> device through the staging of a pooled engine: each slot is
+ * filled by the CPU while the device copies the slots before it.
+ */
+static int staged_copy_in(struct phx_device *dev, phx_dptr_t dptr,
+			  const char *src, uint64_t len)
+{
+	struct phx_engine *e;
+	uint64_t done = 0, n;
+	unsigned int i = 0;
+	int ret, r;
+
+	ret = engine_get(dev, shape_sync(0), true, &e);
+	if (ret)
+		return ret;
+	while (!ret && done < len) {
+		struct slot *sl = &e->slots[i++ % e->nslots];
+
+		if (sl->state == SLOT_COPY) {
+			sl->state = SLOT_FREE;
+			ret = dev->ops->event_sync(dev, sl->event);
+			if (ret)
+				break;
+		}
+		n = phx_min(len - done, e->chunk);
+		memcpy(sl->mem, src + done, n);
+		ret = dev->ops->copy_htod(dev, dptr + done, sl->mem, n,
+					  sl->stream);
+		if (!ret)
+			ret = dev->ops->event_record(dev, sl->event,
+						     sl->stream);
+		if (!ret)
+			sl->state = SLOT_COPY;
+		done += n;
+	}
+	r = slots_drain(e);
+	if (r) {
+		ret = ret ? ret : r;
+		e->broken = true;
+	}
+	engine_put(dev, e);
+	return ret;
+}
+
+/* Device -> host, the mirror image: copies run ahead of the CPU's. */
+static int staged_copy_out(struct phx_buf *buf, uint64_t off, char *dst,
+			   uint64_t len)
+{
+	struct phx_device *dev = buf->dev;
+	struct phx_engine *e;
+	uint64_t issued = 0, drained = 0;
+	unsigned int head = 0, tail = 0;
+	int ret, r;
+
+	ret = engine_get(dev, shape_sync(0), true, &e);
+	if (ret)
+		return ret;
+	while (!ret && drained < len) {
+		struct slot *sl;
+
+		while (!ret && issued < len && head - tail < e->nslots) {
+			sl = &e->slots[head++ % e->nslots];
+			sl->foff = issued;
+			sl->copied = phx_min(len - issued, e->chunk);
+			ret = phx_buf_copy_out(buf, off + issued, sl->mem,
+					       sl->copied, sl->stream);
+			if (!ret)
+				ret = dev->ops->event_record(dev, sl->event,
+							     sl->stream);
+			if (!ret)
+				sl->state = SLOT_COPY;
+			issued += sl->copied;
+		}
+		if (ret)
+			break;
+		sl = &e->slots[tail++ % e->nslots];
+		sl->state = SLOT_FREE;
+		ret = dev->ops->event_sync(dev, sl->event);
+		if (!ret)
+			memcpy(dst + sl->foff, sl->mem, sl->copied);
+		drained += sl->copied;
+	}
+	r = slots_drain(e);
+	if (r) {
+		ret = ret ? ret : r;
+		e->broken = true;
+	}
+	engine_put(dev, e);
+	return ret;
 }
 
 /* Start a synchronous copy: this thread on @dev, a pooled stream. */
@@ -1310,6 +1474,12 @@ PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 	pthread_mutex_unlock(&buf->lock);
 	if (ret)
 		return ret;
+	if (host_staged(dev, src, len)) {
+		ret = staged_copy_in(dev, dptr + off, src, len);
+		if (!ret)
+			atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
+		return ret;
+	}
 	ret = stream_get(dev, &stream);
 	if (ret)
 		return ret;
@@ -1327,6 +1497,14 @@ PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
 	ret = phx_buf_check_range(buf, off, len);
 	if (ret || !len)
 		return ret;
+	if (host_staged(dev, dst, len)) {
+		ret = phx_device_bind(dev);
+		if (!ret)
+			ret = staged_copy_out(buf, off, dst, len);
+		if (!ret)
+			atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
+		return ret;
+	}
 	ret = copy_begin(dev, &stream);
 	if (ret)
 		return ret;
