@@ -141,9 +141,9 @@ static int64_t backing_transfer(struct phx_device *dev, int fd, uint64_t off,
 	map = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 		   (off_t)start);
 	if (map == MAP_FAILED)
-		return io->result = phx_err(
-			       errno, "%s: mapping backing fd %d: %s",
-			       dev->name, fd, strerror(errno));
+		return io->result =
+			       phx_err(errno, "%s: mapping backing fd %d: %s",
+				       dev->name, fd, strerror(errno));
 	io->dptr = (phx_dptr_t)(uintptr_t)(map + (off - start));
 	phx_io_run(dev, io);
 	munmap(map, maplen);
@@ -184,10 +184,10 @@ PHX_EXPORT int64_t phx_backing_io(struct phx_backing *bk, struct phx_io *io)
 			       EINVAL,
 			       "phx_backing_io: the transfer names a buffer; its target is the backing file at buf_off");
 	if (io->len > UINT64_MAX - io->buf_off)
-		return io->result = phx_err(ERANGE,
-					    "backing range %llu+%llu is invalid",
-					    (unsigned long long)io->buf_off,
-					    (unsigned long long)io->len);
+		return io->result = phx_err(
+			       ERANGE, "backing range %llu+%llu is invalid",
+			       (unsigned long long)io->buf_off,
+			       (unsigned long long)io->len);
 	if (io->op == PHX_OP_READ) {
 		ret = backing_extend(bk, io->buf_off + io->len);
 	} else {
@@ -195,12 +195,12 @@ PHX_EXPORT int64_t phx_backing_io(struct phx_backing *bk, struct phx_io *io)
 
 		ret = backing_size(bk, &size);
 		if (!ret && io->buf_off + io->len > size)
-			ret = phx_err(ERANGE,
-				      "%s: backing fd %d is %llu bytes: cannot write %llu+%llu of it to a file",
-				      bk->dev->name, bk->fd,
-				      (unsigned long long)size,
-				      (unsigned long long)io->buf_off,
-				      (unsigned long long)io->len);
+			ret = phx_err(
+				ERANGE,
+				"%s: backing fd %d is %llu bytes: cannot write %llu+%llu of it to a file",
+				bk->dev->name, bk->fd, (unsigned long long)size,
+				(unsigned long long)io->buf_off,
+				(unsigned long long)io->len);
 	}
 	if (ret)
 		return io->result = ret;
@@ -258,12 +258,11 @@ PHX_EXPORT int phx_backing_write(struct phx_backing *bk, uint64_t off,
 			(unsigned long long)(off + len));
 	if (phx_io_run(bk->dev, &io) < 0)
 		return (int)io.result;
-	return io.result == (int64_t)len ? 0 :
-					   phx_err(EIO,
-						   "%s: backing fd %d took %lld of %llu bytes",
-						   bk->dev->name, bk->fd,
-						   (long long)io.result,
-						   (unsigned long long)len);
+	return io.result == (int64_t)len ?
+		       0 :
+		       phx_err(EIO, "%s: backing fd %d took %lld of %llu bytes",
+			       bk->dev->name, bk->fd, (long long)io.result,
+			       (unsigned long long)len);
 }
 
 PHX_EXPORT int phx_backing_reserve(struct phx_backing *bk, uint64_t capacity)
@@ -300,9 +299,11 @@ PHX_EXPORT int phx_backing_reserve(struct phx_backing *bk, uint64_t capacity)
 
 		if (backing_transfer(dev, bk->fd, 0, &io) >= 0 &&
 		    io.result != (int64_t)size)
-			ret = phx_err(EIO, "%s: moving a backing file: %lld of %llu bytes",
-				      dev->name, (long long)io.result,
-				      (unsigned long long)size);
+			ret = phx_err(
+				EIO,
+				"%s: moving a backing file: %lld of %llu bytes",
+				dev->name, (long long)io.result,
+				(unsigned long long)size);
 		else if (io.result < 0)
 			ret = (int)io.result;
 	}

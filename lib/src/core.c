@@ -529,6 +529,7 @@ PHX_EXPORT void phx_device_close(struct phx_device *dev)
 
 	phx_async_destroy(dev);
 	phx_engine_pool_destroy(dev);
+	phx_hostcopy_release(dev);
 	dev->ops->close(dev);
 	pthread_mutex_destroy(&dev->pool_lock);
 	pthread_cond_destroy(&dev->pool_cond);

@@ -322,8 +322,7 @@ static int sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
 }
 
 /* A memfd: it grows as written, the library counts its capacity. */
-static int sim_backing_alloc(struct phx_device *dev, uint64_t capacity,
-			     int *fd)
+static int sim_backing_alloc(struct phx_device *dev, uint64_t capacity, int *fd)
 {
 	*fd = memfd_create("phx-sim-backing", MFD_CLOEXEC);
 	if (*fd < 0)

@@ -106,8 +106,8 @@ struct phx_backend_ops {
 	 * The capacity of backing file @fd and whether a process maps it
 	 * now; NULL where only the library's count of it is known.
 	 */
-	int (*backing_query)(struct phx_device *dev, int fd,
-			     uint64_t *capacity, bool *mapped);
+	int (*backing_query)(struct phx_device *dev, int fd, uint64_t *capacity,
+			     bool *mapped);
 	/* Give back the capacity past the size; NULL: nothing to give. */
 	int (*backing_trim)(struct phx_device *dev, int fd);
 
@@ -219,7 +219,7 @@ struct phx_device {
 	struct phx_host_range {
 		uintptr_t start;
 		size_t len;
-	} *pinned_ranges;
+	} * pinned_ranges;
 	unsigned int npinned_ranges;
 
 	/* stream-ordered transfers, see stream.c */
