@@ -75,6 +75,13 @@ test-lib: $(LIB_TEST_BIN)
 
 TESTS += test-lib
 
+# Each file calls only downward (docs/architecture.md, "Layers").
+.PHONY: test-layers
+test-layers: $(LIB_A)
+	@sh scripts/check-layers.sh $(LIB_SRCS:%.c=$(BUILD)/%.o)
+
+TESTS += test-layers
+
 # The copy kernel's PTX, assembled by ptxas (no GPU needed).
 .PHONY: test-ptx
 test-ptx:

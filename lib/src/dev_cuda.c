@@ -308,9 +308,6 @@ static int cuda_open(struct phx_device *dev)
 		ret = cu_fail(dev, res, 0, "cuStreamCreate");
 		goto err_release;
 	}
-	/* a failure here is reported by the first launch, which tries again */
-	if (phx_stream_mode(dev) == 2 && cuda_feed_load(dev))
-		phx_err_clear();
 	return 0;
 
 err_release:
@@ -786,7 +783,7 @@ static int cuda_feed_load(struct phx_device *dev)
 /* Put the copy kernel of feed.h on @stream: one block per ring slot. */
 static int cuda_feed_launch(struct phx_device *dev, void *stream,
 			    struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
-			    phx_dptr_t buf)
+			    phx_dptr_t buf, phx_feed_play_fn *play)
 {
 	struct cuda_dev *cd = cuda_priv(dev);
 	CUdeviceptr c = ctl_daddr, b = buf;
@@ -850,4 +847,5 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.host_map = cuda_host_map,
 	.host_unmap = cuda_host_unmap,
 	.feed_launch = cuda_feed_launch,
+	.feed_load = cuda_feed_load,
 };

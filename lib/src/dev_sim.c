@@ -33,6 +33,8 @@ struct sim_op {
 	void (*fn)(void *);
 	void *arg;
 	uint32_t *flag; /* SIM_WAIT: until nonzero */
+	/* SIM_FEED: the copy kernel's part, played on the host */
+	phx_feed_play_fn *play;
 	struct sim_op *next;
 };
 
@@ -86,7 +88,7 @@ static void *sim_stream_main(void *arg)
 			phx_flag_wait(op->flag);
 			break;
 		case SIM_FEED:
-			phx_feed_emulate(op->arg, op->dst);
+			op->play(op->arg, op->dst);
 			break;
 		}
 
@@ -487,11 +489,12 @@ static int sim_stream_wait_flag(struct phx_device *dev, void *stream,
 /* The copy kernel, played by the stream's thread (feed.h). */
 static int sim_feed_launch(struct phx_device *dev, void *stream,
 			   struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
-			   phx_dptr_t buf)
+			   phx_dptr_t buf, phx_feed_play_fn *play)
 {
 	struct sim_op op = { .type = SIM_FEED,
 			     .arg = ctl,
-			     .dst = (void *)(uintptr_t)buf };
+			     .dst = (void *)(uintptr_t)buf,
+			     .play = play };
 
 	return sim_push(sim_stream_of(dev, stream), &op);
 }

@@ -178,11 +178,19 @@ struct phx_backend_ops {
 	/*
 	 * PHX_STREAM_WAIT=kernel (feed.h): put the copy kernel on @stream
 	 * for the control block @ctl (at @ctl_daddr on the device) and the
-	 * buffer at @buf.
+	 * buffer at @buf.  A device without a GPU runs @play(@ctl, @buf) on
+	 * the stream instead, the kernel's part played on the host (the
+	 * stream layer passes it down; backends know nothing of streams).
 	 */
 	int (*feed_launch)(struct phx_device *dev, void *stream,
 			   struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
-			   phx_dptr_t buf);
+			   phx_dptr_t buf, phx_feed_play_fn *play);
+	/*
+	 * Load the copy kernel now, where loading can wait for the GPU:
+	 * the stream layer calls it when a device opens in kernel mode.
+	 * NULL where nothing needs loading.
+	 */
+	int (*feed_load)(struct phx_device *dev);
 };
 
 struct phx_engine;
@@ -206,7 +214,7 @@ struct phx_device {
 	atomic_uint_fast64_t staging; /* staging memory of all engines */
 	atomic_uint_fast64_t engines_built;
 
-	/* engine pool, see engine.c; protected by pool_lock */
+	/* engine pool, see transfer.c; protected by pool_lock */
 	pthread_mutex_t pool_lock;
 	pthread_cond_t pool_cond;
 	struct phx_engine *pool_free; /* idle engines */
@@ -242,6 +250,14 @@ void phx_fdmem_unmap(struct phx_device *dev, phx_dptr_t at, uint64_t size);
 int phx_fdmem_export(struct phx_device *dev, phx_chunk_t chunk, uint64_t size,
 		     int *fd);
 int phx_fdmem_dup(struct phx_device *dev, int fd, phx_chunk_t *out);
+
+/*
+ * Flags that hold a stream on the device side (stream_wait_flag): the
+ * host sets one and wakes whoever waits on it in the host (simulated and
+ * phx.ko streams).
+ */
+void phx_flag_set(uint32_t *flag);
+void phx_flag_wait(uint32_t *flag);
 
 /* Device memory accounting against capacity and limit; -ENOSPC if over. */
 int phx_device_charge(struct phx_device *dev, uint64_t bytes);

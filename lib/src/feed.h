@@ -44,12 +44,14 @@ _Static_assert(offsetof(struct phx_feed_ctl, len) == 160, "feed.ptx");
 _Static_assert(offsetof(struct phx_feed_ctl, exited) == 192, "feed.ptx");
 
 /*
- * What the kernel does, on the CPU: the simulated device runs it as a
- * stream op, its blocks in turn on one thread, so the suites exercise the
- * worker's side of the protocol.  Device addresses (ctl->ring, @buf) are
- * host addresses there.
+ * What the kernel does, on the CPU: the stream layer hands it to the
+ * simulated device (feed_launch's @play), which runs it as a stream op,
+ * its blocks in turn on one thread, so the suites exercise the worker's
+ * side of the protocol.  Device addresses (ctl->ring, @buf) are host
+ * addresses there.
  */
-void phx_feed_emulate(struct phx_feed_ctl *ctl, unsigned char *buf);
+typedef void phx_feed_play_fn(struct phx_feed_ctl *ctl, unsigned char *buf);
+phx_feed_play_fn phx_feed_emulate;
 
 /*
  * The worker's side of a read: @n bytes of @fd at @file_off into the

@@ -85,15 +85,14 @@ void phx_engine_pool_destroy(struct phx_device *dev);
 void phx_hostcopy_release(struct phx_device *dev);
 void phx_async_destroy(struct phx_device *dev);
 
-/*
- * Flags that hold a stream on the device side (see device.h): the host
- * sets one and wakes whoever waits on it in the host (simulated streams).
- */
-void phx_flag_set(uint32_t *flag);
-void phx_flag_wait(uint32_t *flag);
-
 /* How @dev's streams wait for transfers: 0 host, 1 device, 2 kernel. */
 int phx_stream_mode(const struct phx_device *dev);
+
+/*
+ * A device has just opened: load what its streams need before any
+ * stream can be held (the copy kernel; loading waits for the GPU).
+ */
+void phx_stream_device_open(struct phx_device *dev);
 
 /* A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added). */
 int phx_reopen(int fd, int flags);

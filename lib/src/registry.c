@@ -263,6 +263,7 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 		free(dev);
 		return ret;
 	}
+	phx_stream_device_open(dev);
 	open_devices[kind][index] = dev;
 	pthread_mutex_unlock(&registry_lock);
 	*out = dev;
@@ -343,28 +344,6 @@ PHX_EXPORT int phx_device_set_limit(struct phx_device *dev, uint64_t limit)
 			       dev->name);
 	dev->limit = limit;
 	return 0;
-}
-
-int phx_device_charge(struct phx_device *dev, uint64_t bytes)
-{
-	uint64_t cap = dev->limit ? dev->limit : dev->capacity;
-	uint64_t cur = atomic_load(&dev->used);
-	char b1[32], b2[32];
-
-	do {
-		if (cap && cur + bytes > cap)
-			return phx_err(
-				ENOSPC,
-				"%s: out of device memory: %s in use of %s; free buffers or raise the limit",
-				dev->name, phx_fmt_bytes(b1, sizeof(b1), cur),
-				phx_fmt_bytes(b2, sizeof(b2), cap));
-	} while (!atomic_compare_exchange_weak(&dev->used, &cur, cur + bytes));
-	return 0;
-}
-
-void phx_device_uncharge(struct phx_device *dev, uint64_t bytes)
-{
-	atomic_fetch_sub(&dev->used, bytes);
 }
 
 PHX_EXPORT void phx_stats_get(struct phx_device *dev, struct phx_stats *out)

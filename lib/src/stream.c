@@ -34,7 +34,6 @@
  */
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -109,18 +108,6 @@ struct phx_async_worker {
 	uint64_t ctls_daddr;
 	struct async_req *feed_head;
 };
-
-void phx_flag_set(uint32_t *flag)
-{
-	__atomic_store_n(flag, 1, __ATOMIC_RELEASE);
-	syscall(SYS_futex, flag, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-void phx_flag_wait(uint32_t *flag)
-{
-	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
-		syscall(SYS_futex, flag, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
-}
 
 PHX_EXPORT int phx_stream_create(struct phx_device *dev,
 				 struct phx_stream **out)
@@ -670,9 +657,10 @@ static int enqueue_kernel(struct phx_stream *stream, struct phx_async_worker *w,
 		return ret;
 	r->ctl = &w->ctls[r->ctl_index];
 	memset(r->ctl, 0, sizeof(*r->ctl));
-	ret = dev->ops->feed_launch(
-		dev, stream->native, r->ctl,
-		w->ctls_daddr + r->ctl_index * sizeof(*r->ctl), r->dptr);
+	ret = dev->ops->feed_launch(dev, stream->native, r->ctl,
+				    w->ctls_daddr +
+					    r->ctl_index * sizeof(*r->ctl),
+				    r->dptr, phx_feed_emulate);
 	pthread_mutex_lock(&w->lock);
 	if (ret) {
 		w->free_flags[w->nfree_flags++] = r->ctl_index;
@@ -694,6 +682,14 @@ int phx_stream_mode(const struct phx_device *dev)
 	if (mode == 1 && !dev->ops->stream_wait_flag)
 		return 0;
 	return mode;
+}
+
+void phx_stream_device_open(struct phx_device *dev)
+{
+	/* A failure is reported by the first launch, which tries again. */
+	if (phx_stream_mode(dev) == 2 && dev->ops->feed_load &&
+	    dev->ops->feed_load(dev))
+		phx_err_clear();
 }
 
 /*
