@@ -257,8 +257,33 @@ void phxfs_passthrough_release(struct phxfs *fs, fuse_req_t req,
 			       struct phxfs_inode *inode);
 const char *phxfs_path_name(int path);
 
-/* ---- ops.c: the FUSE operations ------------------------------------- */
-extern const struct fuse_lowlevel_ops phxfs_ops;
+/* ---- ops.c, dir.c, file.c, xattr.c: the FUSE operations ------------- */
+/* Fill @o with every handler; sets up what they share. */
+void phxfs_ops_init(struct phxfs *fs, struct fuse_lowlevel_ops *o);
+void phxfs_dir_ops(struct fuse_lowlevel_ops *o);
+void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o);
+void phxfs_xattr_ops(struct fuse_lowlevel_ops *o);
+
+static inline struct phxfs *phxfs_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/*
+ * The inode of an open file (fh is set in open/create); its low bit says
+ * that the kernel serves the file through passthrough.
+ */
+static inline struct phxfs_inode *phxfs_file(struct fuse_file_info *fi)
+{
+	return (struct phxfs_inode *)(uintptr_t)(fi->fh & ~(uint64_t)1);
+}
+
+/*
+ * Set up @fi for regular file @inode, which holds an open reference:
+ * truncate it for O_TRUNC and hand a phx.ko range to the kernel.
+ */
+int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
+		    struct fuse_file_info *fi);
 
 /* ---- ctl.c: the control socket -------------------------------------- */
 int phxfs_ctl_start(struct phxfs *fs);
