@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* dir.c - phxfs's names and directories: lookup, attributes, create, link, rename, readdir. */
+/* dir.c - phxfs's names, directories and attributes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -181,6 +181,8 @@ static void phxfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			goto out_err;
 	}
 	pthread_mutex_lock(&fs->lock);
+	if ((to_set & FUSE_SET_ATTR_SIZE) && !(to_set & FUSE_SET_ATTR_MODE))
+		phxfs_kill_priv(req, inode);
 	if (to_set & FUSE_SET_ATTR_MODE)
 		inode->mode = (inode->mode & S_IFMT) | (attr->st_mode & 07777);
 	if (to_set & FUSE_SET_ATTR_UID)

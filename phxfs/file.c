@@ -154,10 +154,15 @@ int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
 	if (err)
 		return err;
 	if (fi->flags & O_TRUNC) {
+		bool killed;
+
 		pthread_mutex_lock(&fs->lock);
 		phxfs_touch(&inode->mtime);
 		inode->ctime = inode->mtime;
+		killed = phxfs_kill_priv(req, inode);
 		pthread_mutex_unlock(&fs->lock);
+		if (killed)
+			phxfs_attr_changed(fs, inode);
 	}
 	if (!pass)
 		open_flags(fs, fi);
@@ -336,6 +341,7 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 {
 	struct phxfs *fs = phxfs_fs(req);
 	struct phxfs_inode *inode = phxfs_file(fi);
+	bool killed = false;
 	int err = 0;
 
 	atomic_fetch_add(&inode->dev->fuse_writes, 1);
@@ -354,7 +360,15 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	pthread_mutex_lock(&fs->lock);
 	phxfs_touch(&inode->mtime);
 	inode->ctime = inode->mtime;
+	/*
+	 * Page-cache writeback carries the flusher's credentials, not the
+	 * writer's: with -o writeback the kernel drops the bits itself.
+	 */
+	if (!fi->writepage)
+		killed = phxfs_kill_priv(req, inode);
 	pthread_mutex_unlock(&fs->lock);
+	if (killed)
+		phxfs_attr_changed(fs, inode);
 	fuse_reply_write(req, size);
 	return;
 
