@@ -8,6 +8,7 @@ systems do (tmpfs behaves the same way).
 import errno
 import os
 import struct
+import subprocess
 
 import test_phxfs as T
 from test_phxfs import expect_errno, need, need_root, read, sh, test, write
@@ -90,3 +91,43 @@ def suid_sgid_caps_cleared():
         assert os.stat(f).st_mode & 0o7777 == 0o6777 and has_caps(f)
 
     in_both_modes(check)
+
+
+@test
+def status_names_escaped():
+    """Names with newlines, tabs, control bytes and invalid UTF-8, made by
+    any user in a 1777 device directory, can neither forge a row of
+    phx status nor cut it short; they print escaped (\\xHH)."""
+    names = {
+        b"aab\nDEV fake sim 999 0 0 none 0 0 0 0 evil":
+            "aab\\x0aDEV fake sim 999 0 0 none 0 0 0 0 evil",
+        b"aaa\nEND": "aaa\\x0aEND",
+        b"tab\there": "tab\\x09here",
+        b"esc\x1b[2Jx\r\x07": "esc\\x1b[2Jx\\x0d\\x07",
+        b"bad\xff\xfe\xc3": "bad\\xff\\xfe\\xc3",
+        b"back\\x41": "back\\\\x41",
+        "h\u00e9llo".encode(): "h\u00e9llo",
+        b"\xed\xa0\x80surrogate": "\\xed\\xa0\\x80surrogate",
+    }
+    dev = os.fsencode(T.FS.dev)
+    for n in names:
+        subprocess.run(["runuser", "-u", "nobody", "--", "python3", "-c",
+                        "import sys; open(bytes.fromhex(sys.argv[1]), "
+                        "'wb').write(b'x')", os.path.join(dev, n).hex()],
+                       check=True)
+    raw = subprocess.run([T.FS.phx, "status", "-a", T.FS.mp], env=T.FS.env,
+                         capture_output=True, check=True).stdout
+    for ln in raw.split(b"\n"):
+        assert not any(c < 0x20 or c == 0x7f for c in ln), ln
+    text = raw.decode("utf-8")  # valid UTF-8 whatever the names hold
+    lines = text.split("\n")
+    assert lines[-2].startswith("mounted at "), text
+    rows = [ln.split() for ln in lines]
+    devs = [r for r in rows if len(r) > 2 and r[0] in T.FS.devs and
+            r[1] in ("sim", "cuda", "kmod")]
+    assert len(devs) == len(T.FS.devs), "forged device rows:\n" + text
+    base = "/" + os.path.basename(T.FS.dev) + "/"
+    shown = [ln.split("memcpy", 1)[1].strip() for ln in lines
+             if " memcpy " in ln and base in ln]
+    for n, printed in names.items():
+        assert base + printed in shown, (printed, shown)
