@@ -212,7 +212,7 @@ out_err:
  * (nopen) when @open is set.  Replies to @req unless @fi is set.
  */
 static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
-		     mode_t mode, const char *link, bool open,
+		     mode_t mode, dev_t rdev, const char *link, bool open,
 		     struct fuse_entry_param *e)
 {
 	struct phxfs *fs = phxfs_fs(req);
@@ -242,6 +242,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		err = ENOMEM;
 		goto out;
 	}
+	inode->rdev = rdev;
 	if (link)
 		inode->symlink = strdup(link);
 	if ((link && !inode->symlink) ||
@@ -271,11 +272,20 @@ static void phxfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fuse_entry_param e;
 
-	if (!S_ISREG(mode)) {
-		fuse_reply_err(req, EPERM);
+	/*
+	 * FIFOs, sockets and device nodes are names only: the kernel serves
+	 * them (and refuses device nodes on a nodev mount).  The kernel has
+	 * checked CAP_MKNOD for device nodes.
+	 */
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode) &&
+	    !S_ISCHR(mode) && !S_ISBLK(mode)) {
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	reply_node(req, make_node(req, parent, name, mode, NULL, false, &e),
+	if (!S_ISCHR(mode) && !S_ISBLK(mode))
+		rdev = 0;
+	reply_node(req,
+		   make_node(req, parent, name, mode, rdev, NULL, false, &e),
 		   &e);
 }
 
@@ -285,8 +295,8 @@ static void phxfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 
 	reply_node(req,
-		   make_node(req, parent, name, S_IFDIR | (mode & 07777), NULL,
-			     false, &e),
+		   make_node(req, parent, name, S_IFDIR | (mode & 07777), 0,
+			     NULL, false, &e),
 		   &e);
 }
 
@@ -295,10 +305,10 @@ static void phxfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 {
 	struct fuse_entry_param e;
 
-	reply_node(
-		req,
-		make_node(req, parent, name, S_IFLNK | 0777, link, false, &e),
-		&e);
+	reply_node(req,
+		   make_node(req, parent, name, S_IFLNK | 0777, 0, link, false,
+			     &e),
+		   &e);
 }
 
 static void phxfs_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -451,6 +461,36 @@ static int check_rename(struct phxfs *fs, struct phxfs_inode *src,
 	return 0;
 }
 
+/* RENAME_EXCHANGE: swap the inodes of two entries; fs->lock held. */
+static int exchange(struct phxfs *fs, struct phxfs_dentry *sd,
+		    struct phxfs_dentry *dd)
+{
+	struct phxfs_inode *a = sd->inode, *b = dd->inode;
+	struct phxfs_inode *from = sd->parent, *to = dd->parent;
+
+	if (from->dev != to->dev)
+		return EXDEV;
+	if ((S_ISDIR(a->mode) && is_below(fs, to, a)) ||
+	    (S_ISDIR(b->mode) && is_below(fs, from, b)))
+		return EINVAL;
+	sd->inode = b;
+	dd->inode = a;
+	if (S_ISDIR(a->mode)) {
+		a->parent = to;
+		from->nlink--;
+		to->nlink++;
+	}
+	if (S_ISDIR(b->mode)) {
+		b->parent = from;
+		to->nlink--;
+		from->nlink++;
+	}
+	phxfs_touch(&a->ctime);
+	b->ctime = a->ctime;
+	from->mtime = from->ctime = to->mtime = to->ctime = a->ctime;
+	return 0;
+}
+
 static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			 fuse_ino_t newparent, const char *newname,
 			 unsigned int flags)
@@ -476,6 +516,13 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		goto out;
 	dd = phxfs_dentry_find(fs, to, newname);
 	dst = dd ? dd->inode : NULL;
+	if (flags & RENAME_EXCHANGE) {
+		err = (flags & RENAME_NOREPLACE) ? EINVAL :
+		      !dd			 ? ENOENT :
+		      dst == src		 ? 0 :
+						   exchange(fs, sd, dd);
+		goto out;
+	}
 	if (dst == src)
 		goto out;
 	err = check_rename(fs, src, dst, to, flags);
@@ -512,8 +559,8 @@ static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct fuse_entry_param e;
 	int err;
 
-	err = make_node(req, parent, name, S_IFREG | (mode & 07777), NULL, true,
-			&e);
+	err = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL,
+			true, &e);
 	if (err) {
 		fuse_reply_err(req, err);
 		return;

@@ -246,6 +246,7 @@ void phxfs_fill_stat(struct phxfs *fs, struct phxfs_inode *inode,
 	st->st_atim = inode->atime;
 	st->st_mtim = inode->mtime;
 	st->st_ctim = inode->ctime;
+	st->st_rdev = inode->rdev;
 	st->st_blksize = (blksize_t)fs->blksize;
 	if (S_ISREG(inode->mode)) {
 		st->st_size = (off_t)phxfs_data_size(inode);

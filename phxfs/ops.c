@@ -3,11 +3,10 @@
  * ops.c - phxfs's FUSE operations (low-level API): the session's setup and
  * the table that gathers the handlers of dir.c, file.c and xattr.c.
  *
- * Regular files, directories and symlinks; a regular file's bytes live in
- * one sparse device buffer.  Not supported: device nodes and FIFOs (EPERM),
- * RENAME_EXCHANGE (EINVAL), hole punching (EOPNOTSUPP), user xattrs other
- * than the read-only user.phx.* ones (ENOTSUP), and atime updates (files
- * behave as if mounted noatime).  docs/phxfs.md lists why.
+ * Regular files, directories, symlinks, hard links, FIFOs, sockets and
+ * device nodes; a regular file's bytes live in one sparse device buffer.
+ * Not supported (docs/phxfs.md says why): O_TMPFILE, hole punching,
+ * SEEK_HOLE/SEEK_DATA, POSIX ACLs, atime updates (as if noatime).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -147,6 +147,7 @@ struct phxfs_inode {
 	uint64_t nlookup; /* kernel references (lookup - forget) */
 	unsigned int nopen; /* open handles and control-socket users */
 	char *symlink; /* target of a symlink */
+	dev_t rdev; /* device number of a device node */
 	struct phxfs_xattr *xattrs; /* stored extended attributes */
 	struct phxfs_dentry *children; /* directory: its entries */
 	unsigned int nchildren; /* directory: entries in it */

@@ -131,3 +131,145 @@ def status_names_escaped():
              if " memcpy " in ln and base in ln]
     for n, printed in names.items():
         assert base + printed in shown, (printed, shown)
+
+
+def renameat2(old, new, flags):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    AT_FDCWD = -100
+    if libc.renameat2(AT_FDCWD, os.fsencode(old), AT_FDCWD,
+                      os.fsencode(new), flags):
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), old)
+
+
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+
+
+@test
+def special_files():
+    """FIFOs, Unix sockets and device nodes are inodes the kernel serves;
+    tar carries them in and out."""
+    import socket
+    import stat
+    need_root()
+    d, ref = T.fresh("special")
+    fifo = os.path.join(d, "fifo")
+    os.mkfifo(fifo, 0o640)
+    st = os.lstat(fifo)
+    assert stat.S_ISFIFO(st.st_mode) and st.st_mode & 0o777 == 0o640
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    wfd = os.open(fifo, os.O_WRONLY)
+    os.write(wfd, b"through the pipe")
+    assert os.read(rfd, 100) == b"through the pipe"
+    os.close(wfd)
+    os.close(rfd)
+    # a Unix socket bound in the mount
+    path = os.path.join(d, "sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    cli = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    cli.connect(path)
+    conn, _ = srv.accept()
+    cli.sendall(b"hello")
+    assert conn.recv(5) == b"hello"
+    for s in (cli, conn, srv):
+        s.close()
+    # device nodes: root only (CAP_MKNOD), rdev kept; the kernel opens
+    # them unless the mount is nodev
+    null = os.path.join(d, "null")
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    st = os.lstat(null)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)
+    os.mknod(d + "/blk", 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+    assert os.lstat(d + "/blk").st_rdev == os.makedev(7, 0)
+    opts = [ln.split()[3].split(",") for ln in
+            read("/proc/mounts").decode().splitlines()
+            if ln.split()[1] == T.FS.mp][0]
+    if "nodev" in opts:
+        expect_errno(errno.EACCES, os.open, null, os.O_WRONLY)
+    else:
+        fd = os.open(null, os.O_WRONLY)
+        assert os.write(fd, b"gone") == 4
+        os.close(fd)
+    r = sh("mknod %s/n2 c 1 3" % d, check=False, user="nobody")
+    assert r.returncode and "Operation not permitted" in r.stderr, r.stderr
+    # hard links to special files; tar round trip (tar makes FIFOs anew,
+    # unlinked, on tmpfs too)
+    os.link(fifo, d + "/fifo2")
+    assert os.lstat(fifo).st_nlink == 2
+    os.unlink(path)
+    sh("tar -C %s -cf %s/t.tar ." % (d, ref))
+    os.mkdir(d + "/x")
+    sh("tar -C %s/x -xf %s/t.tar" % (d, ref))
+    assert stat.S_ISFIFO(os.lstat(d + "/x/fifo").st_mode)
+    assert os.lstat(d + "/x/null").st_rdev == os.makedev(1, 3)
+
+
+@test
+def renames_exchange_noreplace():
+    d, _ = T.fresh("ren")
+    write(d + "/a", b"A")
+    write(d + "/b", b"B")
+    expect_errno(errno.EEXIST, renameat2, d + "/a", d + "/b",
+                 RENAME_NOREPLACE)
+    renameat2(d + "/a", d + "/c", RENAME_NOREPLACE)
+    assert read(d + "/c") == b"A" and not os.path.exists(d + "/a")
+    renameat2(d + "/c", d + "/b", RENAME_EXCHANGE)
+    assert read(d + "/c") == b"B" and read(d + "/b") == b"A"
+    expect_errno(errno.ENOENT, renameat2, d + "/b", d + "/none",
+                 RENAME_EXCHANGE)
+    # a file and a directory in different parents swap places
+    os.makedirs(d + "/p1/dir/sub")
+    os.mkdir(d + "/p2")
+    write(d + "/p2/f", b"F")
+    renameat2(d + "/p1/dir", d + "/p2/f", RENAME_EXCHANGE)
+    assert read(d + "/p1/dir") == b"F"
+    assert os.path.isdir(d + "/p2/f/sub")
+    assert os.stat(d + "/p1").st_nlink == 2
+    assert os.stat(d + "/p2").st_nlink == 3
+    assert os.path.samefile(d + "/p2/f/..", d + "/p2")
+    # a directory may not go below itself
+    os.mkdir(d + "/p2/f/sub/deep")
+    expect_errno(errno.EINVAL, renameat2, d + "/p2/f", d + "/p2/f/sub/deep",
+                 RENAME_EXCHANGE)
+    sh("rm -rf %s/p1 %s/p2" % (d, d))
+
+
+@test
+def modes_owners_sticky_times():
+    need_root()
+    d, _ = T.fresh("modes")
+    os.chmod(d, 0o1777)
+    write(d + "/root", b"r")
+    os.chmod(d + "/root", 0o666)
+    # sticky directory: others may write the file but not remove it
+    sh("printf w > %s/root" % d, user="nobody")
+    r = sh("rm -f %s/root" % d, check=False, user="nobody")
+    assert r.returncode and os.path.exists(d + "/root"), r.stderr
+    sh("printf n > %s/mine && mv %s/mine %s/mine2" % (d, d, d),
+       user="nobody")
+    assert os.stat(d + "/mine2").st_uid == 65534
+    # owner changes: only root gives files away
+    r = sh("chown root %s/mine2" % d, check=False, user="nobody")
+    assert r.returncode
+    os.chown(d + "/mine2", 0, 0)
+    assert os.stat(d + "/mine2").st_uid == 0
+    # modes and permission checks
+    os.chmod(d + "/root", 0o600)
+    r = sh("cat %s/root" % d, check=False, user="nobody")
+    assert r.returncode and "Permission denied" in r.stderr
+    # times: set exactly, and moved by a write
+    os.utime(d + "/root", ns=(1_000_000_000_123, 2_000_000_000_456))
+    st = os.stat(d + "/root")
+    assert st.st_mtime_ns == 2_000_000_000_456, st
+    write(d + "/root", b"again")
+    assert os.stat(d + "/root").st_mtime_ns > 2_000_000_000_456
+    # truncation both ways keeps what it should
+    with open(d + "/root", "r+b") as f:
+        f.truncate(3)
+        assert f.read() == b"aga"
+        f.truncate(6)
+    assert read(d + "/root") == b"aga\0\0\0"
