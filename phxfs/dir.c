@@ -664,6 +664,48 @@ static void phxfs_releasedir(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_err(req, 0);
 }
 
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 17)
+/* O_TMPFILE: an open regular file without a name; linkat() may give one. */
+static void phxfs_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
+			  struct fuse_file_info *fi)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct phxfs_inode *dir, *inode = NULL;
+	struct fuse_entry_param e;
+	int err;
+
+	pthread_mutex_lock(&fs->lock);
+	dir = dir_of(fs, parent, &err);
+	if (!err && dir == fs->root)
+		err = EPERM;
+	if (!err)
+		inode = phxfs_inode_new(
+			fs, dir->dev, S_IFREG | (mode & 07777), ctx->uid,
+			dir->mode & S_ISGID ? dir->gid : ctx->gid);
+	if (!err && !inode)
+		err = ENOMEM;
+	if (!err) {
+		inode->nlink = 0;
+		inode->nopen = 1;
+		entry_of(fs, inode, &e);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	if (!err) {
+		err = phxfs_open_file(fs, req, inode, fi);
+		if (err) {
+			pthread_mutex_lock(&fs->lock);
+			phxfs_inode_unref(fs, inode, 1, 1);
+			pthread_mutex_unlock(&fs->lock);
+		}
+	}
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_create(req, &e, fi);
+}
+#endif
+
 void phxfs_dir_ops(struct fuse_lowlevel_ops *o)
 {
 	o->lookup = phxfs_lookup;
@@ -680,6 +722,9 @@ void phxfs_dir_ops(struct fuse_lowlevel_ops *o)
 	o->rename = phxfs_rename;
 	o->link = phxfs_link;
 	o->create = phxfs_create;
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 17)
+	o->tmpfile = phxfs_tmpfile;
+#endif
 	o->opendir = phxfs_opendir;
 	o->readdir = phxfs_readdir;
 	o->releasedir = phxfs_releasedir;

@@ -418,6 +418,42 @@ out:
 	fuse_reply_err(req, err);
 }
 
+/*
+ * SEEK_DATA / SEEK_HOLE.  libphoenix tells how much of a buffer is backed
+ * (phx_buf_committed()) but not where, so only the two plain cases are
+ * exact: nothing backed (all hole) and everything backed (no hole but the
+ * one at the end).  Between them the file reads as data throughout, which
+ * POSIX allows; docs/phxfs.md says so.
+ */
+static void phxfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+			struct fuse_file_info *fi)
+{
+	struct phxfs_inode *inode = phxfs_file(fi);
+	uint64_t size, held;
+	off_t ret;
+
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_rwlock_rdlock(&inode->io_lock);
+	size = phxfs_data_size(inode);
+	held = phxfs_ranged(inode) ? size : phxfs_data_held(inode);
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (off < 0 || (uint64_t)off >= size) {
+		fuse_reply_err(req, ENXIO);
+		return;
+	}
+	if (whence == SEEK_DATA)
+		ret = held ? off : -ENXIO;
+	else
+		ret = held ? (off_t)size : off;
+	if (ret < 0)
+		fuse_reply_err(req, (int)-ret);
+	else
+		fuse_reply_lseek(req, ret);
+}
+
 void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o)
 {
 	rbuf_setup(fs);
@@ -428,4 +464,5 @@ void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o)
 	o->release = phxfs_release;
 	o->fsync = phxfs_fsync;
 	o->fallocate = phxfs_fallocate;
+	o->lseek = phxfs_lseek;
 }

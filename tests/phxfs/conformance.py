@@ -273,3 +273,76 @@ def modes_owners_sticky_times():
         assert f.read() == b"aga"
         f.truncate(6)
     assert read(d + "/root") == b"aga\0\0\0"
+
+
+def libfuse_minor():
+    out = subprocess.run([T.FS.daemon, "--version"], capture_output=True,
+                         text=True).stdout
+    return int(out.split("FUSE 3.")[1].split(")")[0])
+
+
+@test
+def o_tmpfile_and_linkat():
+    """O_TMPFILE (libfuse 3.17 builds): a nameless file, then a name."""
+    need_root()  # linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH
+    d, _ = T.fresh("tmpf")
+    try:
+        fd = os.open(d, os.O_TMPFILE | os.O_RDWR, 0o640)
+    except OSError as e:
+        if libfuse_minor() >= 17:
+            raise
+        assert e.errno == errno.EOPNOTSUPP, e
+        raise T.Skip("O_TMPFILE needs the libfuse 3.17 build")
+    try:
+        assert os.listdir(d) == []
+        os.write(fd, b"nameless")
+        assert os.fstat(fd).st_nlink == 0
+        # linkat(fd, "", AT_EMPTY_PATH): Python's os.link cannot
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.linkat(fd, b"", -100, os.fsencode(d + "/named"), 0x1000):
+            raise OSError(ctypes.get_errno(), "linkat")
+        assert read(d + "/named") == b"nameless"
+        assert os.stat(d + "/named").st_nlink == 1
+        assert os.stat(d + "/named").st_mode & 0o777 == 0o640
+    finally:
+        os.close(fd)
+    # one that never gets a name frees its memory at close
+    fd = os.open(d, os.O_TMPFILE | os.O_WRONLY)
+    os.write(fd, b"x" * 100000)
+    os.close(fd)
+    assert os.listdir(d) == ["named"]
+
+
+@test
+def seek_data_hole():
+    d, _ = T.fresh("seek")
+    f = d + "/sparse"
+    with open(f, "wb") as fh:
+        fh.truncate(8 << 20)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        # nothing written: all hole
+        expect_errno(errno.ENXIO, os.lseek, fd, 0, os.SEEK_DATA)
+        assert os.lseek(fd, 4096, os.SEEK_HOLE) == 4096
+        expect_errno(errno.ENXIO, os.lseek, fd, 8 << 20, os.SEEK_HOLE)
+    finally:
+        os.close(fd)
+    write(f, T.rand(3 << 20, 12))
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        # all written: data up to the hole at the end
+        assert os.lseek(fd, 5, os.SEEK_DATA) == 5
+        assert os.lseek(fd, 5, os.SEEK_HOLE) == 3 << 20
+        expect_errno(errno.ENXIO, os.lseek, fd, 3 << 20, os.SEEK_DATA)
+        # and the plain whences still work
+        assert os.lseek(fd, 0, os.SEEK_END) == 3 << 20
+    finally:
+        os.close(fd)
+    # cp keeps a sparse file sparse and its bytes exact
+    with open(f, "r+b") as fh:
+        fh.truncate(0)
+        fh.seek(6 << 20)
+        fh.write(b"end")
+    sh("cp --sparse=always %s %s/copy" % (f, d))
+    assert read(d + "/copy") == read(f)
