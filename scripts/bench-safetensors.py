@@ -378,8 +378,13 @@ def child_save(name: str, files: list[str], args) -> dict:
 
 def child(extra: list[str], args) -> dict:
     cmd = [sys.executable, __file__, "--dir", args.dir, "--repeat",
-           str(args.repeat), "--device", args.device] + extra
-    r = subprocess.run(cmd, capture_output=True, text=True)
+           str(args.repeat), "--device", args.device, "--size-gib",
+           str(args.size_gib)] + extra
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=args.child_timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {args.child_timeout} s"}
     if r.returncode:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
@@ -400,6 +405,8 @@ def main() -> int:
     ap.add_argument("--cases", default="single,sharded,save")
     ap.add_argument("--loaders", default=",".join(LOADERS))
     ap.add_argument("--keep", action="store_true", help="keep the files")
+    ap.add_argument("--child-timeout", type=int, default=300,
+                    help="seconds one measurement may take")
     ap.add_argument("--overhead", action="store_true",
                     help="per-call cost on the simulated device")
     ap.add_argument("--make", nargs=2, help=argparse.SUPPRESS)
