@@ -214,3 +214,22 @@ def test_bad_arguments_are_refused(lib):
     assert lib.phxFileReadAsync(None, ctypes.c_void_p(4096), *op.args(),
                                 None) == -errno.EINVAL
     assert lib.phxFileStreamDeregister(ctypes.c_void_p(12345)) == 0
+
+
+def test_gpu_script_imports_lmcache_backend():
+    """The GPU test's import of LMCache's module, as far as this machine
+    allows (it needs the wheel in .whl/; torch only on the GPU)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    if not list(repo.glob(".whl/lmcache-0.5.6-*.whl")):
+        pytest.skip("no lmcache 0.5.6 wheel in .whl/")
+    build = Path(library_path()).parent
+    out = subprocess.run([sys.executable, str(Path(__file__).parent /
+                                              "lmcache_phx_gpu.py"),
+                          "--check", "--build", str(build)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "import check passed" in out.stdout or "PASS" in out.stdout
