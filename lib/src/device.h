@@ -220,6 +220,8 @@ struct phx_device {
 	struct phx_engine *pool_free; /* idle engines */
 	unsigned int pool_count; /* engines of the pool, idle or lent */
 	unsigned int pool_idle;
+	unsigned int pool_sync; /* lent to synchronous callers */
+	unsigned int pool_batch; /* lent to batches */
 	/* idle copy streams for host<->device copies; under pool_lock */
 	void *streams[16];
 	unsigned int nstreams;

@@ -83,6 +83,7 @@ struct phx_engine {
 	unsigned int ring_entries; /* SQEs the ring holds: twice the slots */
 	bool ring_ok, fixed, polled;
 	bool broken; /* a step failed midway: never lend it again */
+	bool lent_sync; /* lent to a synchronous caller, not a batch */
 	uint64_t chunk;
 	unsigned int nslots;
 	char *staging;

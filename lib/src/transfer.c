@@ -16,11 +16,12 @@
 
 /*
  * Lend an engine of shape @sh from @dev's pool: an idle one of that shape,
- * else an idle one re-cut to it, else a new one.  Synchronous calls
- * (@wait) wait while PHX_MAX_ENGINES are alive and none is idle.  Batches
- * never wait: a batch holds its engine for its life, so a thread holding
- * four batches would wait for itself; past the limit they build one that
- * is freed when it comes back.
+ * else an idle one re-cut to it, else a new one.  Synchronous callers
+ * (@wait) hold theirs for one call: they wait while PHX_MAX_ENGINES are
+ * lent to such callers and none is idle.  Batches hold theirs for their
+ * life and never wait, nor count against that limit: a thread holding
+ * batches would otherwise wait for itself in its next synchronous call.
+ * Engines past the limit are freed when they come back.
  */
 int phx_engine_get(struct phx_device *dev, struct engine_shape sh, bool wait,
 		   struct phx_engine **out)
@@ -29,8 +30,12 @@ int phx_engine_get(struct phx_device *dev, struct engine_shape sh, bool wait,
 	int ret;
 
 	pthread_mutex_lock(&dev->pool_lock);
-	while (!dev->pool_free && dev->pool_count >= PHX_MAX_ENGINES && wait)
+	while (wait && !dev->pool_free && dev->pool_sync >= PHX_MAX_ENGINES)
 		pthread_cond_wait(&dev->pool_cond, &dev->pool_lock);
+	if (wait)
+		dev->pool_sync++;
+	else
+		dev->pool_batch++;
 	if (!dev->pool_free) {
 		dev->pool_count++;
 		pthread_mutex_unlock(&dev->pool_lock);
@@ -63,21 +68,33 @@ build:
 	if (ret) {
 		pthread_mutex_lock(&dev->pool_lock);
 		dev->pool_count--;
+		if (wait)
+			dev->pool_sync--;
+		else
+			dev->pool_batch--;
 		pthread_cond_signal(&dev->pool_cond);
 		pthread_mutex_unlock(&dev->pool_lock);
 		return ret;
 	}
 lent:
+	e->lent_sync = wait;
 	*out = e;
 	return 0;
 }
 
-/* Return @e to the pool; broken engines and those past the limit go. */
+/*
+ * Return @e to the pool.  Broken engines go, and so do engines that would
+ * leave more than PHX_MAX_ENGINES outside batches.
+ */
 void phx_engine_put(struct phx_device *dev, struct phx_engine *e)
 {
 	e->polled = false;
 	pthread_mutex_lock(&dev->pool_lock);
-	if (e->broken || dev->pool_count > PHX_MAX_ENGINES) {
+	if (e->lent_sync)
+		dev->pool_sync--;
+	else
+		dev->pool_batch--;
+	if (e->broken || dev->pool_count > PHX_MAX_ENGINES + dev->pool_batch) {
 		dev->pool_count--;
 		pthread_cond_signal(&dev->pool_cond);
 		pthread_mutex_unlock(&dev->pool_lock);
