@@ -64,6 +64,12 @@ enum phx_path {
 	PHX_PATH_BUFFERED = 2, /* page-cache io_uring into pinned staging */
 	PHX_PATH_P2P = 3,      /* straight between disk and device memory */
 	PHX_PATH_MEMCPY = 4,   /* host memory <-> device copy, no file */
+	/*
+	 * phxfs: the kernel serves the file from its backing file (FUSE
+	 * passthrough); these bytes never pass through the library.
+	 */
+	PHX_PATH_PASSTHROUGH = 5,
+	PHX_PATH_COUNT
 };
 
 struct phx_device_info {
@@ -108,7 +114,18 @@ enum phx_device_kind phx_default_kind(const char **why);
 const char *phx_kind_name(enum phx_device_kind kind);
 
 /**
- * phx_path_name() - "staged", "buffered", "p2p", "memcpy" or "none".
+ * phx_kind_parse() - the device kind a word names.
+ * @name: "cuda" (or "gpu"), "sim", "kmod" (or "phx"); "auto", "" and
+ *	  NULL give PHX_DEVICE_NONE, the default kind.
+ *
+ * The one parser of kind names (PHX_DEVICE, device names, command
+ * lines).  Returns 0 or -EINVAL with a message.
+ */
+int phx_kind_parse(const char *name, enum phx_device_kind *out);
+
+/**
+ * phx_path_name() - "staged", "buffered", "p2p", "memcpy", "passthrough"
+ * or "none".
  */
 const char *phx_path_name(enum phx_path path);
 
@@ -611,6 +628,21 @@ int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 
 /* ---- settings ------------------------------------------------------- */
 
+/* O_DIRECT use (PHX_DIRECT). */
+enum phx_direct {
+	PHX_DIRECT_AUTO = -1, /* unless the range is mostly in the page cache */
+	PHX_DIRECT_OFF = 0,
+	PHX_DIRECT_ON = 1, /* fail where the file system refuses it */
+};
+
+/* How a stream is held during a stream-ordered transfer (PHX_STREAM_WAIT). */
+enum phx_stream_wait {
+	PHX_STREAM_WAIT_AUTO = -1,  /* kernel, or device on phx.ko devices */
+	PHX_STREAM_WAIT_HOST = 0,   /* a host function waits for the worker */
+	PHX_STREAM_WAIT_DEVICE = 1, /* the stream waits on a flag */
+	PHX_STREAM_WAIT_KERNEL = 2, /* the copy kernel holds the stream */
+};
+
 /*
  * Tunables, each with an environment override read once at first use:
  *
@@ -629,11 +661,11 @@ struct phx_settings {
 	uint64_t chunk_size;
 	unsigned int queue_depth;
 	uint64_t alloc_chunk;
-	int direct; /* -1 auto, 0 off, 1 on */
+	enum phx_direct direct;
 	unsigned int hot_fraction;
 	unsigned int sim_devices;
 	uint64_t sim_capacity;
-	int stream_wait; /* -1 auto, 0 host, 1 device, 2 kernel: phx_io_enqueue() */
+	enum phx_stream_wait stream_wait; /* phx_io_enqueue() */
 };
 
 /**
@@ -650,7 +682,8 @@ int phx_parse_size(const char *s, uint64_t *out);
 /* ---- statistics ----------------------------------------------------- */
 
 struct phx_stats {
-	uint64_t bytes[5]; /* bytes moved, indexed by enum phx_path */
+	/* bytes moved, by enum phx_path (passthrough bytes never pass by) */
+	uint64_t bytes[PHX_PATH_PASSTHROUGH];
 	uint64_t ios;	   /* transfers completed */
 	uint64_t errors;   /* transfers that failed */
 	uint64_t pinned_bytes; /* staging memory pinned now */

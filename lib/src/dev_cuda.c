@@ -843,7 +843,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.launch_host_fn = cuda_launch_host_fn,
 	.stream_wait_flag = cuda_stream_wait_flag,
 	/* host and device modes can hang in the driver (README) */
-	.stream_wait_auto = 2,
+	.stream_wait_auto = PHX_STREAM_WAIT_KERNEL,
 	.host_map = cuda_host_map,
 	.host_unmap = cuda_host_unmap,
 	.feed_launch = cuda_feed_launch,

@@ -364,5 +364,5 @@ const struct phx_backend_ops phx_kmod_ops = {
 	.event_sync = kmod_event_sync,
 	.launch_host_fn = kmod_launch_host_fn,
 	.stream_wait_flag = kmod_stream_wait_flag,
-	.stream_wait_auto = 1,
+	.stream_wait_auto = PHX_STREAM_WAIT_DEVICE,
 };

@@ -537,6 +537,6 @@ const struct phx_backend_ops phx_sim_ops = {
 	.event_sync = sim_event_sync,
 	.launch_host_fn = sim_launch_host_fn,
 	.stream_wait_flag = sim_stream_wait_flag,
-	.stream_wait_auto = 2,
+	.stream_wait_auto = PHX_STREAM_WAIT_KERNEL,
 	.feed_launch = sim_feed_launch,
 };

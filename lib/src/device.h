@@ -172,8 +172,8 @@ struct phx_backend_ops {
 	 */
 	int (*stream_wait_flag)(struct phx_device *dev, void *stream,
 				uint32_t *flag, uint64_t daddr);
-	/* PHX_STREAM_WAIT=auto here: 0 host, 1 device (flags), 2 kernel */
-	int stream_wait_auto;
+	/* What PHX_STREAM_WAIT=auto means here. */
+	enum phx_stream_wait stream_wait_auto;
 
 	/*
 	 * PHX_STREAM_WAIT=kernel (feed.h): put the copy kernel on @stream
@@ -208,7 +208,7 @@ struct phx_device {
 	uint64_t limit; /* 0: capacity */
 	atomic_uint_fast64_t used; /* committed by our buffers */
 	atomic_uint_fast64_t pinned; /* staging memory pinned now */
-	atomic_uint_fast64_t bytes[5]; /* by enum phx_path */
+	atomic_uint_fast64_t bytes[PHX_PATH_COUNT]; /* by enum phx_path */
 	atomic_uint_fast64_t ios, errors;
 
 	atomic_uint_fast64_t staging; /* staging memory of all engines */

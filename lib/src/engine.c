@@ -256,20 +256,20 @@ static int job_plan(struct phx_engine *e, struct job *j)
 	const struct phx_settings *s = phx_settings();
 	struct phx_device *dev = e->dev;
 	bool is_read = j->io->op == PHX_OP_READ;
-	bool direct = s->direct != 0;
+	bool direct = s->direct != PHX_DIRECT_OFF;
 	uint64_t a_start = phx_align_down(j->start, PHX_DIO_ALIGN);
 	uint64_t a_end = phx_align_up(j->end, PHX_DIO_ALIGN);
 	int ret;
 
 	/* Hot: most of what will be read (up to end of file) is cached. */
-	if (direct && s->direct < 0 && is_read && s->hot_fraction <= 100 &&
-	    j->start < j->fde->size &&
+	if (direct && s->direct == PHX_DIRECT_AUTO && is_read &&
+	    s->hot_fraction <= 100 && j->start < j->fde->size &&
 	    phx_cached_percent(j->fde->user_fd, j->start,
 			       phx_min(j->end, j->fde->size) - j->start) >=
 		    s->hot_fraction)
 		direct = false;
 	if (direct && phx_fd_direct(j->fde) < 0) {
-		if (s->direct > 0)
+		if (s->direct == PHX_DIRECT_ON)
 			return phx_err(
 				EINVAL,
 				"fd %d cannot be opened with O_DIRECT (PHX_DIRECT=on): the file system refuses it",
@@ -327,12 +327,12 @@ static void job_complete(struct phx_engine *e, struct job *j)
 	}
 	e->nactive--;
 
-	for (p = 1; p < 5; p++)
+	for (p = 1; p < PHX_PATH_COUNT; p++)
 		if (j->by_path[p] > j->by_path[best])
 			best = p;
 	j->io->path = (enum phx_path)best;
 	j->io->result = j->err ? j->err : (int64_t)j->moved;
-	for (p = 1; p < 5; p++)
+	for (p = 1; p < PHX_PATH_COUNT; p++)
 		atomic_fetch_add(&dev->bytes[p], j->by_path[p]);
 	atomic_fetch_add(&dev->ios, 1);
 	if (j->err)

@@ -49,7 +49,7 @@ struct job {
 	bool p2p;
 	unsigned int pending; /* segments in flight */
 	uint64_t moved;
-	uint64_t by_path[5];
+	uint64_t by_path[PHX_PATH_COUNT];
 	int err;
 	bool eof;
 	bool queued; /* on the engine's issue queue */

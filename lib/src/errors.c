@@ -54,10 +54,16 @@ PHX_EXPORT const char *phx_kind_name(enum phx_device_kind kind)
 
 PHX_EXPORT const char *phx_path_name(enum phx_path path)
 {
-	static const char *const names[] = { "none", "staged", "buffered",
-					     "p2p", "memcpy" };
+	static const char *const names[PHX_PATH_COUNT] = {
+		[PHX_PATH_NONE] = "none",
+		[PHX_PATH_STAGED] = "staged",
+		[PHX_PATH_BUFFERED] = "buffered",
+		[PHX_PATH_P2P] = "p2p",
+		[PHX_PATH_MEMCPY] = "memcpy",
+		[PHX_PATH_PASSTHROUGH] = "passthrough",
+	};
 
-	if ((unsigned int)path >= sizeof(names) / sizeof(names[0]))
+	if ((unsigned int)path >= PHX_PATH_COUNT || !names[path])
 		return "none";
 	return names[path];
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * feed.c - the host side of the copy kernel's protocol (feed.h).  WIP.
+ * feed.c - the host side of the copy kernel's protocol (feed.h), used by
+ * stream-ordered transfers in PHX_STREAM_WAIT=kernel, the default on CUDA
+ * and the simulated device (stream.c).
  *
  * Chunk c of a transfer goes through slot c % PHX_FEED_SLOTS.  Reads: the
  * worker fills the slot, stores ready = c + 1; the kernel copies it to the

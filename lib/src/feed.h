@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * feed.h - the control block shared by a stream-ordered transfer's worker
- * and the copy kernel on its stream (lib/src/feed.ptx).  WIP: not wired in.
+ * and the copy kernel on its stream (lib/src/feed.ptx): how stream-ordered
+ * transfers move their bytes in PHX_STREAM_WAIT=kernel (stream.c).
  *
  * The block lives in pinned host memory mapped for the device.  The host
  * side writes with release stores and reads with acquire loads; the

@@ -85,8 +85,8 @@ void phx_engine_pool_destroy(struct phx_device *dev);
 void phx_hostcopy_release(struct phx_device *dev);
 void phx_async_destroy(struct phx_device *dev);
 
-/* How @dev's streams wait for transfers: 0 host, 1 device, 2 kernel. */
-int phx_stream_mode(const struct phx_device *dev);
+/* How @dev's streams wait for transfers (never _AUTO). */
+enum phx_stream_wait phx_stream_mode(const struct phx_device *dev);
 
 /*
  * A device has just opened: load what its streams need before any

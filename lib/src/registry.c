@@ -47,27 +47,61 @@ static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 static enum phx_device_kind default_kind;
 static const char *default_why;
 
+/* Every word that names a kind (PHX_DEVICE, device names, phxfs -o). */
+static const struct {
+	const char *word;
+	enum phx_device_kind kind;
+} kind_words[] = {
+	{ "cuda", PHX_DEVICE_CUDA }, { "gpu", PHX_DEVICE_CUDA },
+	{ "sim", PHX_DEVICE_SIM },   { "kmod", PHX_DEVICE_KMOD },
+	{ "phx", PHX_DEVICE_KMOD },
+};
+
+/* The kind @len bytes at @s name, or PHX_DEVICE_NONE. */
+static enum phx_device_kind kind_word(const char *s, size_t len)
+{
+	unsigned int i;
+
+	for (i = 0; i < sizeof(kind_words) / sizeof(kind_words[0]); i++)
+		if (strlen(kind_words[i].word) == len &&
+		    !strncmp(s, kind_words[i].word, len))
+			return kind_words[i].kind;
+	return PHX_DEVICE_NONE;
+}
+
+PHX_EXPORT int phx_kind_parse(const char *name, enum phx_device_kind *out)
+{
+	if (!name || !*name || !strcmp(name, "auto")) {
+		*out = PHX_DEVICE_NONE;
+		return 0;
+	}
+	*out = kind_word(name, strlen(name));
+	if (*out == PHX_DEVICE_NONE)
+		return phx_err(
+			EINVAL,
+			"unknown device kind '%s': use cuda, sim, kmod or auto",
+			name);
+	return 0;
+}
+
 static void default_init(void)
 {
+	static const char *const forced[] = {
+		[PHX_DEVICE_CUDA] = "PHX_DEVICE=cuda",
+		[PHX_DEVICE_SIM] = "PHX_DEVICE=sim",
+		[PHX_DEVICE_KMOD] = "PHX_DEVICE=kmod",
+	};
 	const char *s = getenv("PHX_DEVICE");
 	const char *why = NULL;
 
 	phx_settings();
-	if (s && *s) {
-		if (!strcmp(s, "cuda") || !strcmp(s, "gpu")) {
-			default_kind = PHX_DEVICE_CUDA;
-			default_why = "PHX_DEVICE=cuda";
-		} else if (!strcmp(s, "sim")) {
-			default_kind = PHX_DEVICE_SIM;
-			default_why = "PHX_DEVICE=sim";
-		} else if (!strcmp(s, "kmod")) {
-			default_kind = PHX_DEVICE_KMOD;
-			default_why = "PHX_DEVICE=kmod";
-		} else {
-			default_kind = PHX_DEVICE_NONE;
-			default_why =
-				"PHX_DEVICE is not one of cuda, sim, kmod";
-		}
+	if (phx_kind_parse(s, &default_kind)) {
+		default_kind = PHX_DEVICE_NONE;
+		default_why = "PHX_DEVICE is not one of cuda, sim, kmod, auto";
+		return;
+	}
+	if (default_kind != PHX_DEVICE_NONE) {
+		default_why = forced[default_kind];
 		return;
 	}
 	if (backend_probe(PHX_DEVICE_CUDA, &why) > 0) {
@@ -162,18 +196,10 @@ PHX_EXPORT int phx_device_list(enum phx_device_kind kind,
 	return n;
 }
 
-/* Parse "gpu0", "sim1", "phx0", "cuda:0", "sim:1", "kmod:0". */
+/* Parse "gpu0", "sim1", "phx0", "cuda:0", "sim:1", "kmod:0": kind, index. */
 static int parse_name(const char *name, enum phx_device_kind *kind, int *index)
 {
-	static const struct {
-		const char *prefix;
-		enum phx_device_kind kind;
-	} prefixes[] = {
-		{ "cuda:", PHX_DEVICE_CUDA }, { "gpu", PHX_DEVICE_CUDA },
-		{ "sim:", PHX_DEVICE_SIM },   { "sim", PHX_DEVICE_SIM },
-		{ "kmod:", PHX_DEVICE_KMOD }, { "phx", PHX_DEVICE_KMOD },
-	};
-	unsigned int i;
+	size_t l = 0;
 	char *end;
 	long v;
 
@@ -182,20 +208,18 @@ static int parse_name(const char *name, enum phx_device_kind *kind, int *index)
 		*index = 0;
 		return 0;
 	}
-	for (i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
-		size_t l = strlen(prefixes[i].prefix);
-
-		if (strncmp(name, prefixes[i].prefix, l))
-			continue;
-		if (!isdigit((unsigned char)name[l]))
-			break;
+	while (isalpha((unsigned char)name[l]))
+		l++;
+	*kind = kind_word(name, l);
+	if (name[l] == ':')
+		l++;
+	if (*kind != PHX_DEVICE_NONE && isdigit((unsigned char)name[l])) {
 		errno = 0;
 		v = strtol(name + l, &end, 10);
-		if (*end || errno || v < 0 || v > INT32_MAX)
-			break;
-		*kind = prefixes[i].kind;
-		*index = (int)v;
-		return 0;
+		if (!*end && !errno && v >= 0 && v <= INT32_MAX) {
+			*index = (int)v;
+			return 0;
+		}
 	}
 	return phx_err(EINVAL, "bad device name '%s': use gpuN, simN or phxN",
 		       name);
@@ -351,7 +375,7 @@ PHX_EXPORT void phx_stats_get(struct phx_device *dev, struct phx_stats *out)
 	unsigned int i;
 
 	memset(out, 0, sizeof(*out));
-	for (i = 0; i < 5; i++)
+	for (i = 0; i < sizeof(out->bytes) / sizeof(out->bytes[0]); i++)
 		out->bytes[i] = atomic_load(&dev->bytes[i]);
 	out->ios = atomic_load(&dev->ios);
 	out->errors = atomic_load(&dev->errors);

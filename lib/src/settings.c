@@ -76,29 +76,29 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 	*val = v;
 }
 
-/* @name's value as an index into NULL-terminated @choices; "auto" is -1. */
-static void env_choice(const char *name, const char *const *choices, int *val)
+/*
+ * @name's value as an index into NULL-terminated @choices, "auto" -1
+ * (the enums of phoenix.h number their choices that way); *@val stays
+ * unless the variable names one of them.
+ */
+static int env_choice(const char *name, const char *const *choices, int val)
 {
 	const char *s = getenv(name);
 	char list[128] = "";
 	int i, n;
 
 	if (!s || !*s)
-		return;
-	if (!strcmp(s, "auto")) {
-		*val = -1;
-		return;
-	}
-	for (i = 0; choices[i]; i++) {
-		if (!strcmp(s, choices[i])) {
-			*val = i;
-			return;
-		}
-	}
+		return val;
+	if (!strcmp(s, "auto"))
+		return -1;
+	for (i = 0; choices[i]; i++)
+		if (!strcmp(s, choices[i]))
+			return i;
 	for (n = i, i = 0; i < n; i++)
 		snprintf(list + strlen(list), sizeof(list) - strlen(list),
 			 "%s%s", i == n - 1 ? " or " : ", ", choices[i]);
 	fprintf(stderr, "phoenix: ignoring %s=%s: use auto%s\n", name, s, list);
+	return val;
 }
 
 static void settings_init(void)
@@ -111,11 +111,11 @@ static void settings_init(void)
 		.chunk_size = 4ULL << 20,
 		.queue_depth = 16,
 		.alloc_chunk = 64ULL << 20,
-		.direct = -1,
+		.direct = PHX_DIRECT_AUTO,
 		.hot_fraction = 50,
 		.sim_devices = 1,
 		.sim_capacity = 4ULL << 30,
-		.stream_wait = -1,
+		.stream_wait = PHX_STREAM_WAIT_AUTO,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, 64 << 10);
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, 4096);
@@ -135,12 +135,19 @@ static void settings_init(void)
 	if (settings.staging_size < settings.chunk_size)
 		settings.staging_size = settings.chunk_size;
 
-	env_choice("PHX_DIRECT", (const char *const[]){ "off", "on", NULL },
-		   &settings.direct);
-
-	env_choice("PHX_STREAM_WAIT",
-		   (const char *const[]){ "host", "device", "kernel", NULL },
-		   &settings.stream_wait);
+	settings.direct = (enum phx_direct)env_choice(
+		"PHX_DIRECT",
+		(const char *const[]){ [PHX_DIRECT_OFF] = "off",
+				       [PHX_DIRECT_ON] = "on",
+				       NULL },
+		settings.direct);
+	settings.stream_wait = (enum phx_stream_wait)env_choice(
+		"PHX_STREAM_WAIT",
+		(const char *const[]){ [PHX_STREAM_WAIT_HOST] = "host",
+				       [PHX_STREAM_WAIT_DEVICE] = "device",
+				       [PHX_STREAM_WAIT_KERNEL] = "kernel",
+				       NULL },
+		settings.stream_wait);
 
 	/* Exported buffers travel as one fd per chunk: allow many. */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {

@@ -673,22 +673,22 @@ static int enqueue_kernel(struct phx_stream *stream, struct phx_async_worker *w,
 	return ret;
 }
 
-int phx_stream_mode(const struct phx_device *dev)
+enum phx_stream_wait phx_stream_mode(const struct phx_device *dev)
 {
-	int mode = phx_settings()->stream_wait;
+	enum phx_stream_wait mode = phx_settings()->stream_wait;
 
-	if (mode < 0)
+	if (mode == PHX_STREAM_WAIT_AUTO)
 		mode = dev->ops->stream_wait_auto;
-	if (mode == 1 && !dev->ops->stream_wait_flag)
-		return 0;
+	if (mode == PHX_STREAM_WAIT_DEVICE && !dev->ops->stream_wait_flag)
+		return PHX_STREAM_WAIT_HOST;
 	return mode;
 }
 
 void phx_stream_device_open(struct phx_device *dev)
 {
 	/* A failure is reported by the first launch, which tries again. */
-	if (phx_stream_mode(dev) == 2 && dev->ops->feed_load &&
-	    dev->ops->feed_load(dev))
+	if (phx_stream_mode(dev) == PHX_STREAM_WAIT_KERNEL &&
+	    dev->ops->feed_load && dev->ops->feed_load(dev))
 		phx_err_clear();
 }
 
@@ -745,7 +745,8 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 	struct phx_device *dev = stream->dev;
 	struct phx_async_worker *w = NULL;
 	struct async_req *r;
-	int ret, mode;
+	enum phx_stream_wait mode;
+	int ret;
 
 	if (op != PHX_OP_READ && op != PHX_OP_WRITE)
 		return phx_err(EINVAL, "unknown transfer op %d", (int)op);
@@ -778,7 +779,7 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		return ret;
 	}
 	mode = phx_stream_mode(dev);
-	if (mode == 2) {
+	if (mode == PHX_STREAM_WAIT_KERNEL) {
 		ret = async_feed_setup(dev, w);
 		if (!ret)
 			ret = enqueue_kernel(stream, w, r);
@@ -788,7 +789,7 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		}
 		return ret;
 	}
-	if (mode == 1) {
+	if (mode == PHX_STREAM_WAIT_DEVICE) {
 		ret = async_flags(dev, w);
 		if (!ret)
 			ret = async_flag_get(dev, w, r);
