@@ -205,6 +205,58 @@ static double median(struct row *r)
 	return v[runs / 2];
 }
 
+/*
+ * Per-call cost: small hot reads, synchronous and each through a new
+ * batch, against pread() of the same bytes.  Prints microseconds a call
+ * and the engines the device built meanwhile (the pool should build
+ * none after the first call).
+ */
+static void per_call(struct phx_device *dev, struct phx_buf *buf)
+{
+	enum { CALLS = 2000, BATCHES = 200, SMALL = 4096 };
+	struct phx_engine_stats st0, st1;
+	char small[SMALL];
+	double t, raw, sync, batch;
+	int fd = open(path, O_RDONLY), i;
+
+	if (fd < 0)
+		die("cannot open %s", path);
+	t = now();
+	for (i = 0; i < CALLS; i++)
+		if (pread(fd, small, SMALL, (off_t)i * SMALL) != SMALL)
+			die("pread of %s failed", path);
+	raw = (now() - t) / CALLS * 1e6;
+	phx_engine_stats_get(dev, &st0);
+	t = now();
+	for (i = 0; i < CALLS; i++)
+		if (phx_read(buf, 0, fd, (int64_t)i * SMALL, SMALL) != SMALL)
+			die("libphoenix: %s", phx_strerror_last());
+	sync = (now() - t) / CALLS * 1e6;
+	t = now();
+	for (i = 0; i < BATCHES; i++) {
+		struct phx_io io = { .op = PHX_OP_READ, .fd = fd,
+				     .file_off = (int64_t)i * SMALL,
+				     .buf = buf, .len = SMALL };
+		struct phx_batch *b;
+
+		if (phx_batch_create(dev, 0, 0, &b) ||
+		    phx_batch_submit(b, &io, 1) != 1 ||
+		    phx_batch_wait(b, 1, NULL, 0, -1) != 1 ||
+		    io.result != SMALL)
+			die("libphoenix: %s", phx_strerror_last());
+		phx_batch_destroy(b);
+	}
+	batch = (now() - t) / BATCHES * 1e6;
+	phx_engine_stats_get(dev, &st1);
+	close(fd);
+	printf("\n%-34s %10s\n", "per call, 4 KiB hot", "us/call");
+	printf("%-34s %10.1f\n", "raw pread (peer)", raw);
+	printf("%-34s %10.1f\n", "phx_read", sync);
+	printf("%-34s %10.1f\n", "batch create+submit+wait+destroy", batch);
+	printf("(engines built during %d calls and %d batches: %llu)\n",
+	       CALLS, BATCHES, (unsigned long long)(st1.built - st0.built));
+}
+
 int main(int argc, char **argv)
 {
 	struct phx_device *dev;
@@ -273,6 +325,7 @@ int main(int argc, char **argv)
 	printf("(%s file, median of %d, simulated device, libphoenix %s, peak RSS %ld MiB incl. the %llu MiB device buffer)\n",
 	       argv[optind], runs, phx_version(), ru.ru_maxrss / 1024,
 	       (unsigned long long)(size >> 20));
+	per_call(dev, buf);
 	phx_buf_free(buf);
 	phx_device_close(dev);
 	unlink(path);
