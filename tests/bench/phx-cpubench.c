@@ -234,9 +234,11 @@ static void per_call(struct phx_device *dev, struct phx_buf *buf)
 	sync = (now() - t) / CALLS * 1e6;
 	t = now();
 	for (i = 0; i < BATCHES; i++) {
-		struct phx_io io = { .op = PHX_OP_READ, .fd = fd,
+		struct phx_io io = { .op = PHX_OP_READ,
+				     .fd = fd,
 				     .file_off = (int64_t)i * SMALL,
-				     .buf = buf, .len = SMALL };
+				     .buf = buf,
+				     .len = SMALL };
 		struct phx_batch *b;
 
 		if (phx_batch_create(dev, 0, 0, &b) ||
@@ -253,8 +255,8 @@ static void per_call(struct phx_device *dev, struct phx_buf *buf)
 	printf("%-34s %10.1f\n", "raw pread (peer)", raw);
 	printf("%-34s %10.1f\n", "phx_read", sync);
 	printf("%-34s %10.1f\n", "batch create+submit+wait+destroy", batch);
-	printf("(engines built during %d calls and %d batches: %llu)\n",
-	       CALLS, BATCHES, (unsigned long long)(st1.built - st0.built));
+	printf("(engines built during %d calls and %d batches: %llu)\n", CALLS,
+	       BATCHES, (unsigned long long)(st1.built - st0.built));
 }
 
 int main(int argc, char **argv)
