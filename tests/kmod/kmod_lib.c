@@ -6,7 +6,9 @@
  * transfer must report PHX_PATH_P2P, the bytes must be right, and every
  * page of the buffer must be a page of the ivshmem BAR (read from
  * /proc/self/pagemap), so the host can check the same bytes in the
- * ivshmem file and the NVMe controller's DMA addresses.
+ * ivshmem file and the NVMe controller's DMA addresses.  Backing files
+ * (what phxfs hands to FUSE passthrough) are the module's growable
+ * ranges: host copies, file transfers, growth, trim.
  */
 #include <phoenix.h>
 
@@ -60,6 +62,78 @@ static void report_pages(const char *view, uint64_t len, uint64_t bus,
 	}
 	printf("# buffer: %llu runs of BAR pages\n", (unsigned long long)runs);
 	close(pagemap);
+}
+
+/* Backing files on @dev: @fd is /mnt/lib.bin. */
+static void check_backing(struct phx_device *dev, int fd)
+{
+	struct phx_backing_info bi = {};
+	struct phx_backing *bk = NULL;
+	struct phx_io io = {};
+	uint64_t n = 4 * MIB;
+	char *host = malloc(n), *map;
+	int bfd, ret;
+
+	ret = phx_backing_alloc(dev, n, &bk);
+	EXPECT(!ret, "phx_backing_alloc: %s", phx_strerror_last());
+	if (ret || !host)
+		return;
+	bfd = phx_backing_fd(bk);
+	EXPECT(!phx_backing_info(bk, &bi) && bi.size == 0 &&
+		       bi.capacity == n && !bi.mapped,
+	       "new backing: size %llu capacity %llu mapped %d",
+	       (unsigned long long)bi.size, (unsigned long long)bi.capacity,
+	       bi.mapped);
+
+	/* file -> backing through the engine, then back to host memory */
+	io.op = PHX_OP_READ;
+	io.fd = fd;
+	io.len = n;
+	EXPECT(phx_backing_io(bk, &io) == (int64_t)n, "phx_backing_io: %s",
+	       phx_strerror_last());
+	printf("# phx_backing_io: %lld bytes by %s\n", (long long)io.result,
+	       phx_path_name(io.path));
+	EXPECT(phx_backing_read(bk, 0, host, n) == (int64_t)n,
+	       "phx_backing_read: %s", phx_strerror_last());
+	EXPECT(pat_check(host, n, SEED_FILE_LIB, 0) < 0,
+	       "backing bytes differ from lib.bin");
+
+	/* a host write past the size extends it; past the capacity: EFBIG */
+	EXPECT(!phx_backing_write(bk, n - 4096, host, 4096),
+	       "phx_backing_write: %s", phx_strerror_last());
+	EXPECT(phx_backing_write(bk, n, host, 1) == -EFBIG,
+	       "a write past the capacity is not refused");
+
+	/* growth moves the bytes under the same descriptor number */
+	EXPECT(!phx_backing_reserve(bk, 2 * n), "phx_backing_reserve: %s",
+	       phx_strerror_last());
+	EXPECT(phx_backing_fd(bk) == bfd, "the descriptor number changed");
+	EXPECT(!phx_backing_info(bk, &bi) && bi.capacity >= 2 * n &&
+		       bi.size == n,
+	       "grown backing: size %llu capacity %llu",
+	       (unsigned long long)bi.size, (unsigned long long)bi.capacity);
+	memset(host, 0, n);
+	EXPECT(phx_backing_read(bk, 0, host, n - 4096) == (int64_t)(n - 4096),
+	       "phx_backing_read after the move: %s", phx_strerror_last());
+	EXPECT(pat_check(host, n - 4096, SEED_FILE_LIB, 0) < 0,
+	       "the bytes did not move with the backing");
+
+	/* a mapped backing cannot move */
+	map = mmap(NULL, n, PROT_READ, MAP_SHARED, bfd, 0);
+	EXPECT(map != MAP_FAILED, "mmap of the backing: %s", strerror(errno));
+	if (map != MAP_FAILED) {
+		EXPECT(!phx_backing_info(bk, &bi) && bi.mapped,
+		       "a mapped backing says it is not");
+		EXPECT(phx_backing_reserve(bk, 4 * n) == -EBUSY,
+		       "a mapped backing moved");
+		munmap(map, n);
+	}
+	EXPECT(!phx_backing_trim(bk), "phx_backing_trim: %s",
+	       phx_strerror_last());
+	EXPECT(!phx_backing_info(bk, &bi) && bi.capacity < 2 * n,
+	       "trim kept %llu bytes", (unsigned long long)bi.capacity);
+	phx_backing_free(bk);
+	free(host);
 }
 
 int main(void)
@@ -138,6 +212,8 @@ int main(void)
 	       "kernel mode on phx.ko: %d (%s)", ret, phx_strerror_last());
 	EXPECT(done == 1, "a refused transfer reported %lld", (long long)done);
 	phx_stream_destroy(st);
+
+	check_backing(dev, fd);
 
 	close(fd);
 	phx_buf_free(buf);
