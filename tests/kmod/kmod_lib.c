@@ -79,8 +79,8 @@ static void check_backing(struct phx_device *dev, int fd)
 	if (ret || !host)
 		return;
 	bfd = phx_backing_fd(bk);
-	EXPECT(!phx_backing_info(bk, &bi) && bi.size == 0 &&
-		       bi.capacity == n && !bi.mapped,
+	EXPECT(!phx_backing_info(bk, &bi) && bi.size == 0 && bi.capacity == n &&
+		       !bi.mapped,
 	       "new backing: size %llu capacity %llu mapped %d",
 	       (unsigned long long)bi.size, (unsigned long long)bi.capacity,
 	       bi.mapped);
