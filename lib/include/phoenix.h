@@ -387,7 +387,9 @@ int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
 /**
  * phx_memcpy_to_buf() - copy host memory into a buffer (commits as needed).
  *
- * Blocks until the copy is done.  @src may be any host memory.
+ * Blocks until the copy is done.  @src may be any host memory: memory
+ * pinned with phx_host_register() is copied by the device directly, other
+ * memory through the pinned staging of one of the device's engines.
  */
 int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off, const void *src,
 		      uint64_t len);
@@ -395,7 +397,8 @@ int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off, const void *src,
 /**
  * phx_memcpy_from_buf() - copy part of a buffer into host memory.
  *
- * Never-committed ranges of sparse buffers read as zeros.  Blocks.
+ * Never-committed ranges of sparse buffers read as zeros.  Blocks.  Host
+ * memory is used as by phx_memcpy_to_buf().
  */
 int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
 			uint64_t len);
@@ -525,7 +528,9 @@ enum phx_batch_flags {
  *	   of small reads costs no more host memory than a shallow one.
  * @flags: enum phx_batch_flags.
  *
- * A batch is used by one thread at a time.
+ * A batch is used by one thread at a time.  It borrows one of the device's
+ * pooled engines for its life (built only if none is idle) and gives it
+ * back when destroyed; it never waits for one.
  */
 int phx_batch_create(struct phx_device *dev, unsigned int depth,
 		     unsigned int flags, struct phx_batch **out);
