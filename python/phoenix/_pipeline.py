@@ -71,6 +71,7 @@ class Pipeline:
         self.failed = threading.Event()
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._keep: list[Any] = []
+        self._ended = False
         self._workers = [threading.Thread(target=self._work, daemon=True,
                                           name=f"phx-pipeline-{i}")
                          for i in range(max(1, threads))]
@@ -90,9 +91,12 @@ class Pipeline:
 
     def finish(self) -> None:
         """Wait until every queued entry completed or was dropped; raise
-        the first error a worker met."""
-        for _ in self._workers:
-            self._queue.put(None)
+        the first error a worker met.  May be called again (after an
+        interruption): only then may the destinations be freed."""
+        if not self._ended:
+            self._ended = True
+            for _ in self._workers:
+                self._queue.put(None)
         for w in self._workers:
             w.join()
         if self.errors:

@@ -319,8 +319,7 @@ def load(path: Any, device: Any = None, framework: str = "auto",
                                    (f" (and {len(missing) - 1} more)"
                                     if len(missing) > 1 else ""))
         if pipe is not None:
-            p, pipe = pipe, None
-            p.finish()
+            pipe.finish()
         for plan in plans:
             _check_results(plan, dev)
         return _wrap(plans, fw)
