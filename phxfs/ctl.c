@@ -40,7 +40,7 @@ static void send_line(int fd, const char *fmt, ...)
 {
 	char line[PHXFS_LINE_MAX];
 	va_list ap;
-	int n;
+	int n, i;
 
 	va_start(ap, fmt);
 	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
@@ -49,9 +49,23 @@ static void send_line(int fd, const char *fmt, ...)
 		return;
 	if ((size_t)n > sizeof(line) - 2)
 		n = sizeof(line) - 2;
+	/*
+	 * Names come escaped; this keeps free text (an error message that
+	 * quotes a path) to one line too.
+	 */
+	for (i = 0; i < n; i++)
+		if ((unsigned char)line[i] < ' ' || line[i] == 0x7f)
+			line[i] = '?';
 	line[n++] = '\n';
 	if (send(fd, line, (size_t)n, MSG_NOSIGNAL) < 0)
 		return;
+}
+
+/* @s escaped for a line (phxfs_escape()), in @out. */
+static const char *esc(const char *s, char *out, size_t len)
+{
+	phxfs_escape(s, strlen(s), out, len);
+	return out;
 }
 
 static void send_err(int fd, int err, const char *what)
@@ -412,6 +426,8 @@ static void send_dev(struct conn *c, struct phxfs_dev *d)
 			path = (enum phx_path)p;
 		}
 	}
+	char model[4 * sizeof(info.model)];
+
 	send_line(c->fd, "DEV %s %s %llu %llu %u %s %llu %llu %llu %llu %s",
 		  d->name, phx_kind_name(d->kind),
 		  (unsigned long long)info.capacity,
@@ -419,10 +435,14 @@ static void send_dev(struct conn *c, struct phxfs_dev *d)
 		  phx_path_name(path), (unsigned long long)moved,
 		  (unsigned long long)atomic_load(&d->fuse_in),
 		  (unsigned long long)atomic_load(&d->fuse_out),
-		  (unsigned long long)d->reserve, info.model);
+		  (unsigned long long)d->reserve,
+		  esc(info.model, model, sizeof(model)));
 }
 
-/* "FILE" lines for every regular file below @dir; fs->lock held. */
+/*
+ * "FILE" lines for every regular file below @dir, whose escaped path is
+ * @path; fs->lock held.  Paths longer than a line holds are left out.
+ */
 static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
 		       size_t len)
 {
@@ -432,9 +452,12 @@ static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
 	for (d = dir->children; d; d = d->sib_next) {
 		struct phxfs_inode *inode = d->inode;
 
-		if (n + strlen(d->name) + 2 > len)
+		path[n] = '/';
+		if (phxfs_escape(d->name, strlen(d->name), path + n + 1,
+				 len - n - 1) >= len - n - 1) {
+			path[n] = '\0';
 			continue;
-		sprintf(path + n, "/%s", d->name);
+		}
 		if (S_ISDIR(inode->mode)) {
 			send_files(c, inode, path, len);
 		} else if (S_ISREG(inode->mode)) {
@@ -451,7 +474,9 @@ static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
 
 static void do_status(struct conn *c)
 {
-	char path[4096] = "";
+	char path[PHXFS_LINE_MAX - 128] = "";
+	char why[4 * sizeof(c->fs->passthrough_why)];
+	char mp[PHXFS_LINE_MAX - 8];
 	unsigned int i;
 
 	for (i = 0; i < c->fs->ndevs; i++)
@@ -465,11 +490,12 @@ static void do_status(struct conn *c)
 	if (c->fs->passthrough)
 		send_line(c->fd, "PASSTHROUGH on");
 	else
-		send_line(c->fd, "PASSTHROUGH off %s", c->fs->passthrough_why);
+		send_line(c->fd, "PASSTHROUGH off %s",
+			  esc(c->fs->passthrough_why, why, sizeof(why)));
 	pthread_mutex_lock(&c->fs->lock);
 	send_files(c, c->fs->root, path, sizeof(path));
 	pthread_mutex_unlock(&c->fs->lock);
-	send_line(c->fd, "MOUNT %s", c->fs->mountpoint);
+	send_line(c->fd, "MOUNT %s", esc(c->fs->mountpoint, mp, sizeof(mp)));
 	send_line(c->fd, "END");
 }
 

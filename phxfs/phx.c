@@ -68,67 +68,102 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Control socket of the phxfs that holds @path, or NULL with a message. */
+/* Control socket of the phxfs that holds @path, or -errno with a message. */
 static int socket_of(const char *path, char *out, size_t len)
 {
-	ssize_t n = getxattr(path, "user.phx.socket", out, len - 1);
+	int ret = phxfs_socket_of(path, out, len);
 
-	if (n < 0) {
-		int err = errno;
-
+	if (ret)
 		fprintf(stderr,
 			"phx: %s: %s; is phxfs mounted there (phx mount)?\n",
 			path,
-			err == ENODATA || err == ENOTSUP ? "not on phxfs" :
-							   strerror(err));
-		return -err;
-	}
-	out[n] = '\0';
-	return 0;
+			ret == -ENOTSUP ? "not on phxfs" : strerror(-ret));
+	return ret;
 }
 
 /* ---- status --------------------------------------------------------- */
 
-static void print_dev(char *line)
+/* Length of the valid UTF-8 sequence of a printable character at @s. */
+static size_t utf8_char(const unsigned char *s, size_t n)
 {
-	char name[32], kind[16], path[16], model[128] = "", c[32], u[32], m[32];
-	unsigned long long cap, used, moved, in, out, reserve;
-	unsigned int files;
-	int pos = 0;
+	size_t len, i;
+	unsigned int cp;
 
-	if (sscanf(line,
-		   "DEV %31s %15s %llu %llu %u %15s %llu %llu %llu %llu %n",
-		   name, kind, &cap, &used, &files, path, &moved, &in, &out,
-		   &reserve, &pos) < 10)
-		return;
-	snprintf(model, sizeof(model), "%s", line + pos);
-	moved += in + out;
-	printf("%-8s %-5s %10s %10s %6u  %-9s %10s  %s\n", name, kind,
-	       fmt_bytes(c, sizeof(c), (double)cap),
-	       fmt_bytes(u, sizeof(u), (double)used), files, path,
-	       fmt_bytes(m, sizeof(m), (double)moved), model);
+	if (s[0] < 0x80)
+		return s[0] >= ' ' && s[0] != 0x7f;
+	len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+	if (!len || len > n || s[0] > 0xf4)
+		return 0;
+	cp = s[0] & (0x7f >> len);
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* overlong, surrogates, C1 controls */
+	if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0)
+		return 0;
+	return len;
 }
 
-static void print_file(char *line)
+/*
+ * Print @n bytes of a name as ls -b does: printable characters as they
+ * are, a backslash doubled, anything else (control bytes, invalid UTF-8)
+ * as \xHH, so that no name can move the cursor or fake a row.
+ */
+static void print_name(const char *name, size_t n)
 {
-	char dev[32], path[16], s[32], h[32];
-	unsigned long long size, held;
-	int pos = 0;
+	const unsigned char *p = (const unsigned char *)name;
+	size_t i = 0;
 
-	if (sscanf(line, "FILE %31s %llu %llu %15s %n", dev, &size, &held, path,
-		   &pos) < 4)
-		return;
-	printf("%-8s %10s %10s  %-9s %s\n", dev,
-	       fmt_bytes(s, sizeof(s), (double)size),
-	       fmt_bytes(h, sizeof(h), (double)held), path, line + pos);
+	while (i < n) {
+		size_t k = utf8_char(p + i, n - i);
+
+		if (p[i] == '\\') {
+			fputs("\\\\", stdout);
+			k = 1;
+		} else if (k) {
+			fwrite(p + i, 1, k, stdout);
+		} else {
+			printf("\\x%02x", p[i]);
+			k = 1;
+		}
+		i += k;
+	}
+}
+
+static void print_dev(const struct phxfs_status_dev *d)
+{
+	char c[32], u[32], m[32];
+
+	printf("%-8s %-5s %10s %10s %6u  %-9s %10s  ", d->name, d->kind,
+	       fmt_bytes(c, sizeof(c), (double)d->capacity),
+	       fmt_bytes(u, sizeof(u), (double)d->used), d->files, d->path,
+	       fmt_bytes(m, sizeof(m),
+			 (double)(d->moved + d->bytes_in + d->bytes_out)));
+	print_name(d->model, strlen(d->model));
+	putchar('\n');
+}
+
+static void print_file(const struct phxfs_status_file *f)
+{
+	char s[32], h[32];
+
+	printf("%-8s %10s %10s  %-9s ", f->device,
+	       fmt_bytes(s, sizeof(s), (double)f->size),
+	       fmt_bytes(h, sizeof(h), (double)f->held), f->path);
+	print_name(f->name, f->name_len);
+	putchar('\n');
 }
 
 static int cmd_status(int argc, char **argv)
 {
-	char sock[256], line[PHXFS_LINE_MAX];
-	bool all = false, header = false;
+	struct phxfs_status *st;
+	bool all = false;
 	const char *mp;
-	int fd, opt;
+	unsigned int i;
+	int opt, ret;
 
 	while ((opt = getopt(argc, argv, "a")) != -1) {
 		if (opt != 'a')
@@ -136,44 +171,42 @@ static int cmd_status(int argc, char **argv)
 		all = true;
 	}
 	mp = optind < argc ? argv[optind] : default_mount();
-	if (socket_of(mp, sock, sizeof(sock)))
+	ret = phxfs_status_get(mp, &st);
+	if (ret == -ENOTSUP) {
+		fprintf(stderr,
+			"phx: %s: not on phxfs; is phxfs mounted there (phx mount)?\n",
+			mp);
 		return 1;
-	fd = phxfs_connect(sock);
-	if (fd < 0 || write(fd, "STATUS\n", 7) != 7) {
-		fprintf(stderr, "phx: %s: cannot reach phxfs at %s: %s\n", mp,
-			sock, strerror(fd < 0 ? -fd : errno));
+	}
+	if (ret) {
+		fprintf(stderr, "phx: %s: cannot read phxfs's status: %s\n", mp,
+			strerror(-ret));
 		return 1;
 	}
 	printf("%-8s %-5s %10s %10s %6s  %-9s %10s  %s\n", "DEVICE", "KIND",
 	       "CAPACITY", "USED", "FILES", "PATH", "MOVED", "MODEL");
-	while (phxfs_read_line(fd, line, sizeof(line)) >= 0 &&
-	       strcmp(line, "END")) {
-		if (!strncmp(line, "DEV ", 4)) {
-			print_dev(line);
-		} else if (!strncmp(line, "FILE ", 5) && all) {
-			if (!header)
-				printf("\n%-8s %10s %10s  %-9s %s\n", "DEVICE",
-				       "SIZE", "HELD", "PATH", "FILE");
-			header = true;
-			print_file(line);
-		} else if (!strncmp(line, "PASSTHROUGH ", 12)) {
-			printf("\nFUSE passthrough (the kernel serves phx.ko files): %s\n",
-			       line + 12);
-		} else if (!strncmp(line, "REQS ", 5)) {
-			char dev[32];
-			unsigned long long w, r;
-
-			if (sscanf(line, "REQS %31s %llu %llu", dev, &w, &r) ==
-			    3)
-				printf("%-8s daemon served %llu WRITE and %llu READ requests\n",
-				       dev, w, r);
-		} else if (!strncmp(line, "MOUNT ", 6)) {
-			printf("\nmounted at %s; contents live in device memory "
-			       "and vanish with phxfs\n",
-			       line + 6);
-		}
+	for (i = 0; i < st->ndevs; i++)
+		print_dev(&st->devs[i]);
+	for (i = 0; i < st->ndevs; i++)
+		printf("%-8s daemon served %llu WRITE and %llu READ requests\n",
+		       st->devs[i].name,
+		       (unsigned long long)st->devs[i].write_requests,
+		       (unsigned long long)st->devs[i].read_requests);
+	printf("\nFUSE passthrough (the kernel serves phx.ko files): %s",
+	       st->passthrough ? "on" : "off ");
+	if (!st->passthrough)
+		print_name(st->passthrough_why, strlen(st->passthrough_why));
+	putchar('\n');
+	for (i = 0; all && i < st->nfiles; i++) {
+		if (!i)
+			printf("\n%-8s %10s %10s  %-9s %s\n", "DEVICE", "SIZE",
+			       "HELD", "PATH", "FILE");
+		print_file(&st->files[i]);
 	}
-	close(fd);
+	printf("\nmounted at ");
+	print_name(st->mountpoint, strlen(st->mountpoint));
+	printf("; contents live in device memory and vanish with phxfs\n");
+	phxfs_status_free(st);
 	return 0;
 }
 

@@ -22,6 +22,7 @@ from ._core import (Buffer, Device, DeviceArray, DeviceInfo, Stream,
 from ._dtypes import DTYPES, DType
 from ._lib import PhoenixError
 from ._phxfs import open_file
+from ._phxfs import status as phxfs_status
 from ._safetensors import SafetensorsError, read_header
 from ._safetensors import load as load_safetensors
 from ._save import save as save_safetensors
@@ -29,8 +30,8 @@ from ._save import save as save_safetensors
 __all__ = [
     "Buffer", "DTYPES", "DType", "Device", "DeviceArray", "DeviceInfo",
     "PhoenixError", "SafetensorsError", "Stream", "Transfer", "default_kind",
-    "device", "devices", "load_safetensors", "open_file", "read_batch",
-    "read_header", "read_into", "save_safetensors", "version",
+    "device", "devices", "load_safetensors", "open_file", "phxfs_status",
+    "read_batch", "read_header", "read_into", "save_safetensors", "version",
     "write_batch", "write_from",
 ]
 
