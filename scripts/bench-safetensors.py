@@ -50,7 +50,7 @@ SAVERS = ["phoenix.save_safetensors", "safetensors.save_file", "phx_write"]
 CHUNK = 8 << 20
 
 
-# ---- checkpoints -------------------------------------------------------------
+# ---- checkpoints ------------------------------------------------------------
 
 def make_single(path: Path, gib: float) -> None:
     """Random bytes in layer-sized tensors of mixed dtypes."""
@@ -113,7 +113,7 @@ def case_files(case: str, args) -> list[str]:
     return sorted(str(p) for p in d.glob("*.safetensors"))
 
 
-# ---- page cache ----------------------------------------------------------------
+# ---- page cache -------------------------------------------------------------
 
 def drop_caches() -> None:
     os.sync()
@@ -167,7 +167,7 @@ def raw_direct(files: list[str], threads: int = 8) -> None:
         t.join()
 
 
-# ---- loaders (in a child process) ------------------------------------------
+# ---- loaders (in a child process) -------------------------------------------
 
 def loader(name: str, files: list[str], dev: str):
     """A function that loads @files onto @dev and returns a dict."""
@@ -517,7 +517,7 @@ def table(rows, args, versions) -> None:
           "reader; limits: hot phx_read, cold raw, save phx_write")
 
 
-# ---- per-call cost on the simulated device --------------------------------
+# ---- per-call cost on the simulated device ----------------------------------
 
 def overhead(args) -> int:
     """Time load_safetensors against phx_read of the same bytes on sim,

@@ -4,22 +4,23 @@ The checkpoint loader and saver hand arrays of phx_io entries to a
 Pipeline as soon as they are ready (a file's header parsed, a shard's
 header written); each worker thread owns one libphoenix batch and keeps it
 full, taking new entries while earlier ones are in flight.  So the next
-file's header is read while the previous file's bytes move.  Batches (and
-the staging memory each holds) are kept per device between calls, so
-after the first call a load pays for no batch set-up at all.  ctypes lets
-go of the GIL during library calls, so the workers run side by side.
+file's header is read while the previous file's bytes move.  A batch
+borrows one of the device's pooled engines (io_uring, pinned staging) for
+its life and gives it back when destroyed, so after the first call a load
+pays for no engine set-up; holding batches between calls would keep those
+engines from synchronous transfers.  ctypes lets go of the GIL during
+library calls, so the workers run side by side.
 """
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import errno
 import queue
 import threading
 from typing import Any
 
-from . import _core, _lib
+from . import _lib
 from ._lib import PhoenixError, check, lib
 
 # What an entry holds until a worker completes it: a failure elsewhere
@@ -27,38 +28,6 @@ from ._lib import PhoenixError, check, lib
 NOT_RUN = -errno.ECANCELED
 
 _EMPTY = object()
-
-# Idle batches by device name, made on the process-wide shared Device (so
-# the device stays open while they exist) and reused by later calls.
-_idle: dict[str, list[int]] = {}
-_idle_lock = threading.Lock()
-
-
-def _take_batch(dev: Any, depth: int) -> int:
-    """An idle batch of @dev, or a new one (raises PhoenixError)."""
-    key = f"{dev.name}/{depth}"
-    with _idle_lock:
-        if _idle.get(key):
-            return _idle[key].pop()
-    shared = _core.device(dev.name)
-    b = ctypes.c_void_p()
-    check(lib().phx_batch_create(shared.handle, depth, 0, ctypes.byref(b)),
-          f"creating a batch on {dev.name}")
-    return b.value
-
-
-def _give_batch(dev: Any, depth: int, b: int) -> None:
-    with _idle_lock:
-        _idle.setdefault(f"{dev.name}/{depth}", []).append(b)
-
-
-@atexit.register
-def _free_batches() -> None:
-    with _idle_lock:
-        for batches in _idle.values():
-            for b in batches:
-                lib().phx_batch_destroy(b)
-        _idle.clear()
 
 
 class Pipeline:
@@ -104,8 +73,11 @@ class Pipeline:
 
     def _work(self) -> None:
         state = {"stop": False}
+        b = ctypes.c_void_p()
         try:
-            b = _take_batch(self.dev, self.depth)
+            check(lib().phx_batch_create(self.dev.handle, self.depth, 0,
+                                         ctypes.byref(b)),
+                  f"creating a batch on {self.dev.name}")
         except BaseException as exc:  # reported by finish()
             self._fail(exc)
         else:
@@ -113,14 +85,13 @@ class Pipeline:
                 self._loop(b, state)
             except BaseException as exc:
                 self._fail(exc)
-                # what is in flight completes before the buffers go
+            finally:
+                # waits for what is in flight, before the buffers go
                 lib().phx_batch_destroy(b)
-            else:
-                _give_batch(self.dev, self.depth, b)
         if not state["stop"]:
             self._drain()
 
-    def _loop(self, b: int, state: dict) -> None:
+    def _loop(self, b: ctypes.c_void_p, state: dict) -> None:
         outstanding = 0
         stop = False
         while not stop or outstanding:

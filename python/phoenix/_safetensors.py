@@ -98,8 +98,8 @@ def _tensors(path: str, header: dict, data_start: int, size: int
     return tensors
 
 
-def read_header(fd: int, path: str = "") -> tuple[int, list[TensorInfo],
-                                                     dict[str, str]]:
+def read_header(fd: int, path: str = ""
+                ) -> tuple[int, list[TensorInfo], dict[str, str]]:
     """(data section offset, tensors, metadata) of an open safetensors file."""
     size = os.fstat(fd).st_size
     data_start, header = _parse_header(path, size,
@@ -108,7 +108,7 @@ def read_header(fd: int, path: str = "") -> tuple[int, list[TensorInfo],
     return data_start, _tensors(path, header, data_start, size), metadata
 
 
-# ---- which files -----------------------------------------------------------
+# ---- which files ------------------------------------------------------------
 
 @dataclass
 class _Source:
@@ -177,7 +177,7 @@ def _selector(select: Selector) -> tuple[Optional[Callable[[str], bool]],
     return names.__contains__, names
 
 
-# ---- loading -----------------------------------------------------------------
+# ---- loading ----------------------------------------------------------------
 
 def _framework(framework: str, dev: "_core.Device") -> str:
     if framework not in ("auto", "pt", "numpy", "phoenix"):
