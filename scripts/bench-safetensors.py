@@ -6,7 +6,8 @@ Cases: a single file of random bytes in mixed dtypes (--size-gib, default
 4) and a checkpoint written by transformers' save_pretrained (Llama-style,
 about 1.6 GB in shards of at most 400 MB).  Loaders, each in its own
 process (so its peak host RSS is its own): safetensors.torch.load_file,
-phoenix.load_safetensors, fastsafetensors (GDS on and off),
+phoenix.load_safetensors (default threads and one), fastsafetensors (GDS
+on and off),
 runai-model-streamer's SafetensorsStreamer and instanttensor's safe_open;
 the ones not installed are reported and skipped.  Limits measured in the
 same run: phx_read of the same files (hot) and the raw disk read into host
@@ -44,7 +45,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
-LOADERS = ["safetensors", "phoenix", "fastsafetensors-nogds",
+LOADERS = ["safetensors", "phoenix", "phoenix-1thread",
+           "fastsafetensors-nogds",
            "fastsafetensors-gds", "runai-streamer", "instanttensor"]
 SAVERS = ["phoenix.save_safetensors", "safetensors.save_file", "phx_write"]
 CHUNK = 8 << 20
@@ -84,7 +86,7 @@ def llama_config():
     return LlamaConfig(hidden_size=2048, intermediate_size=5632,
                        num_hidden_layers=13, num_attention_heads=16,
                        num_key_value_heads=16, vocab_size=32000,
-                       tie_word_embeddings=False, torch_dtype="bfloat16")
+                       tie_word_embeddings=False)
 
 
 def make_sharded(d: Path) -> None:
@@ -180,12 +182,14 @@ def loader(name: str, files: list[str], dev: str):
                 out.update(load_file(f, device=dev))
             return out
         return load
-    if name == "phoenix":
+    if name.startswith("phoenix"):
         import phoenix
 
         index = Path(files[0]).parent / "model.safetensors.index.json"
         src = index if len(files) > 1 and index.exists() else files
-        return lambda: phoenix.load_safetensors(src, device=dev)
+        threads = 1 if name == "phoenix-1thread" else None
+        return lambda: phoenix.load_safetensors(src, device=dev,
+                                                threads=threads)
     if name.startswith("fastsafetensors"):
         from fastsafetensors import fastsafe_open
 

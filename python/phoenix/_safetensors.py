@@ -17,7 +17,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from . import _core, _lib
 from ._dtypes import DTYPES, DType
@@ -41,8 +41,8 @@ class SafetensorsError(ValueError):
     """A file or index is not a valid safetensors checkpoint."""
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
+    """One tensor of a header (a tuple: cheap to make by the thousand)."""
     name: str
     dtype: DType
     shape: tuple[int, ...]
@@ -79,8 +79,8 @@ def _tensors(path: str, header: dict, data_start: int, size: int
     for name, ent in header.items():
         try:
             dtype = DTYPES[ent["dtype"]]
-            shape = tuple(int(s) for s in ent["shape"])
-            begin, end = (int(x) for x in ent["data_offsets"])
+            shape = tuple(map(int, ent["shape"]))
+            begin, end = map(int, ent["data_offsets"])
         except (KeyError, TypeError, ValueError) as exc:
             raise SafetensorsError(f"{path}: tensor {name!r}: bad header "
                                    f"entry (missing or invalid {exc})"
