@@ -549,7 +549,7 @@ def overhead(args) -> int:
               f" (safetensors {safetensors.__version__})")
         print("| case | phx_read (ms) | alloc + phx_read (ms) | "
               "load_safetensors (ms) | vs alloc + phx_read | "
-              "cost per tensor beyond it (us) |")
+              "extra per call (ms) |")
         print("|---|---|---|---|---|---|")
         for label, tensors in cases.items():
             if tensors is None:
@@ -587,7 +587,7 @@ def overhead(args) -> int:
             ntens = len(load())
             print(f"| {label} | {t_raw * 1e3:.2f} | {t_alloc * 1e3:.2f} | "
                   f"{t_load * 1e3:.2f} | {t_load / t_alloc:.2f}x | "
-                  f"{(t_load - t_alloc) / ntens * 1e6:.1f} |")
+                  f"{(t_load - t_alloc) * 1e3:.2f} ({ntens} tensors) |")
             for f in files:
                 os.unlink(f)
     return 0
