@@ -101,17 +101,22 @@ def make_sharded(d: Path) -> None:
 
 
 def case_files(case: str, args) -> list[str]:
+    """The files of @case, written first if missing ([] if that failed)."""
     base = Path(args.dir)
     if case == "single":
         path = base / f"phx-bench-{args.size_gib:g}g.safetensors"
         if not path.exists():
             print(f"writing {path} ({args.size_gib:g} GiB)...", flush=True)
-            child(["--make", "single", str(path)], args)
-        return [str(path)]
+            r = child(["--make", "single", str(path)], args)
+            if "error" in r:
+                print(f"  cannot write it: {r['error']}", flush=True)
+        return [str(path)] if path.exists() else []
     d = base / "phx-bench-llama"
     if not (d / "model.safetensors.index.json").exists():
         print(f"writing a transformers checkpoint to {d}...", flush=True)
-        child(["--make", "sharded", str(d)], args)
+        r = child(["--make", "sharded", str(d)], args)
+        if "error" in r:
+            print(f"  cannot write it: {r['error']}", flush=True)
     return sorted(str(p) for p in d.glob("*.safetensors"))
 
 
@@ -435,6 +440,10 @@ def main() -> int:
     versions = child(["--child", "load", "versions", "--files"], args)
     for case in [c for c in cases if c in ("single", "sharded")]:
         files = case_files(case, args)
+        if not files:
+            print(f"== {case}: no checkpoint could be written; skipped",
+                  flush=True)
+            continue
         nbytes = sum(os.path.getsize(f) for f in files)
         print(f"== {case}: {len(files)} files, {nbytes / 1e9:.2f} GB",
               flush=True)
@@ -444,7 +453,7 @@ def main() -> int:
             results[name] = r
             print(f"  {name:24} {summary(r, nbytes)}", flush=True)
         rows.append((case, nbytes, results))
-    if "save" in cases:
+    if "save" in cases and case_files("sharded", args):
         files = case_files("sharded", args)
         results = {}
         for name in SAVERS:
