@@ -556,7 +556,8 @@ static int cmd_cp(int argc, char **argv)
 		fputc('\n', stderr);
 	dt = now_s() - r.t0;
 	if (!r.quiet && r.files)
-		fprintf(stderr, "%llu file%s, %s in %.2f s, %.2f GB/s, path %s\n",
+		fprintf(stderr,
+			"%llu file%s, %s in %.2f s, %.2f GB/s, path %s\n",
 			r.files, r.files == 1 ? "" : "s",
 			fmt_bytes(b, sizeof(b), (double)r.base), dt,
 			dt > 0 ? (double)r.base / dt / 1e9 : 0.0, r.path);

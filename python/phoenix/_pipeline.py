@@ -5,9 +5,11 @@ Pipeline as soon as they are ready (a file's header parsed, a shard's
 header written); each worker thread owns one libphoenix batch and keeps it
 full, taking new entries while earlier ones are in flight.  So the next
 file's header is read while the previous file's bytes move.  A batch
-borrows its engine (staging memory, io_uring) from the device's pool, so
-after the first call a load pays for no engine set-up at all.  ctypes lets
-go of the GIL during library calls, so the workers run side by side.
+borrows one of the device's pooled engines (io_uring, pinned staging) for
+its life and gives it back when destroyed, so after the first call a load
+pays for no engine set-up; holding batches between calls would keep those
+engines from synchronous transfers.  ctypes lets go of the GIL during
+library calls, so the workers run side by side.
 """
 
 from __future__ import annotations
@@ -27,15 +29,6 @@ NOT_RUN = -errno.ECANCELED
 
 _EMPTY = object()
 
-def _take_batch(dev: Any, depth: int) -> int:
-    """A new batch on @dev (raises PhoenixError).  Cheap after the first
-    transfer: the batch borrows an idle engine (staging, io_uring) from
-    the device's pool and gives it back when destroyed."""
-    b = ctypes.c_void_p()
-    check(lib().phx_batch_create(dev.handle, depth, 0, ctypes.byref(b)),
-          f"creating a batch on {dev.name}")
-    return b.value
-
 
 class Pipeline:
     """@threads workers, each with a batch of @depth entries on @dev."""
@@ -47,6 +40,7 @@ class Pipeline:
         self.failed = threading.Event()
         self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._keep: list[Any] = []
+        self._ended = False
         self._workers = [threading.Thread(target=self._work, daemon=True,
                                           name=f"phx-pipeline-{i}")
                          for i in range(max(1, threads))]
@@ -66,9 +60,12 @@ class Pipeline:
 
     def finish(self) -> None:
         """Wait until every queued entry completed or was dropped; raise
-        the first error a worker met."""
-        for _ in self._workers:
-            self._queue.put(None)
+        the first error a worker met.  May be called again (after an
+        interruption): only then may the destinations be freed."""
+        if not self._ended:
+            self._ended = True
+            for _ in self._workers:
+                self._queue.put(None)
         for w in self._workers:
             w.join()
         if self.errors:
@@ -76,8 +73,11 @@ class Pipeline:
 
     def _work(self) -> None:
         state = {"stop": False}
+        b = ctypes.c_void_p()
         try:
-            b = _take_batch(self.dev, self.depth)
+            check(lib().phx_batch_create(self.dev.handle, self.depth, 0,
+                                         ctypes.byref(b)),
+                  f"creating a batch on {self.dev.name}")
         except BaseException as exc:  # reported by finish()
             self._fail(exc)
         else:
@@ -85,14 +85,13 @@ class Pipeline:
                 self._loop(b, state)
             except BaseException as exc:
                 self._fail(exc)
-                # what is in flight completes before the buffers go
-                lib().phx_batch_destroy(b)
-            else:
+            finally:
+                # waits for what is in flight, before the buffers go
                 lib().phx_batch_destroy(b)
         if not state["stop"]:
             self._drain()
 
-    def _loop(self, b: int, state: dict) -> None:
+    def _loop(self, b: ctypes.c_void_p, state: dict) -> None:
         outstanding = 0
         stop = False
         while not stop or outstanding:

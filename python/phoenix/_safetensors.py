@@ -17,7 +17,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from . import _core, _lib
 from ._dtypes import DTYPES, DType
@@ -41,8 +41,8 @@ class SafetensorsError(ValueError):
     """A file or index is not a valid safetensors checkpoint."""
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(NamedTuple):
+    """One tensor of a header (a tuple: cheap to make by the thousand)."""
     name: str
     dtype: DType
     shape: tuple[int, ...]
@@ -79,8 +79,8 @@ def _tensors(path: str, header: dict, data_start: int, size: int
     for name, ent in header.items():
         try:
             dtype = DTYPES[ent["dtype"]]
-            shape = tuple(int(s) for s in ent["shape"])
-            begin, end = (int(x) for x in ent["data_offsets"])
+            shape = tuple(map(int, ent["shape"]))
+            begin, end = map(int, ent["data_offsets"])
         except (KeyError, TypeError, ValueError) as exc:
             raise SafetensorsError(f"{path}: tensor {name!r}: bad header "
                                    f"entry (missing or invalid {exc})"
@@ -98,8 +98,8 @@ def _tensors(path: str, header: dict, data_start: int, size: int
     return tensors
 
 
-def read_header(fd: int, path: str = "") -> tuple[int, list[TensorInfo],
-                                                     dict[str, str]]:
+def read_header(fd: int, path: str = ""
+                ) -> tuple[int, list[TensorInfo], dict[str, str]]:
     """(data section offset, tensors, metadata) of an open safetensors file."""
     size = os.fstat(fd).st_size
     data_start, header = _parse_header(path, size,
@@ -108,7 +108,7 @@ def read_header(fd: int, path: str = "") -> tuple[int, list[TensorInfo],
     return data_start, _tensors(path, header, data_start, size), metadata
 
 
-# ---- which files -----------------------------------------------------------
+# ---- which files ------------------------------------------------------------
 
 @dataclass
 class _Source:
@@ -177,7 +177,7 @@ def _selector(select: Selector) -> tuple[Optional[Callable[[str], bool]],
     return names.__contains__, names
 
 
-# ---- loading -----------------------------------------------------------------
+# ---- loading ----------------------------------------------------------------
 
 def _framework(framework: str, dev: "_core.Device") -> str:
     if framework not in ("auto", "pt", "numpy", "phoenix"):
@@ -319,8 +319,7 @@ def load(path: Any, device: Any = None, framework: str = "auto",
                                    (f" (and {len(missing) - 1} more)"
                                     if len(missing) > 1 else ""))
         if pipe is not None:
-            p, pipe = pipe, None
-            p.finish()
+            pipe.finish()
         for plan in plans:
             _check_results(plan, dev)
         return _wrap(plans, fw)

@@ -204,8 +204,7 @@ def _write_all(shards: list[list], names: list[str],
                 pipe.put(arr)
                 groups.append((final, arr))
         if pipe is not None:
-            p, pipe = pipe, None
-            p.finish()
+            pipe.finish()
         for final, arr in groups:
             for io in arr:
                 if io.result != io.len:

@@ -354,3 +354,26 @@ def test_safetensors_torch_format_is_read(scratch, rng):
     theirs = safetensors.deserialize((scratch / "in.safetensors")
                                      .read_bytes())
     assert len(ours) == 20 and dict(ours) == dict(theirs)
+
+
+def test_file_shrinking_during_the_load(dev, scratch, rng):
+    """A file cut short after its header was checked: the short read is
+    reported with the tensor it hit, and nothing is left allocated."""
+    wmap = sharded(scratch, rng, nshards=2, per=3, big=True, index=False)
+    victim = scratch / "model-00002-of-00002.safetensors"
+    cut = victim.stat().st_size - (200 << 10)
+
+    def shrink(name: str) -> bool:
+        # called for the second file's tensors once its header is read
+        if wmap[name] == victim.name and victim.stat().st_size > cut:
+            os.truncate(victim, cut)
+        return True
+
+    before = held(dev)
+    with pytest.raises(phoenix.SafetensorsError,
+                       match=r"00002-of-00002.safetensors: tensor "
+                             r"'model.layers.\d.w': truncated: the file "
+                             r"ends at byte"):
+        phoenix.load_safetensors(scratch, framework="phoenix",
+                                 select=shrink)
+    assert held(dev) == before
