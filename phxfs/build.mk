@@ -25,10 +25,25 @@ FUSE317_CFLAGS := -I$(FUSE317)/include/fuse3 -DFUSE_USE_VERSION=317
 FUSE317_LIB := $(FUSE317)/lib/libfuse3.a -lrt
 
 PHXFS_SRCS := phxfs/main.c phxfs/inode.c phxfs/device.c phxfs/ops.c \
-	phxfs/ctl.c phxfs/backing.c
+	phxfs/dir.c phxfs/file.c phxfs/xattr.c phxfs/ctl.c phxfs/backing.c
 PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
 PHXFS_317_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs317-obj/%.o)
-PHX_CLI_OBJS := $(BUILD)/phxfs-obj/phx.o
+
+# libphxfsctl: the one client of the control socket (phxfs_client.h), a
+# shared library for C programs and the Python package, and an object
+# that phx and phxfs (its escaping) link in.
+PHXFSCTL_OBJ := $(BUILD)/phxfsctl/client.o
+PHXFSCTL_SO := $(BUILD)/libphxfsctl.so
+PHX_CLI_OBJS := $(BUILD)/phxfs-obj/phx.o $(PHXFSCTL_OBJ)
+
+$(PHXFSCTL_OBJ): phxfs/client.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Iphxfs -c $< -o $@
+
+$(PHXFSCTL_SO): $(PHXFSCTL_OBJ)
+	@ln -sf libphxfsctl.so $(BUILD)/libphxfsctl.so.0
+	$(CC) -shared -Wl,-soname,libphxfsctl.so.0 -Wl,--no-undefined \
+		$(LDFLAGS) -o $@ $^
 
 $(FUSE317)/.built:
 	@sh scripts/libfuse.sh $(BUILD)
@@ -41,12 +56,12 @@ $(BUILD)/phxfs317-obj/%.o: phxfs/%.c $(FUSE317)/.built
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE317_CFLAGS) -Iphxfs -c $< -o $@
 
-$(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE_SYS_LIB) \
+$(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE_SYS_LIB) \
 		$(URING_LIB) $(LDLIBS)
 
-$(BUILD)/phxfs-3.17: $(PHXFS_317_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE317_LIB) \
+$(BUILD)/phxfs-3.17: $(PHXFS_317_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_317_OBJS) $(PHXFSCTL_OBJ) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE317_LIB) \
 		$(URING_LIB) $(LDLIBS)
 
 # Copied whenever it differs, so that switching PHX_FUSE takes effect.
@@ -58,27 +73,29 @@ $(BUILD)/phxfs: $(BUILD)/phxfs-$(PHX_FUSE) FORCE
 $(BUILD)/phx: $(PHX_CLI_OBJS) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $(PHX_CLI_OBJS) $(LIB_A) $(URING_LIB) $(LDLIBS)
 
-ALL += $(BUILD)/phxfs $(BUILD)/phx
+ALL += $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 
 # `mount -t fuse.phxfs` runs mount.fuse.phxfs, which hands the options to
 # fuse3's own helper (it drops fstab-only ones such as noauto and _netdev).
 SBINDIR ?= /sbin
 .PHONY: install-phxfs
-install-phxfs: $(BUILD)/phxfs $(BUILD)/phx
+install-phxfs: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin \
 		$(DESTDIR)$(SBINDIR)
 	install -m 755 $(BUILD)/phxfs $(DESTDIR)$(PREFIX)/sbin/phxfs
 	install -m 755 $(BUILD)/phx $(DESTDIR)$(PREFIX)/bin/phx
 	install -m 755 phxfs/mount.fuse.phxfs $(DESTDIR)$(SBINDIR)/mount.fuse.phxfs
-	install -d $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib
 	install -m 644 phxfs/phxfs_client.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(PHXFSCTL_SO) $(DESTDIR)$(PREFIX)/lib/libphxfsctl.so.0
+	ln -sf libphxfsctl.so.0 $(DESTDIR)$(PREFIX)/lib/libphxfsctl.so
 
 install: install-phxfs
 
 .PHONY: test-phxfs
 # Every device directory in turn: three simulated devices here, every GPU
 # under make test-gpu.
-test-phxfs: $(BUILD)/phxfs $(BUILD)/phx
+test-phxfs: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	@PHX_SIM_DEVICES=$${PHX_SIM_DEVICES:-3} \
 		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device
 
@@ -86,10 +103,10 @@ test-phxfs: $(BUILD)/phxfs $(BUILD)/phx
 # daemon path; passthrough itself is proved by test-passthrough in QEMU).
 PHXFS_317_DIR := $(BUILD)/fuse3.17
 .PHONY: test-phxfs-3.17
-test-phxfs-3.17: $(BUILD)/phxfs-3.17 $(BUILD)/phx $(LIB_SO)
+test-phxfs-3.17: $(BUILD)/phxfs-3.17 $(BUILD)/phx $(LIB_SO) $(PHXFSCTL_SO)
 	@mkdir -p $(PHXFS_317_DIR)
 	@cp $(BUILD)/phxfs-3.17 $(PHXFS_317_DIR)/phxfs
-	@cp $(BUILD)/phx $(LIB_SO) $(PHXFS_317_DIR)/
+	@cp $(BUILD)/phx $(LIB_SO) $(PHXFSCTL_SO) $(PHXFS_317_DIR)/
 	@python3 tests/phxfs/test_phxfs.py --build $(PHXFS_317_DIR)
 
 TESTS += test-phxfs test-phxfs-3.17

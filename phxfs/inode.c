@@ -33,6 +33,47 @@ void phxfs_touch(struct timespec *ts)
 	clock_gettime(CLOCK_REALTIME, ts);
 }
 
+/* Is the caller of @req in group @gid (primary or supplementary)? */
+static bool caller_in_group(fuse_req_t req, gid_t gid)
+{
+	gid_t groups[64];
+	int i, n;
+
+	if (fuse_req_ctx(req)->gid == gid)
+		return true;
+	n = fuse_req_getgroups(req, 64, groups);
+	for (i = 0; i < n && i < 64; i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode)
+{
+	mode_t mode = inode->mode;
+	bool changed = !phxfs_xattr_remove(inode, "security.capability");
+
+	if (!S_ISREG(mode) || !(mode & (S_ISUID | S_ISGID)) ||
+	    !fuse_req_ctx(req)->uid)
+		return changed;
+	mode &= ~(mode_t)S_ISUID;
+	if ((mode & S_ISGID) &&
+	    ((mode & S_IXGRP) || !caller_in_group(req, inode->gid)))
+		mode &= ~(mode_t)S_ISGID;
+	if (mode != inode->mode) {
+		inode->mode = mode;
+		phxfs_touch(&inode->ctime);
+		changed = true;
+	}
+	return changed;
+}
+
+void phxfs_attr_changed(struct phxfs *fs, struct phxfs_inode *inode)
+{
+	/* attributes only (offset < 0): no page cache, no lock in the kernel */
+	fuse_lowlevel_notify_inval_inode(fs->se, inode->ino, -1, 0);
+}
+
 int phxfs_table_init(struct phxfs *fs)
 {
 	fs->inodes = calloc(INODE_BUCKETS, sizeof(*fs->inodes));
@@ -59,6 +100,7 @@ static void inode_free(struct phxfs *fs, struct phxfs_inode *inode)
 	phxfs_data_free(inode);
 	pthread_rwlock_destroy(&inode->io_lock);
 	free(inode->symlink);
+	phxfs_xattr_free_all(inode);
 	free(inode);
 	fs->ninodes--;
 }
@@ -204,6 +246,7 @@ void phxfs_fill_stat(struct phxfs *fs, struct phxfs_inode *inode,
 	st->st_atim = inode->atime;
 	st->st_mtim = inode->mtime;
 	st->st_ctim = inode->ctime;
+	st->st_rdev = inode->rdev;
 	st->st_blksize = (blksize_t)fs->blksize;
 	if (S_ISREG(inode->mode)) {
 		st->st_size = (off_t)phxfs_data_size(inode);

@@ -263,6 +263,7 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts cmd = { 0 };
 	static struct phxfs fs = { .sock_fd = -1 };
+	static struct fuse_lowlevel_ops ops;
 	int pipe_fd = -1, ret = 1;
 
 	if (fuse_opt_parse(&args, &fs.opts, phxfs_opt_spec, opt_proc) ||
@@ -297,7 +298,8 @@ int main(int argc, char *argv[])
 	if (phxfs_table_init(&fs) || phxfs_devices_open(&fs))
 		goto out_table;
 	phxfs_backing_setup(&fs);
-	fs.se = fuse_session_new(&args, &phxfs_ops, sizeof(phxfs_ops), &fs);
+	phxfs_ops_init(&fs, &ops);
+	fs.se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
 	if (!fs.se)
 		goto out_table;
 	if (fuse_set_signal_handlers(fs.se))

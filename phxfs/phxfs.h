@@ -147,6 +147,8 @@ struct phxfs_inode {
 	uint64_t nlookup; /* kernel references (lookup - forget) */
 	unsigned int nopen; /* open handles and control-socket users */
 	char *symlink; /* target of a symlink */
+	dev_t rdev; /* device number of a device node */
+	struct phxfs_xattr *xattrs; /* stored extended attributes */
 	struct phxfs_dentry *children; /* directory: its entries */
 	unsigned int nchildren; /* directory: entries in it */
 	struct phxfs_inode *parent; /* directory: where it lives */
@@ -198,6 +200,16 @@ void phxfs_inode_unref(struct phxfs *fs, struct phxfs_inode *inode,
 void phxfs_fill_stat(struct phxfs *fs, struct phxfs_inode *inode,
 		     struct stat *st);
 void phxfs_touch(struct timespec *ts);
+/*
+ * What a write or truncation by the caller of @req takes from @inode, as
+ * the kernel does on local file systems: SUID, SGID where it marks group
+ * execution (or the caller is outside the group), both only for callers
+ * other than root, and file capabilities for everyone.  fs->lock held;
+ * true if anything changed (the kernel's cached attributes are stale).
+ */
+bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode);
+/* Tell the kernel that @inode's cached attributes are stale. */
+void phxfs_attr_changed(struct phxfs *fs, struct phxfs_inode *inode);
 
 /* ---- device.c: the device layer glue -------------------------------- */
 int phxfs_devices_open(struct phxfs *fs);
@@ -257,8 +269,37 @@ void phxfs_passthrough_release(struct phxfs *fs, fuse_req_t req,
 			       struct phxfs_inode *inode);
 const char *phxfs_path_name(int path);
 
-/* ---- ops.c: the FUSE operations ------------------------------------- */
-extern const struct fuse_lowlevel_ops phxfs_ops;
+/* ---- xattr.c: stored extended attributes (fs->lock held) ------------ */
+int phxfs_xattr_remove(struct phxfs_inode *inode, const char *name);
+void phxfs_xattr_free_all(struct phxfs_inode *inode);
+
+/* ---- ops.c, dir.c, file.c, xattr.c: the FUSE operations ------------- */
+/* Fill @o with every handler; sets up what they share. */
+void phxfs_ops_init(struct phxfs *fs, struct fuse_lowlevel_ops *o);
+void phxfs_dir_ops(struct fuse_lowlevel_ops *o);
+void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o);
+void phxfs_xattr_ops(struct fuse_lowlevel_ops *o);
+
+static inline struct phxfs *phxfs_fs(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/*
+ * The inode of an open file (fh is set in open/create); its low bit says
+ * that the kernel serves the file through passthrough.
+ */
+static inline struct phxfs_inode *phxfs_file(struct fuse_file_info *fi)
+{
+	return (struct phxfs_inode *)(uintptr_t)(fi->fh & ~(uint64_t)1);
+}
+
+/*
+ * Set up @fi for regular file @inode, which holds an open reference:
+ * truncate it for O_TRUNC and hand a phx.ko range to the kernel.
+ */
+int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
+		    struct fuse_file_info *fi);
 
 /* ---- ctl.c: the control socket -------------------------------------- */
 int phxfs_ctl_start(struct phxfs *fs);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * phxfs_client.h - open a phxfs file's device memory in place, from any
- * process, through the daemon's control socket.  Header only: include it
- * and link libphoenix.
+ * phxfs_client.h - the client of phxfs's control socket (libphxfsctl):
+ * open a phxfs file's device memory in place from any process, read what
+ * the daemon holds, and the protocol's line and escaping rules.  Link
+ * with -lphxfsctl (and -lphoenix for phxfs_open_buf()).
  *
  * The protocol (docs/phxfs.md): connect to the AF_UNIX stream socket whose
  * path the xattr user.phx.socket names, send one line, read lines back.
@@ -10,81 +11,102 @@
  *   OPEN <ino>\n      -> "OK <device> <size>\n", then phx_buf_send()'s
  *                        stream (receive it with phx_buf_recv())
  *   CP <ino>\n + fd   -> "PROGRESS <done> <total>\n"..., "OK <bytes> <path>\n"
+ *   CPOUT <ino>\n + fd -> the same, writing the file into fd
  *   STATUS\n          -> "DEV ..." and "FILE ..." lines, then "END\n"
  *
- * Any failure is one line "ERR <errno> <message>\n".  The xattr
- * user.phx.handle of a file ("<socket> <ino>") is readable by its owner.
+ * Any failure is one line "ERR <errno> <message>\n".  Names, paths and
+ * other free text inside a line are escaped (phxfs_escape()): a space,
+ * a control byte, a backslash or any byte past 0x7e is written \xHH, so
+ * no name can end a line or add a field.  The xattr user.phx.handle of a
+ * file ("<socket> <ino>") is readable by its owner.
  */
 #ifndef PHXFS_CLIENT_H
 #define PHXFS_CLIENT_H
 
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <sys/xattr.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "phoenix.h"
 
-#define PHXFS_LINE_MAX 4352
+#define PHXFS_LINE_MAX 8192
 
-/* Connect to the control socket at @path; returns an fd or -errno. */
-static inline int phxfs_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
+/* Connect to the control socket at @sock_path; returns an fd or -errno. */
+int phxfs_connect(const char *sock_path);
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		int err = errno;
-
-		close(fd);
-		return -err;
-	}
-	return fd;
-}
+/*
+ * The control socket of the phxfs mount that holds @path (any file or
+ * directory on it) into @out; 0, -ENOTSUP when @path is not on phxfs, or
+ * another -errno.
+ */
+int phxfs_socket_of(const char *path, char *out, size_t len);
 
 /*
  * Read one '\n'-terminated line byte by byte, so that nothing after it
- * (phx_buf_send()'s stream) is consumed.  Returns its length or -errno.
+ * (phx_buf_send()'s stream) is consumed.  Returns its length or -errno
+ * (-EPIPE at end of stream, -EMSGSIZE for a line longer than @len - 1).
  */
-static inline int phxfs_read_line(int fd, char *line, size_t len)
-{
-	size_t n = 0;
-
-	while (n + 1 < len) {
-		ssize_t r = read(fd, line + n, 1);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EPIPE;
-		if (line[n] == '\n')
-			break;
-		n++;
-	}
-	line[n] = '\0';
-	return (int)n;
-}
+int phxfs_read_line(int fd, char *line, size_t len);
 
 /* errno of an "ERR <errno> <message>" line (message left in @line). */
-static inline int phxfs_line_err(char *line)
-{
-	int err = 0, pos = 0;
+int phxfs_line_err(char *line);
 
-	if (sscanf(line, "ERR %d %n", &err, &pos) < 1 || err <= 0)
-		return EPROTO;
-	memmove(line, line + pos, strlen(line + pos) + 1);
-	return err;
-}
+/*
+ * Escape @n bytes of @in into @out (NUL-terminated).  Returns the length
+ * the escaped text needs; it was cut short when that is >= @len.
+ */
+size_t phxfs_escape(const void *in, size_t n, char *out, size_t len);
+
+/*
+ * Undo phxfs_escape(): @in up to its NUL into @out (NUL-terminated, may
+ * hold NUL bytes).  Returns the length or -EPROTO for a bad escape,
+ * -ENAMETOOLONG when @out is too small.
+ */
+long phxfs_unescape(const char *in, char *out, size_t len);
+
+/*
+ * Ask the daemon to share the memory of the phxfs file at @path (owned by
+ * the caller).  Returns a connected socket positioned at phx_buf_send()'s
+ * stream (give it to phx_buf_recv(), then close it) with the device's
+ * name in @device and the file's size in @size, or -errno with a one-line
+ * reason in @why.
+ */
+int phxfs_open_handle(const char *path, char *device, size_t device_len,
+		      uint64_t *size, char *why, size_t why_len);
+
+/* One device of STATUS. */
+struct phxfs_status_dev {
+	char name[32], kind[16], path[16], model[128];
+	uint64_t capacity, used, moved, bytes_in, bytes_out, reserve;
+	uint64_t write_requests, read_requests;
+	unsigned int files;
+};
+
+/* One file of STATUS: @name is its path below the mount, raw bytes. */
+struct phxfs_status_file {
+	char device[32], path[16];
+	uint64_t size, held;
+	size_t name_len;
+	char *name;
+};
+
+struct phxfs_status {
+	unsigned int ndevs, nfiles;
+	struct phxfs_status_dev *devs;
+	struct phxfs_status_file *files;
+	bool passthrough;
+	char passthrough_why[256];
+	char mountpoint[4096];
+};
+
+/*
+ * Read the STATUS of the phxfs mount that holds @path.  Returns 0 with
+ * *@out to free with phxfs_status_free(), or -errno.
+ */
+int phxfs_status_get(const char *path, struct phxfs_status **out);
+void phxfs_status_free(struct phxfs_status *st);
 
 /**
  * phxfs_open_buf() - map the memory of the phxfs file at @path.
@@ -98,41 +120,22 @@ static inline int phxfs_line_err(char *line)
 static inline int phxfs_open_buf(const char *path, struct phx_device **dev,
 				 struct phx_buf **buf)
 {
-	char handle[256], line[PHXFS_LINE_MAX], name[32], *sp;
-	unsigned long long size;
-	ssize_t n;
+	char name[32], why[256];
+	uint64_t size;
 	int fd, ret;
 
-	n = getxattr(path, "user.phx.handle", handle, sizeof(handle) - 1);
-	if (n < 0)
-		return -errno;
-	handle[n] = '\0';
-	sp = strrchr(handle, ' ');
-	if (!sp)
-		return -EPROTO;
-	*sp++ = '\0';
-	fd = phxfs_connect(handle);
+	fd = phxfs_open_handle(path, name, sizeof(name), &size, why,
+			       sizeof(why));
 	if (fd < 0)
 		return fd;
-	snprintf(line, sizeof(line), "OPEN %s\n", sp);
-	ret = write(fd, line, strlen(line)) < 0 ? -errno : 0;
-	if (!ret)
-		ret = phxfs_read_line(fd, line, sizeof(line));
-	if (ret < 0)
-		goto out;
-	if (sscanf(line, "OK %31s %llu", name, &size) != 2) {
-		ret = -phxfs_line_err(line);
-		goto out;
-	}
 	ret = phx_device_open(name, dev);
-	if (ret)
-		goto out;
-	ret = phx_buf_recv(*dev, fd, buf);
-	if (ret)
-		phx_device_close(*dev);
-out:
+	if (!ret) {
+		ret = phx_buf_recv(*dev, fd, buf);
+		if (ret)
+			phx_device_close(*dev);
+	}
 	close(fd);
-	return ret < 0 ? ret : 0;
+	return ret;
 }
 
 #endif /* PHXFS_CLIENT_H */

@@ -1,20 +1,21 @@
 """Files of a phxfs mount (/mnt/phx/gpu0/...) opened as device memory.
 
 phxfs keeps every file in one device allocation.  Its owner can map that
-allocation into this process: the file's xattr user.phx.handle names the
-daemon's control socket and the inode; an "OPEN <ino>" line there is
-answered with "OK <device> <size>" and the allocation's handles, which
-phx_buf_recv() imports.  The result reads and writes the file's bytes in
-place, without a copy.
+allocation into this process through the daemon's control socket.  The
+protocol has one client, libphxfsctl (phxfs/phxfs_client.h), which this
+module calls through ctypes; the allocation's handles then go to
+libphoenix's phx_buf_recv().  The result reads and writes the file's bytes
+in place, without a copy.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
+import ctypes.util
 import os
-import socket
-from typing import Any
+import threading
+from pathlib import Path
+from typing import Any, Optional
 
 from . import _core
 from ._lib import PhoenixError, check, lib
@@ -22,41 +23,127 @@ from ._lib import PhoenixError, check, lib
 XATTR_HANDLE = "user.phx.handle"
 XATTR_DEVICE = "user.phx.device"
 XATTR_PATH = "user.phx.path"
-_LINE_MAX = 4352
+
+_ctl: Optional[ctypes.CDLL] = None
+_ctl_lock = threading.Lock()
+
+
+def _ctl_candidates() -> list[str]:
+    env = os.environ.get("PHX_CTL_LIBRARY")
+    if env:
+        return [env]
+    # next to the libphoenix in use (a build tree or an install prefix)
+    found = [str(Path(getattr(lib(), "_phx_path", "")).resolve().parent /
+                 "libphxfsctl.so")]
+    sys_name = ctypes.util.find_library("phxfsctl")
+    if sys_name:
+        found.append(sys_name)
+    found.append("libphxfsctl.so.0")
+    return found
+
+
+def ctl() -> ctypes.CDLL:
+    """The loaded libphxfsctl, with its prototypes declared."""
+    global _ctl
+    if _ctl is not None:
+        return _ctl
+    with _ctl_lock:
+        if _ctl is not None:
+            return _ctl
+        errors = []
+        for cand in _ctl_candidates():
+            try:
+                handle = ctypes.CDLL(cand)
+                break
+            except OSError as exc:
+                errors.append(f"{cand}: {exc}")
+        else:
+            raise PhoenixError(
+                2, "cannot load libphxfsctl (" + "; ".join(errors) +
+                "): build it with `make`, install it with "
+                "`make install-phxfs`, or set PHX_CTL_LIBRARY to its path")
+        c = ctypes
+        handle.phxfs_open_handle.restype = c.c_int
+        handle.phxfs_open_handle.argtypes = [
+            c.c_char_p, c.c_char_p, c.c_size_t,
+            c.POINTER(c.c_uint64), c.c_char_p, c.c_size_t]
+        handle.phxfs_status_get.restype = c.c_int
+        handle.phxfs_status_get.argtypes = [
+            c.c_char_p, c.POINTER(c.POINTER(_Status))]
+        handle.phxfs_status_free.restype = None
+        handle.phxfs_status_free.argtypes = [c.POINTER(_Status)]
+        _ctl = handle
+        return handle
+
+
+class _StatusDev(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 32), ("kind", ctypes.c_char * 16),
+                ("path", ctypes.c_char * 16), ("model", ctypes.c_char * 128),
+                ("capacity", ctypes.c_uint64), ("used", ctypes.c_uint64),
+                ("moved", ctypes.c_uint64), ("bytes_in", ctypes.c_uint64),
+                ("bytes_out", ctypes.c_uint64), ("reserve", ctypes.c_uint64),
+                ("write_requests", ctypes.c_uint64),
+                ("read_requests", ctypes.c_uint64),
+                ("files", ctypes.c_uint)]
+
+
+class _StatusFile(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_char * 32), ("path", ctypes.c_char * 16),
+                ("size", ctypes.c_uint64), ("held", ctypes.c_uint64),
+                ("name_len", ctypes.c_size_t),
+                ("name", ctypes.POINTER(ctypes.c_char))]
+
+
+class _Status(ctypes.Structure):
+    _fields_ = [("ndevs", ctypes.c_uint), ("nfiles", ctypes.c_uint),
+                ("devs", ctypes.POINTER(_StatusDev)),
+                ("files", ctypes.POINTER(_StatusFile)),
+                ("passthrough", ctypes.c_bool),
+                ("passthrough_why", ctypes.c_char * 256),
+                ("mountpoint", ctypes.c_char * 4096)]
 
 
 def _xattr(path: str, name: str) -> str:
     try:
         return os.getxattr(path, name).decode()
     except OSError as exc:
-        if exc.errno in (errno.ENODATA, errno.ENOTSUP):
-            raise PhoenixError(exc.errno, f"{path}: not a file of a phxfs "
-                               f"mount (no {name} attribute)") from None
         raise PhoenixError(exc.errno, f"{path}: reading {name}: "
-                           f"{exc.strerror} (only the file's owner may open "
-                           "it)" if exc.errno in (errno.EACCES, errno.EPERM)
-                           else f"{path}: reading {name}: {exc.strerror}"
-                           ) from None
-
-
-def _read_line(sock: socket.socket) -> str:
-    # Byte by byte: what follows the line is phx_buf_send()'s stream,
-    # which phx_buf_recv() must see whole.
-    out = bytearray()
-    while len(out) < _LINE_MAX:
-        b = sock.recv(1)
-        if not b:
-            raise PhoenixError(errno.EPIPE, "phxfs closed the control "
-                               "connection")
-        if b == b"\n":
-            break
-        out += b
-    return out.decode(errors="replace")
+                           f"{exc.strerror}") from None
 
 
 def data_path(path: Any) -> str:
     """The data path that moved the last write of a phxfs file."""
     return _xattr(os.fspath(path), XATTR_PATH)
+
+
+def status(path: Any) -> dict:
+    """What the phxfs mount holding @path holds, as ``phx status -a``.
+
+    ``{"devices": [{"name", "kind", "capacity", "used", "files", ...}],
+    "files": [{"device", "size", "held", "path", "name"}], "mountpoint",
+    "passthrough"}``; file names are ``bytes`` (the mount's exact names).
+    """
+    path = os.fspath(path)
+    st = ctypes.POINTER(_Status)()
+    ret = ctl().phxfs_status_get(os.fsencode(path), ctypes.byref(st))
+    if ret:
+        raise PhoenixError(-ret, f"{path}: reading phxfs's status: "
+                           f"{os.strerror(-ret)}")
+    try:
+        s = st.contents
+        devs = [{k: (getattr(d, k).decode() if isinstance(getattr(d, k),
+                                                          bytes)
+                     else getattr(d, k)) for k, _ in _StatusDev._fields_}
+                for d in s.devs[:s.ndevs]]
+        files = [{"device": f.device.decode(), "path": f.path.decode(),
+                  "size": f.size, "held": f.held,
+                  "name": ctypes.string_at(f.name, f.name_len)}
+                 for f in s.files[:s.nfiles]]
+        return {"devices": devs, "files": files,
+                "mountpoint": os.fsdecode(s.mountpoint),
+                "passthrough": bool(s.passthrough)}
+    finally:
+        ctl().phxfs_status_free(st)
 
 
 def open_file(path: Any) -> "_core.Buffer":
@@ -68,32 +155,18 @@ def open_file(path: Any) -> "_core.Buffer":
     removed until it is freed.  Only the file's owner (or root) may open it.
     """
     path = os.fspath(path)
-    value = _xattr(path, XATTR_HANDLE)
-    sock_path, _, ino = value.rpartition(" ")
-    if not sock_path or not ino.isdigit():
-        raise PhoenixError(errno.EPROTO, f"{path}: unexpected "
-                           f"{XATTR_HANDLE} {value!r}")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(sock_path)
-            sock.sendall(f"OPEN {ino}\n".encode())
-        except OSError as exc:
-            raise PhoenixError(exc.errno or errno.ECONNREFUSED,
-                               f"{path}: phxfs control socket {sock_path}: "
-                               f"{exc.strerror}; is the daemon running?"
-                               ) from None
-        line = _read_line(sock)
-        words = line.split(" ", 2)
-        if words[0] == "ERR":
-            err = int(words[1]) if len(words) > 1 and words[1].isdigit() \
-                else errno.EPROTO
-            raise PhoenixError(err, f"{path}: phxfs: "
-                               f"{words[2] if len(words) > 2 else line}")
-        if words[0] != "OK" or len(words) != 3:
-            raise PhoenixError(errno.EPROTO, f"{path}: phxfs answered "
-                               f"{line!r}")
-        dev = _core.device(words[1])
+    name = ctypes.create_string_buffer(32)
+    why = ctypes.create_string_buffer(512)
+    size = ctypes.c_uint64()
+    fd = ctl().phxfs_open_handle(os.fsencode(path), name, len(name),
+                                 ctypes.byref(size), why, len(why))
+    if fd < 0:
+        raise PhoenixError(-fd, why.value.decode(errors="replace"))
+    try:
+        dev = _core.device(name.value.decode())
         h = ctypes.c_void_p()
-        check(lib().phx_buf_recv(dev.handle, sock.fileno(), ctypes.byref(h)),
+        check(lib().phx_buf_recv(dev.handle, fd, ctypes.byref(h)),
               f"{path}: receiving the allocation from phxfs")
         return _core.Buffer._adopt(dev, h.value)
+    finally:
+        os.close(fd)

@@ -85,3 +85,25 @@ def test_not_a_phxfs_file(tmp_path):
         phoenix.open_file(tmp_path / "plain")
     assert ei.value.errno in (errno.ENODATA, errno.ENOTSUP)
     assert "phxfs" in str(ei.value)
+
+
+def test_status_names_are_exact_bytes(mount):
+    """Names that could forge a protocol line come back whole, as bytes."""
+    names = [b"aab\nDEV fake sim 999 0 0 none 0 0 0 0 evil", b"aaa\nEND",
+             b"tab\there", b"esc\x1b[31m", b"bad\xff\xfe", b"back\\x41",
+             "h\u00e9llo".encode(), b"sp ace"]
+    for n in names:
+        with open(os.path.join(os.fsencode(mount), n), "wb") as fh:
+            fh.write(b"x")
+    try:
+        st = phoenix.phxfs_status(mount)
+        dev = mount.name
+        assert [d["name"] for d in st["devices"]] == \
+            sorted(os.listdir(mount.parent))
+        got = {f["name"] for f in st["files"] if f["device"] == dev}
+        want = {b"/" + dev.encode() + b"/" + n for n in names}
+        assert want <= got, (want - got, got)
+        assert st["mountpoint"] == str(mount.parent)
+    finally:
+        for n in names:
+            os.unlink(os.path.join(os.fsencode(mount), n))

@@ -560,7 +560,7 @@ def bad_names():
                  os.O_CREAT | os.O_WRONLY)
     expect_errno(errno.EBUSY, os.rmdir, FS.dev)
     expect_errno(errno.EBUSY, os.rename, FS.dev, FS.mp + "/renamed")
-    expect_errno(errno.EPERM, os.mkfifo, d + "/fifo")
+    expect_errno(errno.EPERM, os.mkfifo, FS.mp + "/fifo")  # top level
     write(d + "/f", b"x")
     expect_errno(errno.ENOTDIR, os.open, d + "/f/child",
                  os.O_CREAT | os.O_WRONLY)
@@ -595,8 +595,36 @@ def xattrs():
     assert "user.phx.socket" in os.listxattr(FS.mp)
     expect_errno(errno.EPERM, os.setxattr, d + "/f", "user.phx.device",
                  b"gpu9")
-    expect_errno(errno.ENOTSUP, os.setxattr, d + "/f", "user.other", b"1")
     expect_errno(errno.ENODATA, os.getxattr, d + "/f", "user.none")
+    # user.* beside them: set, replace, list, remove, flags, sizes
+    os.setxattr(d + "/f", "user.other", b"1")
+    os.setxattr(d + "/f", "user.other", b"22", os.XATTR_REPLACE)
+    expect_errno(errno.EEXIST, os.setxattr, d + "/f", "user.other", b"3",
+                 os.XATTR_CREATE)
+    expect_errno(errno.ENODATA, os.setxattr, d + "/f", "user.new", b"3",
+                 os.XATTR_REPLACE)
+    big = rand(60000, 11)
+    os.setxattr(d + "/f", "user.big", big)
+    os.setxattr(d + "/f", "user.empty", b"")
+    assert os.getxattr(d + "/f", "user.other") == b"22"
+    assert os.getxattr(d + "/f", "user.big") == big
+    assert os.getxattr(d + "/f", "user.empty") == b""
+    names = os.listxattr(d + "/f")
+    assert {"user.other", "user.big", "user.empty",
+            "user.phx.device"} <= set(names), names
+    os.removexattr(d + "/f", "user.other")
+    expect_errno(errno.ENODATA, os.getxattr, d + "/f", "user.other")
+    expect_errno(errno.ENODATA, os.removexattr, d + "/f", "user.other")
+    expect_errno(errno.EPERM, os.removexattr, d + "/f", "user.phx.path")
+    os.mkdir(d + "/sub")
+    os.setxattr(d + "/sub", "user.dir", b"yes")
+    assert os.getxattr(d + "/sub", "user.dir") == b"yes"
+    # ACLs are not supported: the mode bits are the whole story
+    expect_errno(errno.EOPNOTSUPP, os.setxattr, d + "/f",
+                 "system.posix_acl_access", b"\x02\0\0\0")
+    # they go with the file
+    os.rename(d + "/f", d + "/g")
+    assert os.getxattr(d + "/g", "user.big") == big
 
 
 @test
@@ -615,6 +643,86 @@ def phx_cp_and_status():
     assert FS.devs[0] in out and "/phxcp/big" in out, out
     r = FS.run_phx("cp", "/nonexistent", d + "/x", check=False)
     assert r.returncode and "nonexistent" in r.stderr
+
+
+@test
+def phx_cp_out_of_phxfs():
+    d, ref = fresh("cpout")
+    src = os.path.join(ref, "ckpt")
+    write(src, rand(20 * MiB + 4097, 21))
+    FS.run_phx("cp", "-q", src, d + "/ckpt")
+    out = os.path.join(ref, "back")
+    r = FS.run_phx("cp", d + "/ckpt", out)
+    same(src, out)
+    assert "1 file," in r.stderr and "path" in r.stderr, r.stderr
+    os.chmod(out, 0o600)
+    write(out, b"old contents")
+    FS.run_phx("cp", "-q", d + "/ckpt", out)  # replaces a file
+    same(src, out)
+    # into a directory: same name; an empty file and a file with a hole
+    FS.run_phx("cp", "-q", d + "/ckpt", SCRATCH)
+    same(src, os.path.join(SCRATCH, "ckpt"))
+    os.unlink(os.path.join(SCRATCH, "ckpt"))
+    write(d + "/empty", b"")
+    with open(d + "/holes", "wb") as f:
+        f.write(b"head")
+        f.truncate(3 * MiB)
+    for name in ("empty", "holes"):
+        FS.run_phx("cp", "-q", d + "/" + name, os.path.join(ref, name))
+        same(d + "/" + name, os.path.join(ref, name))
+    assert [n for n in os.listdir(ref) if ".phx-" in n] == []
+
+
+@test
+def phx_cp_r_both_ways():
+    d, ref = fresh("cpr")
+    tree = os.path.join(ref, "model")
+    os.makedirs(os.path.join(tree, "sub", "deeper"))
+    files = {"config.json": 123, "model-00001-of-00002.safetensors":
+             3 * MiB + 5, "model-00002-of-00002.safetensors": MiB,
+             "sub/a.bin": 0, "sub/deeper/b.bin": 70000}
+    for i, (name, n) in enumerate(sorted(files.items())):
+        write(os.path.join(tree, name), rand(n, 30 + i))
+    r = FS.run_phx("cp", "-r", tree + "/", d)
+    assert "5 files," in r.stderr, r.stderr
+    for name in files:
+        same(os.path.join(tree, name), os.path.join(d, "model", name))
+    back = os.path.join(ref, "back")
+    FS.run_phx("cp", "-r", "-q", os.path.join(d, "model"), back)
+    for name in files:
+        same(os.path.join(tree, name), os.path.join(back, name))
+    os.symlink("config.json", os.path.join(tree, "link"))
+    r = FS.run_phx("cp", "-r", "-q", tree, d + "/again", check=False)
+    assert r.returncode == 1 and "link: not a regular file" in r.stderr, \
+        r.stderr
+    same(os.path.join(tree, "config.json"),
+         os.path.join(d, "again", "config.json"))
+
+
+@test
+def phx_cp_bad_input():
+    d, ref = fresh("cpbad")
+    write(d + "/f", rand(1000, 5))
+    write(os.path.join(ref, "f"), rand(1000, 6))
+    cases = [
+        (("/nonexistent", d + "/x"), "/nonexistent: No such file"),
+        ((ref, d), "is a directory; use phx cp -r"),
+        ((d + "/f", d + "/g"), "both on phxfs"),
+        ((os.path.join(ref, "f"), os.path.join(ref, "g")),
+         "neither"),
+        ((d + "/f", os.path.join(ref, "no", "g")),
+         "no/g: No such file or directory"),
+        (("/dev/null", d + "/n"), "not a regular file or directory"),
+        ((d + "/f",), "usage"),
+        (("-z", d + "/f", ref), "usage"),
+    ]
+    for args, msg in cases:
+        r = FS.run_phx("cp", *args, check=False)
+        assert r.returncode and msg in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 or msg == "usage", \
+            r.stderr
+    assert os.listdir(ref) == ["f"], os.listdir(ref)
+    assert sorted(os.listdir(d)) == ["f"], os.listdir(d)
 
 
 LIB = None
@@ -800,6 +908,9 @@ def main():
     ap.add_argument("--each-device", action="store_true",
                     help="run the suite once in every device directory")
     ARGS = ap.parse_args()
+    # the case modules import this one by name: give them this instance
+    sys.modules["test_phxfs"] = sys.modules[__name__]
+    import conformance  # noqa: F401  (registers its tests)
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
         return 0

@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/* file.c - phxfs's file data: open, read, write, allocate, release. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "phxfs.h"
+
+static bool file_passthrough(struct fuse_file_info *fi)
+{
+	return fi->fh & 1;
+}
+
+static pthread_key_t tbuf_key;
+static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
+
+struct tbuf {
+	size_t len;
+	char data[];
+};
+
+static void tbuf_key_init(void)
+{
+	pthread_key_create(&tbuf_key, free);
+}
+
+static void *thread_buf(size_t len)
+{
+	struct tbuf *b;
+
+	pthread_once(&tbuf_once, tbuf_key_init);
+	b = pthread_getspecific(tbuf_key);
+	if (b && b->len >= len)
+		return b->data;
+	free(b);
+	b = malloc(offsetof(struct tbuf, data) + len);
+	pthread_setspecific(tbuf_key, b);
+	if (!b)
+		return NULL;
+	b->len = len;
+	return b->data;
+}
+
+/*
+ * Pinned buffers for reads out of device memory, shared by all workers:
+ * a device-to-host copy into pinned memory runs at the bus's speed, while
+ * the driver stages one into pageable memory at a fraction of it.  They
+ * are pinned once and kept; a request larger than one, or one arriving
+ * when all are in use, takes the thread's pageable buffer instead.  Each
+ * holds the largest request (max_write); together at most RBUF_BYTES, and
+ * never fewer than RBUF_MIN of them.
+ */
+#define RBUF_BYTES (64U << 20)
+#define RBUF_MIN 4U
+#define RBUF_MAX 32U
+
+static pthread_mutex_t rbuf_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *rbuf_free[RBUF_MAX]; /* protected by rbuf_lock */
+static unsigned int rbuf_nfree, rbuf_count; /* protected by rbuf_lock */
+/* set in phxfs_init(), before the first request */
+static size_t rbuf_len;
+static unsigned int rbuf_max;
+
+static void rbuf_setup(const struct phxfs *fs)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n;
+
+	rbuf_len = (fs->max_write + page - 1) / page * page;
+	n = RBUF_BYTES / rbuf_len;
+	rbuf_max = n < RBUF_MIN ? RBUF_MIN :
+		   n > RBUF_MAX ? RBUF_MAX :
+				  (unsigned int)n;
+}
+
+static void *rbuf_get(struct phxfs *fs, size_t len)
+{
+	void *p = NULL;
+
+	if (len > rbuf_len || !fs->ndevs)
+		return NULL;
+	pthread_mutex_lock(&rbuf_lock);
+	if (rbuf_nfree) {
+		p = rbuf_free[--rbuf_nfree];
+		pthread_mutex_unlock(&rbuf_lock);
+		return p;
+	}
+	if (rbuf_count >= rbuf_max) {
+		pthread_mutex_unlock(&rbuf_lock);
+		return NULL;
+	}
+	rbuf_count++;
+	pthread_mutex_unlock(&rbuf_lock);
+
+	p = mmap(NULL, rbuf_len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED) {
+		pthread_mutex_lock(&rbuf_lock);
+		rbuf_count--;
+		pthread_mutex_unlock(&rbuf_lock);
+		return NULL;
+	}
+	/* pinned for every GPU; unpinned memory still works, only slower */
+	phx_host_register(fs->devs[0].dev, p, rbuf_len);
+	return p;
+}
+
+static void rbuf_put(void *p)
+{
+	pthread_mutex_lock(&rbuf_lock);
+	rbuf_free[rbuf_nfree++] = p;
+	pthread_mutex_unlock(&rbuf_lock);
+}
+
+static void open_flags(struct phxfs *fs, struct fuse_file_info *fi)
+{
+	fi->direct_io = !fs->opts.writeback;
+#if FUSE_VERSION >= FUSE_MAKE_VERSION(3, 15)
+	fi->parallel_direct_writes = !fs->opts.writeback;
+#endif
+}
+
+/*
+ * Set up @fi for regular file @inode, which holds an open reference:
+ * truncate it for O_TRUNC, and on a passthrough device give the kernel
+ * its range file, with room to grow when it is opened for writing.
+ */
+int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
+		    struct fuse_file_info *fi)
+{
+	bool pass = false;
+	int err = 0;
+
+	pthread_rwlock_wrlock(&inode->io_lock);
+	if (fi->flags & O_TRUNC)
+		err = -phxfs_data_resize(inode, 0); /* atomic_o_trunc */
+	if (!err && phxfs_dev_ranged(inode->dev)) {
+		uint64_t size = phxfs_data_size(inode);
+		bool writing = (fi->flags & O_ACCMODE) != O_RDONLY;
+
+		err = -phxfs_range_reserve(
+			inode, size, writing ? size + fs->headroom : size);
+		if (!err)
+			pass = phxfs_passthrough_open(fs, req, inode, fi);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (err)
+		return err;
+	if (fi->flags & O_TRUNC) {
+		bool killed;
+
+		pthread_mutex_lock(&fs->lock);
+		phxfs_touch(&inode->mtime);
+		inode->ctime = inode->mtime;
+		killed = phxfs_kill_priv(req, inode);
+		pthread_mutex_unlock(&fs->lock);
+		if (killed)
+			phxfs_attr_changed(fs, inode);
+	}
+	if (!pass)
+		open_flags(fs, fi);
+	fi->fh = (uintptr_t)inode | pass;
+	return 0;
+}
+
+static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	struct phxfs_inode *inode;
+	int err = 0;
+
+	pthread_mutex_lock(&fs->lock);
+	inode = phxfs_inode_get(fs, ino);
+	if (!inode)
+		err = ENOENT;
+	else if (S_ISDIR(inode->mode))
+		err = EISDIR;
+	else
+		inode->nopen++;
+	pthread_mutex_unlock(&fs->lock);
+	if (err)
+		goto out_err;
+	if (S_ISREG(inode->mode)) {
+		err = phxfs_open_file(fs, req, inode, fi);
+		if (err) {
+			pthread_mutex_lock(&fs->lock);
+			phxfs_inode_unref(fs, inode, 0, 1);
+			pthread_mutex_unlock(&fs->lock);
+			goto out_err;
+		}
+	} else {
+		fi->fh = (uintptr_t)inode;
+		open_flags(fs, fi);
+	}
+	fuse_reply_open(req, fi);
+	return;
+
+out_err:
+	fuse_reply_err(req, err);
+}
+
+static void phxfs_release(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	struct phxfs_inode *inode = phxfs_file(fi);
+
+	if (S_ISREG(inode->mode) && phxfs_dev_ranged(inode->dev)) {
+		pthread_rwlock_wrlock(&inode->io_lock);
+		if (file_passthrough(fi))
+			phxfs_passthrough_release(fs, req, inode);
+		else
+			phxfs_range_trim(inode);
+		pthread_rwlock_unlock(&inode->io_lock);
+	}
+	pthread_mutex_lock(&fs->lock);
+	phxfs_inode_unref(fs, inode, 0, 1);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_err(req, 0);
+}
+
+/* Read [@off, @off + @len) of a range file into @host. */
+static int range_read(struct phxfs_inode *inode, void *host, uint64_t len,
+		      uint64_t off)
+{
+	while (len) {
+		ssize_t n = pread(inode->range_fd, host, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		host = (char *)host + n;
+		len -= (uint64_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Write to a range file; it grows up to its capacity. */
+static int range_write(struct phxfs_inode *inode, const char *data,
+		       uint64_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pwrite(inode->range_fd, data, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		data += n;
+		len -= (uint64_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct phxfs_inode *inode = phxfs_file(fi);
+	uint64_t fsize, n = 0;
+	void *host = NULL, *pooled = NULL;
+	int err = 0;
+
+	pthread_rwlock_rdlock(&inode->io_lock);
+	fsize = phxfs_data_size(inode);
+	if (off >= 0 && (uint64_t)off < fsize)
+		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
+	if (n) {
+		host = pooled = rbuf_get(phxfs_fs(req), n);
+		if (!host)
+			host = thread_buf(size);
+		if (!host)
+			err = ENOMEM;
+		else if (phxfs_ranged(inode))
+			err = -range_read(inode, host, n, (uint64_t)off);
+		else
+			err = -phx_memcpy_from_buf(host, inode->buf,
+						   (uint64_t)off, n);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	atomic_fetch_add(&inode->dev->fuse_reads, 1);
+	if (err) {
+		fuse_reply_err(req, err);
+	} else {
+		atomic_fetch_add(&inode->dev->fuse_out, n);
+		/* the reply copies the data into the kernel before returning */
+		fuse_reply_buf(req, host, n);
+	}
+	if (pooled)
+		rbuf_put(pooled);
+}
+
+/* Store @size bytes at @off, growing the file; io_lock not held. */
+static int write_data(struct phxfs_inode *inode, const char *data,
+		      uint64_t size, uint64_t off)
+{
+	uint64_t end = off + size, old;
+	int ret;
+
+	if (phxfs_dev_ranged(inode->dev)) {
+		/* Only opens the kernel could not pass through come here. */
+		pthread_rwlock_wrlock(&inode->io_lock);
+		ret = phxfs_range_reserve(inode, end, end);
+		if (!ret)
+			ret = range_write(inode, data, size, off);
+		pthread_rwlock_unlock(&inode->io_lock);
+		return ret;
+	}
+	pthread_rwlock_rdlock(&inode->io_lock);
+	if (end <= atomic_load(&inode->size)) {
+		ret = phx_memcpy_to_buf(inode->buf, off, data, size);
+		pthread_rwlock_unlock(&inode->io_lock);
+		return ret;
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+
+	/* Growing: alone on the buffer, and undone if the device is full. */
+	pthread_rwlock_wrlock(&inode->io_lock);
+	old = atomic_load(&inode->size);
+	ret = end > old ? phxfs_data_resize(inode, end) : 0;
+	if (!ret)
+		ret = phx_memcpy_to_buf(inode->buf, off, data, size);
+	if (ret && end > old)
+		phxfs_data_resize(inode, old);
+	pthread_rwlock_unlock(&inode->io_lock);
+	return ret;
+}
+
+static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+			size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	struct phxfs_inode *inode = phxfs_file(fi);
+	bool killed = false;
+	int err = 0;
+
+	atomic_fetch_add(&inode->dev->fuse_writes, 1);
+	if (off < 0 || (uint64_t)off > PHXFS_MAX_FILE ||
+	    size > PHXFS_MAX_FILE - (uint64_t)off) {
+		err = EFBIG;
+		goto out_err;
+	}
+	if (size) {
+		err = -write_data(inode, buf, size, (uint64_t)off);
+		if (err)
+			goto out_err;
+	}
+	atomic_store(&inode->path, PHX_PATH_MEMCPY);
+	atomic_fetch_add(&inode->dev->fuse_in, size);
+	pthread_mutex_lock(&fs->lock);
+	phxfs_touch(&inode->mtime);
+	inode->ctime = inode->mtime;
+	/*
+	 * Page-cache writeback carries the flusher's credentials, not the
+	 * writer's: with -o writeback the kernel drops the bits itself.
+	 */
+	if (!fi->writepage)
+		killed = phxfs_kill_priv(req, inode);
+	pthread_mutex_unlock(&fs->lock);
+	if (killed)
+		phxfs_attr_changed(fs, inode);
+	fuse_reply_write(req, size);
+	return;
+
+out_err:
+	fuse_reply_err(req, err);
+}
+
+static void phxfs_flush(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void phxfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+			struct fuse_file_info *fi)
+{
+	/* Every write has reached device memory before it was answered. */
+	fuse_reply_err(req, 0);
+}
+
+static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
+			    off_t len, struct fuse_file_info *fi)
+{
+	struct phxfs_inode *inode = phxfs_file(fi);
+	uint64_t end = (uint64_t)off + (uint64_t)len, old;
+	int err = 0;
+
+	if (mode) {
+		err = EOPNOTSUPP;
+		goto out;
+	}
+	if (off < 0 || len <= 0 || end > PHXFS_MAX_FILE) {
+		err = off < 0 || len <= 0 ? EINVAL : EFBIG;
+		goto out;
+	}
+	pthread_rwlock_wrlock(&inode->io_lock);
+	old = phxfs_data_size(inode);
+	if (end > old)
+		err = -phxfs_data_resize(inode, end);
+	/* A range file's memory is all there already. */
+	if (!err && !phxfs_ranged(inode))
+		err = -phx_buf_commit(inode->buf, (uint64_t)off, (uint64_t)len);
+	if (err && end > old)
+		phxfs_data_resize(inode, old);
+	pthread_rwlock_unlock(&inode->io_lock);
+out:
+	fuse_reply_err(req, err);
+}
+
+/*
+ * SEEK_DATA / SEEK_HOLE.  libphoenix tells how much of a buffer is backed
+ * (phx_buf_committed()) but not where, so only the two plain cases are
+ * exact: nothing backed (all hole) and everything backed (no hole but the
+ * one at the end).  Between them the file reads as data throughout, which
+ * POSIX allows; docs/phxfs.md says so.
+ */
+static void phxfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+			struct fuse_file_info *fi)
+{
+	struct phxfs_inode *inode = phxfs_file(fi);
+	uint64_t size, held;
+	off_t ret;
+
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	pthread_rwlock_rdlock(&inode->io_lock);
+	size = phxfs_data_size(inode);
+	held = phxfs_ranged(inode) ? size : phxfs_data_held(inode);
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (off < 0 || (uint64_t)off >= size) {
+		fuse_reply_err(req, ENXIO);
+		return;
+	}
+	if (whence == SEEK_DATA)
+		ret = held ? off : -ENXIO;
+	else
+		ret = held ? (off_t)size : off;
+	if (ret < 0)
+		fuse_reply_err(req, (int)-ret);
+	else
+		fuse_reply_lseek(req, ret);
+}
+
+void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o)
+{
+	rbuf_setup(fs);
+	o->open = phxfs_open;
+	o->read = phxfs_read;
+	o->write = phxfs_write;
+	o->flush = phxfs_flush;
+	o->release = phxfs_release;
+	o->fsync = phxfs_fsync;
+	o->fallocate = phxfs_fallocate;
+	o->lseek = phxfs_lseek;
+}

@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * xattr.c - phxfs's extended attributes: the read-only user.phx.* ones the
+ * file system answers itself, and user.*, security.* and trusted.* ones
+ * stored with the inode (host memory, under fs->lock).  system.* (POSIX
+ * ACLs) is not supported: ENOTSUP, so the kernel checks the mode bits.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+
+#include "phxfs.h"
+
+#define PHX_PREFIX "user.phx."
+/* Stored bytes (names and values) one inode may hold. */
+#define XATTR_INODE_MAX (256U << 10)
+
+/* One stored attribute: its name, then its value, in @data. */
+struct phxfs_xattr {
+	struct phxfs_xattr *next;
+	size_t name_len, len;
+	char data[];
+};
+
+static const char *const phx_names[] = { "user.phx.device", "user.phx.path",
+					 "user.phx.handle", "user.phx.requests",
+					 "user.phx.socket" };
+
+static bool stored_namespace(const char *name)
+{
+	return !strncmp(name, "user.", 5) || !strncmp(name, "security.", 9) ||
+	       !strncmp(name, "trusted.", 8);
+}
+
+static struct phxfs_xattr **find(struct phxfs_inode *inode, const char *name)
+{
+	struct phxfs_xattr **p = &inode->xattrs;
+
+	while (*p && strcmp((*p)->data, name))
+		p = &(*p)->next;
+	return p;
+}
+
+static size_t stored_bytes(const struct phxfs_inode *inode)
+{
+	const struct phxfs_xattr *x;
+	size_t n = 0;
+
+	for (x = inode->xattrs; x; x = x->next)
+		n += x->name_len + 1 + x->len;
+	return n;
+}
+
+int phxfs_xattr_remove(struct phxfs_inode *inode, const char *name)
+{
+	struct phxfs_xattr **p = find(inode, name), *x = *p;
+
+	if (!x)
+		return -ENODATA;
+	*p = x->next;
+	free(x);
+	return 0;
+}
+
+void phxfs_xattr_free_all(struct phxfs_inode *inode)
+{
+	while (inode->xattrs) {
+		struct phxfs_xattr *x = inode->xattrs;
+
+		inode->xattrs = x->next;
+		free(x);
+	}
+}
+
+/* Store @name = @value (XATTR_CREATE / XATTR_REPLACE in @flags). */
+static int xattr_store(struct phxfs_inode *inode, const char *name,
+		       const char *value, size_t len, int flags)
+{
+	struct phxfs_xattr **p = find(inode, name), *old = *p, *x;
+	size_t name_len = strlen(name), now = stored_bytes(inode);
+
+	if (old && (flags & XATTR_CREATE))
+		return -EEXIST;
+	if (!old && (flags & XATTR_REPLACE))
+		return -ENODATA;
+	if (old)
+		now -= old->name_len + 1 + old->len;
+	if (now + name_len + 1 + len > XATTR_INODE_MAX)
+		return -ENOSPC;
+	x = malloc(sizeof(*x) + name_len + 1 + len);
+	if (!x)
+		return -ENOMEM;
+	x->name_len = name_len;
+	x->len = len;
+	memcpy(x->data, name, name_len + 1);
+	memcpy(x->data + name_len + 1, value, len);
+	x->next = old ? old->next : NULL;
+	*p = x;
+	free(old);
+	return 0;
+}
+
+/*
+ * The value of user.phx.* attribute @name of @inode into @out; fs->lock
+ * held.  @uid is the caller's: the handle is for the owner (and root).
+ */
+static int phx_value(struct phxfs *fs, struct phxfs_inode *inode,
+		     const char *name, uid_t uid, char *out, size_t len)
+{
+	bool file = S_ISREG(inode->mode);
+
+	if (!strcmp(name, "user.phx.device") && inode->dev)
+		return snprintf(out, len, "%s", inode->dev->name);
+	if (!strcmp(name, "user.phx.path") && file)
+		return snprintf(out, len, "%s",
+				phxfs_path_name(atomic_load(&inode->path)));
+	/* FUSE requests the daemon served on the device, not the kernel. */
+	if (!strcmp(name, "user.phx.requests") && inode->dev)
+		return snprintf(out, len, "write %llu read %llu",
+				(unsigned long long)atomic_load(
+					&inode->dev->fuse_writes),
+				(unsigned long long)atomic_load(
+					&inode->dev->fuse_reads));
+	if (!strcmp(name, "user.phx.handle") && file) {
+		if (uid && uid != inode->uid)
+			return -EACCES;
+		return snprintf(out, len, "%s %llu", fs->sock_path,
+				(unsigned long long)inode->ino);
+	}
+	/* Any inode answers, so a tool finds the daemon from any path;
+	 * only the root lists it. */
+	if (!strcmp(name, "user.phx.socket"))
+		return snprintf(out, len, "%s", fs->sock_path);
+	return -ENODATA;
+}
+
+static void reply_xattr(fuse_req_t req, const char *val, long len, size_t size)
+{
+	if (len < 0)
+		fuse_reply_err(req, (int)-len);
+	else if (!size)
+		fuse_reply_xattr(req, (size_t)len);
+	else if ((size_t)len > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, (size_t)len);
+}
+
+static void phxfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			   size_t size)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	struct phxfs_inode *inode;
+	struct phxfs_xattr *x;
+	char val[256], *out = val;
+	long len = -ENOENT;
+
+	pthread_mutex_lock(&fs->lock);
+	inode = phxfs_inode_get(fs, ino);
+	if (inode && !strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
+		len = phx_value(fs, inode, name, fuse_req_ctx(req)->uid, val,
+				sizeof(val));
+	} else if (inode && !stored_namespace(name)) {
+		len = -ENOTSUP;
+	} else if (inode) {
+		x = *find(inode, name);
+		len = x ? (long)x->len : -ENODATA;
+		out = x && size >= x->len ? malloc(x->len + 1) : val;
+		if (!out)
+			len = -ENOMEM;
+		else if (out != val)
+			memcpy(out, x->data + x->name_len + 1, x->len);
+	}
+	pthread_mutex_unlock(&fs->lock);
+	reply_xattr(req, out, len, size);
+	if (out != val)
+		free(out);
+}
+
+static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	struct phxfs_inode *inode;
+	struct phxfs_xattr *x;
+	char val[256], *list = NULL;
+	size_t len = 0, cap;
+	unsigned int i;
+
+	pthread_mutex_lock(&fs->lock);
+	inode = phxfs_inode_get(fs, ino);
+	cap = inode ? stored_bytes(inode) + sizeof(val) : 0;
+	list = inode ? malloc(cap) : NULL;
+	for (i = 0; list && i < sizeof(phx_names) / sizeof(phx_names[0]); i++) {
+		if (phx_value(fs, inode, phx_names[i], fuse_req_ctx(req)->uid,
+			      val, sizeof(val)) < 0)
+			continue;
+		if (!strcmp(phx_names[i], "user.phx.socket") &&
+		    inode != fs->root)
+			continue;
+		len += (size_t)snprintf(list + len, cap - len, "%s",
+					phx_names[i]) +
+		       1;
+	}
+	for (x = list ? inode->xattrs : NULL; x; x = x->next) {
+		memcpy(list + len, x->data, x->name_len + 1);
+		len += x->name_len + 1;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	reply_xattr(req, list,
+		    !inode ? -ENOENT :
+		    !list  ? -ENOMEM :
+			     (long)len,
+		    size);
+	free(list);
+}
+
+static void phxfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			   const char *value, size_t size, int flags)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	struct phxfs_inode *inode;
+	int err;
+
+	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
+		fuse_reply_err(req, EPERM); /* the file system's own */
+		return;
+	}
+	if (!stored_namespace(name)) {
+		fuse_reply_err(req, ENOTSUP);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	inode = phxfs_inode_get(fs, ino);
+	err = inode ? -xattr_store(inode, name, value, size, flags) : ENOENT;
+	if (!err)
+		phxfs_touch(&inode->ctime);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_err(req, err);
+}
+
+static void phxfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct phxfs *fs = phxfs_fs(req);
+	struct phxfs_inode *inode;
+	int err;
+
+	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (!stored_namespace(name)) {
+		fuse_reply_err(req, ENOTSUP);
+		return;
+	}
+	pthread_mutex_lock(&fs->lock);
+	inode = phxfs_inode_get(fs, ino);
+	err = inode ? -phxfs_xattr_remove(inode, name) : ENOENT;
+	if (!err)
+		phxfs_touch(&inode->ctime);
+	pthread_mutex_unlock(&fs->lock);
+	fuse_reply_err(req, err);
+}
+
+void phxfs_xattr_ops(struct fuse_lowlevel_ops *o)
+{
+	o->setxattr = phxfs_setxattr;
+	o->getxattr = phxfs_getxattr;
+	o->listxattr = phxfs_listxattr;
+	o->removexattr = phxfs_removexattr;
+}
