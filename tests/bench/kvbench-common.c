@@ -19,9 +19,9 @@
 
 #include "kvbench.h"
 
-struct kb_cuda cu;
-struct kb_cufile cf;
-struct kb_phxfile pf;
+struct kb_cuda kbcu;
+struct kb_cufile kbcf;
+struct kb_phxfile kbpf;
 
 static CUcontext kb_ctx;
 
@@ -61,7 +61,7 @@ const char *kb_cu_err(CUresult r)
 {
 	const char *s = NULL;
 
-	if (cu.cuGetErrorName && !cu.cuGetErrorName(r, &s) && s)
+	if (kbcu.cuGetErrorName && !kbcu.cuGetErrorName(r, &s) && s)
 		return s;
 	return "unknown CUDA error";
 }
@@ -115,7 +115,7 @@ void kb_load_cuda(struct kb *b)
 	void *lib;
 
 	_Static_assert(sizeof(names) / sizeof(names[0]) ==
-			       sizeof(cu) / sizeof(void *),
+			       sizeof(kbcu) / sizeof(void *),
 		       "one name per CUDA entry point");
 	b->cuda = phx_default_kind(&why) == PHX_DEVICE_CUDA;
 	if (b->cuda) {
@@ -123,18 +123,18 @@ void kb_load_cuda(struct kb *b)
 		if (!lib)
 			kb_die("libphoenix picked CUDA but libcuda.so.1 does not load: %s",
 			       dlerror());
-		missing = load_syms(lib, &cu, names,
+		missing = load_syms(lib, &kbcu, names,
 				    sizeof(names) / sizeof(names[0]));
 		if (missing)
 			kb_die("libcuda.so.1 lacks %s: the driver is too old",
 			       missing);
-		CU_CHECK(cu.cuInit(0));
-		CU_CHECK(cu.cuDeviceGet(&dev, 0));
-		CU_CHECK(cu.cuDeviceGetName(b->gpu, sizeof(b->gpu), dev));
+		CU_CHECK(kbcu.cuInit(0));
+		CU_CHECK(kbcu.cuDeviceGet(&dev, 0));
+		CU_CHECK(kbcu.cuDeviceGetName(b->gpu, sizeof(b->gpu), dev));
 		/* the primary context: libphoenix's and cuFile's too */
-		CU_CHECK(cu.cuDevicePrimaryCtxRetain(&kb_ctx, dev));
-		CU_CHECK(cu.cuCtxSetCurrent(kb_ctx));
-		CU_CHECK(cu.cuMemAllocHost_v2(&b->host, KB_HOST));
+		CU_CHECK(kbcu.cuDevicePrimaryCtxRetain(&kb_ctx, dev));
+		CU_CHECK(kbcu.cuCtxSetCurrent(kb_ctx));
+		CU_CHECK(kbcu.cuMemAllocHost_v2(&b->host, KB_HOST));
 	} else {
 		snprintf(b->gpu, sizeof(b->gpu), "no GPU (%s)",
 			 why && *why ? why : "simulated device");
@@ -151,7 +151,7 @@ void kb_load_cuda(struct kb *b)
 void kb_thread_ctx(void)
 {
 	if (kb_ctx)
-		cu.cuCtxSetCurrent(kb_ctx);
+		kbcu.cuCtxSetCurrent(kb_ctx);
 }
 
 void kb_load_cufile(struct kb *b)
@@ -185,7 +185,7 @@ void kb_load_cufile(struct kb *b)
 	const char *missing;
 
 	_Static_assert(sizeof(names) / sizeof(names[0]) ==
-			       sizeof(cf) / sizeof(void *),
+			       sizeof(kbcf) / sizeof(void *),
 		       "one name per cuFile entry point");
 	if (!b->cuda) {
 		b->cufile_why = "no CUDA device";
@@ -197,7 +197,8 @@ void kb_load_cufile(struct kb *b)
 		b->cufile_why = "libcufile.so not found";
 		return;
 	}
-	missing = load_syms(lib, &cf, names, sizeof(names) / sizeof(names[0]));
+	missing =
+		load_syms(lib, &kbcf, names, sizeof(names) / sizeof(names[0]));
 	if (missing) {
 		snprintf(why, sizeof(why), "libcufile.so lacks %s", missing);
 		b->cufile_why = why;
@@ -219,7 +220,7 @@ void kb_load_phxfile(struct kb *b, const char *argv0)
 	void *lib;
 
 	_Static_assert(sizeof(names) / sizeof(names[0]) ==
-			       sizeof(pf) / sizeof(void *),
+			       sizeof(kbpf) / sizeof(void *),
 		       "one name per phxFile entry point");
 	if (env)
 		snprintf(path, sizeof(path), "%s", env);
@@ -234,7 +235,8 @@ void kb_load_phxfile(struct kb *b, const char *argv0)
 		b->phxfile_why = why;
 		return;
 	}
-	missing = load_syms(lib, &pf, names, sizeof(names) / sizeof(names[0]));
+	missing =
+		load_syms(lib, &kbpf, names, sizeof(names) / sizeof(names[0]));
 	if (missing) {
 		snprintf(why, sizeof(why), "%s lacks %s", path, missing);
 		b->phxfile_why = why;
@@ -250,7 +252,7 @@ void kb_dmem_alloc(struct kb *b, struct kb_dmem *m, uint64_t size)
 	if (b->cuda) {
 		CUdeviceptr p;
 
-		CU_CHECK(cu.cuMemAlloc_v2(&p, size));
+		CU_CHECK(kbcu.cuMemAlloc_v2(&p, size));
 		m->dptr = p;
 		return;
 	}
@@ -263,7 +265,7 @@ void kb_dmem_alloc(struct kb *b, struct kb_dmem *m, uint64_t size)
 void kb_dmem_free(struct kb *b, struct kb_dmem *m)
 {
 	if (b->cuda)
-		cu.cuMemFree_v2(m->dptr);
+		kbcu.cuMemFree_v2(m->dptr);
 	else
 		phx_buf_free(m->buf);
 	memset(m, 0, sizeof(*m));
@@ -273,7 +275,7 @@ void kb_dmem_to_host(struct kb *b, void *dst, const struct kb_dmem *m,
 		     uint64_t off, uint64_t len)
 {
 	if (b->cuda)
-		CU_CHECK(cu.cuMemcpyDtoH_v2(dst, m->dptr + off, len));
+		CU_CHECK(kbcu.cuMemcpyDtoH_v2(dst, m->dptr + off, len));
 	else if (phx_memcpy_from_buf(dst, m->buf, off, len))
 		kb_die("reading device memory back: %s", phx_strerror_last());
 }
@@ -281,7 +283,7 @@ void kb_dmem_to_host(struct kb *b, void *dst, const struct kb_dmem *m,
 void kb_dmem_zero(struct kb *b, struct kb_dmem *m)
 {
 	if (b->cuda) {
-		CU_CHECK(cu.cuMemsetD8_v2(m->dptr, 0, m->size));
+		CU_CHECK(kbcu.cuMemsetD8_v2(m->dptr, 0, m->size));
 		return;
 	}
 	memset(b->host, 0, KB_HOST);
@@ -295,7 +297,7 @@ void kb_dmem_from_host(struct kb *b, struct kb_dmem *m, uint64_t off,
 		       const void *src, uint64_t len)
 {
 	if (b->cuda)
-		CU_CHECK(cu.cuMemcpyHtoD_v2(m->dptr + off, src, len));
+		CU_CHECK(kbcu.cuMemcpyHtoD_v2(m->dptr + off, src, len));
 	else if (phx_memcpy_to_buf(m->buf, off, src, len))
 		kb_die("filling device memory: %s", phx_strerror_last());
 }
@@ -310,7 +312,7 @@ void *kb_stream_new(struct kb *b)
 	CUstream cs;
 
 	if (b->cuda) {
-		CU_CHECK(cu.cuStreamCreate(&cs, 1 /* non-blocking */));
+		CU_CHECK(kbcu.cuStreamCreate(&cs, 1 /* non-blocking */));
 		return cs;
 	}
 	if (phx_stream_create(b->dev, &s))
@@ -323,7 +325,7 @@ void *kb_stream_new(struct kb *b)
 void kb_stream_free(struct kb *b, void *native)
 {
 	if (b->cuda)
-		cu.cuStreamDestroy_v2(native);
+		kbcu.cuStreamDestroy_v2(native);
 }
 
 /* ---- the data file ------------------------------------------------------ */

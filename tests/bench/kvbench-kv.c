@@ -73,17 +73,17 @@ static double run_phxfile(struct kv *k)
 	if (!len || !foff || !boff || !done)
 		kb_die("out of host memory");
 	/* LMCache: handle at slab open, streams, regions; not timed */
-	ret = pf.HandleRegister(&fh, k->fd);
+	ret = kbpf.HandleRegister(&fh, k->fd);
 	if (ret)
 		kb_die("phxFileHandleRegister: %s", strerror(-ret));
 	for (int s = 0; s < k->nstreams; s++)
-		if ((ret = pf.StreamRegister(k->streams[s])))
+		if ((ret = kbpf.StreamRegister(k->streams[s])))
 			kb_die("phxFileStreamRegister: %s", strerror(-ret));
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
-		if ((ret = pf.BufRegister((void *)(uintptr_t)(k->dm.dptr + r),
-					  k->dm.size - r < KV_REGION ?
-						  k->dm.size - r :
-						  KV_REGION)))
+		if ((ret = kbpf.BufRegister((void *)(uintptr_t)(k->dm.dptr + r),
+					    k->dm.size - r < KV_REGION ?
+						    k->dm.size - r :
+						    KV_REGION)))
 			kb_die("phxFileBufRegister: %s", strerror(-ret));
 
 	t0 = kb_now();
@@ -94,7 +94,7 @@ static double run_phxfile(struct kv *k)
 		len[i] = k->chunk;
 		foff[i] = (int64_t)k->offs[i];
 		done[i] = -1;
-		ret = (k->write ? pf.WriteAsync : pf.ReadAsync)(
+		ret = (k->write ? kbpf.WriteAsync : kbpf.ReadAsync)(
 			fh, base, &len[i], &foff[i], &boff[i], &done[i],
 			k->streams[i % k->nstreams]);
 		if (ret)
@@ -103,7 +103,7 @@ static double run_phxfile(struct kv *k)
 	}
 	/* the wait libphxfile documents: everything queued on the stream */
 	for (int s = 0; s < k->nstreams; s++)
-		pf.StreamDeregister(k->streams[s]);
+		kbpf.StreamDeregister(k->streams[s]);
 	t = kb_now() - t0;
 
 	for (int i = 0; i < k->n; i++)
@@ -112,8 +112,8 @@ static double run_phxfile(struct kv *k)
 			       " for %" PRIu64 " bytes at %" PRIu64,
 			       done[i], k->chunk, k->offs[i]);
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
-		pf.BufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
-	pf.HandleDeregister(fh);
+		kbpf.BufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
+	kbpf.HandleDeregister(fh);
 	free(len);
 	free(foff);
 	free(boff);
@@ -176,7 +176,7 @@ static void *cufile_handle(struct kv *k)
 	void *fh = NULL;
 
 	d.handle.fd = k->fd;
-	e = cf.cuFileHandleRegister(&fh, &d);
+	e = kbcf.cuFileHandleRegister(&fh, &d);
 	if (e.err) {
 		snprintf(k->note, sizeof(k->note),
 			 "cuFileHandleRegister: error %d (CUDA %d)", e.err,
@@ -184,7 +184,7 @@ static void *cufile_handle(struct kv *k)
 		return NULL;
 	}
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
-		cf.cuFileBufRegister(
+		kbcf.cuFileBufRegister(
 			(void *)(uintptr_t)(k->dm.dptr + r),
 			k->dm.size - r < KV_REGION ? k->dm.size - r : KV_REGION,
 			0);
@@ -194,8 +194,8 @@ static void *cufile_handle(struct kv *k)
 static void cufile_release(struct kv *k, void *fh)
 {
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
-		cf.cuFileBufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
-	cf.cuFileHandleDeregister(fh);
+		kbcf.cuFileBufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
+	kbcf.cuFileHandleDeregister(fh);
 }
 
 static double run_cufile_async(struct kv *k)
@@ -213,7 +213,7 @@ static double run_cufile_async(struct kv *k)
 	if (!fh)
 		goto out;
 	for (int s = 0; s < k->nstreams; s++)
-		cf.cuFileStreamRegister(k->streams[s], 0);
+		kbcf.cuFileStreamRegister(k->streams[s], 0);
 	t0 = kb_now();
 	for (int i = 0; i < k->n; i++) {
 		void *base;
@@ -224,7 +224,7 @@ static double run_cufile_async(struct kv *k)
 		foff[i] = (off_t)k->offs[i];
 		boff[i] = (off_t)off;
 		done[i] = -1;
-		e = (k->write ? cf.cuFileWriteAsync : cf.cuFileReadAsync)(
+		e = (k->write ? kbcf.cuFileWriteAsync : kbcf.cuFileReadAsync)(
 			fh, base, &len[i], &foff[i], &boff[i], &done[i],
 			k->streams[i % k->nstreams]);
 		if (e.err) {
@@ -235,11 +235,11 @@ static double run_cufile_async(struct kv *k)
 		}
 	}
 	for (int s = 0; s < k->nstreams; s++)
-		cu.cuStreamSynchronize(k->streams[s]);
+		kbcu.cuStreamSynchronize(k->streams[s]);
 	if (!k->note[0])
 		t = kb_now() - t0;
 	for (int s = 0; s < k->nstreams; s++)
-		cf.cuFileStreamDeregister(k->streams[s]);
+		kbcf.cuFileStreamDeregister(k->streams[s]);
 	for (int i = 0; t >= 0 && i < k->n; i++)
 		if (done[i] != (ssize_t)k->chunk)
 			kb_die("cuFile async: %zd bytes of %" PRIu64
@@ -266,7 +266,7 @@ static double run_cufile_batch(struct kv *k)
 
 	if (!fh)
 		return -1;
-	e = cf.cuFileBatchIOSetUp(&batch, qd);
+	e = kbcf.cuFileBatchIOSetUp(&batch, qd);
 	if (e.err) {
 		snprintf(k->note, sizeof(k->note),
 			 "cuFileBatchIOSetUp: error %d (CUDA %d)", e.err,
@@ -295,7 +295,7 @@ static double run_cufile_batch(struct kv *k)
 			next++;
 		}
 		if (m) {
-			e = cf.cuFileBatchIOSubmit(batch, m, p, 0);
+			e = kbcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(k->note, sizeof(k->note),
 					 "cuFileBatchIOSubmit: error %d",
@@ -305,7 +305,7 @@ static double run_cufile_batch(struct kv *k)
 			inflight += m;
 		}
 		nr = inflight;
-		e = cf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
+		e = kbcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(k->note, sizeof(k->note),
 				 "cuFileBatchIOGetStatus: error %d", e.err);
@@ -326,7 +326,7 @@ static double run_cufile_batch(struct kv *k)
 	}
 	t = kb_now() - t0;
 out_batch:
-	cf.cuFileBatchIODestroy(batch);
+	kbcf.cuFileBatchIODestroy(batch);
 out:
 	cufile_release(k, fh);
 	return t;

@@ -193,7 +193,7 @@ int main(int argc, char **argv)
 	kb_load_cufile(b);
 	kb_load_phxfile(b, argv[0]);
 	if (!b->cufile_why) {
-		CUfileError_t e = cf.cuFileDriverOpen();
+		CUfileError_t e = kbcf.cuFileDriverOpen();
 
 		if (e.err)
 			b->cufile_why = "cuFileDriverOpen failed";

@@ -68,7 +68,7 @@ static uint64_t mem_alloc(bool cuda, uint64_t size)
 	void *h;
 
 	if (cuda) {
-		if (cu.cuMemAlloc_v2(&p, size))
+		if (kbcu.cuMemAlloc_v2(&p, size))
 			kb_die("cuMemAlloc(%" PRIu64 " MiB) failed",
 			       size / MiB);
 		return p;
@@ -84,7 +84,7 @@ static void check_first(bool cuda, uint64_t dst)
 	uint64_t host[512];
 
 	if (cuda)
-		cu.cuMemcpyDtoH_v2(host, dst, sizeof(host));
+		kbcu.cuMemcpyDtoH_v2(host, dst, sizeof(host));
 	else
 		memcpy(host, (void *)(uintptr_t)dst, sizeof(host));
 	if (kb_check(host, 0, sizeof(host)) >= 0)
@@ -109,17 +109,17 @@ static void stack_cufile(struct kb *b, struct child_out *o, bool cuda)
 		kb_die("%s", b->cufile_why);
 	o->t[ST_LOAD] = kb_now() - t;
 	t = kb_now();
-	e = cf.cuFileDriverOpen();
+	e = kbcf.cuFileDriverOpen();
 	o->t[ST_OPEN] = kb_now() - t;
 	if (e.err)
 		kb_die("cuFileDriverOpen: error %d", e.err);
 	t = kb_now();
-	e = cf.cuFileBufRegister((void *)(uintptr_t)m16, 16 * MiB, 0);
+	e = kbcf.cuFileBufRegister((void *)(uintptr_t)m16, 16 * MiB, 0);
 	o->t[ST_REG16] = kb_now() - t;
 	if (e.err)
 		kb_die("cuFileBufRegister(16 MiB): error %d", e.err);
 	t = kb_now();
-	e = cf.cuFileBufRegister((void *)(uintptr_t)m1g, GiB, 0);
+	e = kbcf.cuFileBufRegister((void *)(uintptr_t)m1g, GiB, 0);
 	o->t[ST_REG1G] = kb_now() - t;
 	if (e.err)
 		snprintf(o->err, sizeof(o->err),
@@ -128,28 +128,28 @@ static void stack_cufile(struct kb *b, struct child_out *o, bool cuda)
 	if (d.handle.fd < 0)
 		kb_die("open %s: %s", b->path, strerror(errno));
 	t = kb_now();
-	e = cf.cuFileHandleRegister(&fh, &d);
+	e = kbcf.cuFileHandleRegister(&fh, &d);
 	o->t[ST_HANDLE] = kb_now() - t;
 	if (e.err)
 		kb_die("cuFileHandleRegister: error %d (run bench-kv.sh as root for the udev data)",
 		       e.err);
 	t = kb_now();
-	r = cf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 0, 0);
+	r = kbcf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 0, 0);
 	o->t[ST_FIRST] = kb_now() - t;
 	if (r != 4096)
 		kb_die("first cuFileRead returned %zd", r);
 	check_first(true, m16);
 	t = kb_now();
-	r = cf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 1 * MiB, 4096);
+	r = kbcf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 1 * MiB, 4096);
 	o->t[ST_NEXT] = kb_now() - t;
 	if (r != 4096)
 		kb_die("cuFileRead returned %zd", r);
 	t = kb_now();
-	cf.cuFileBufDeregister((void *)(uintptr_t)m16);
+	kbcf.cuFileBufDeregister((void *)(uintptr_t)m16);
 	if (!o->err[0])
-		cf.cuFileBufDeregister((void *)(uintptr_t)m1g);
-	cf.cuFileHandleDeregister(fh);
-	cf.cuFileDriverClose();
+		kbcf.cuFileBufDeregister((void *)(uintptr_t)m1g);
+	kbcf.cuFileHandleDeregister(fh);
+	kbcf.cuFileDriverClose();
 	o->t[ST_CLOSE] = kb_now() - t;
 	close(d.handle.fd);
 }
@@ -171,17 +171,17 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 		kb_die("%s", b->phxfile_why);
 	o->t[ST_LOAD] = kb_now() - t;
 	t = kb_now();
-	ret = pf.DriverOpen();
+	ret = kbpf.DriverOpen();
 	o->t[ST_OPEN] = kb_now() - t;
 	if (ret)
 		kb_die("phxFileDriverOpen: %s", strerror(-ret));
 	t = kb_now();
-	ret = pf.BufRegister((void *)(uintptr_t)m16, 16 * MiB);
+	ret = kbpf.BufRegister((void *)(uintptr_t)m16, 16 * MiB);
 	o->t[ST_REG16] = kb_now() - t;
 	if (ret)
 		kb_die("phxFileBufRegister(16 MiB): %s", strerror(-ret));
 	t = kb_now();
-	ret = pf.BufRegister((void *)(uintptr_t)m1g, GiB);
+	ret = kbpf.BufRegister((void *)(uintptr_t)m1g, GiB);
 	o->t[ST_REG1G] = kb_now() - t;
 	if (ret)
 		kb_die("phxFileBufRegister(1 GiB): %s", strerror(-ret));
@@ -189,16 +189,16 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	if (fd < 0)
 		kb_die("open %s: %s", b->path, strerror(errno));
 	t = kb_now();
-	ret = pf.HandleRegister(&fh, fd);
+	ret = kbpf.HandleRegister(&fh, fd);
 	o->t[ST_HANDLE] = kb_now() - t;
 	if (ret)
 		kb_die("phxFileHandleRegister: %s", strerror(-ret));
 	/* a stream-ordered read on the default stream, and its wait */
 	t = kb_now();
-	ret = pf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
-			   &done, NULL);
+	ret = kbpf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
+			     &done, NULL);
 	if (!ret)
-		ret = pf.StreamDeregister(NULL);
+		ret = kbpf.StreamDeregister(NULL);
 	o->t[ST_FIRST] = kb_now() - t;
 	if (ret || done != 4096)
 		kb_die("first phxFileReadAsync: %d, bytes_done %" PRId64, ret,
@@ -207,18 +207,18 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	foff = 1 * MiB;
 	boff = 4096;
 	t = kb_now();
-	ret = pf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
-			   &done, NULL);
+	ret = kbpf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
+			     &done, NULL);
 	if (!ret)
-		ret = pf.StreamDeregister(NULL);
+		ret = kbpf.StreamDeregister(NULL);
 	o->t[ST_NEXT] = kb_now() - t;
 	if (ret || done != 4096)
 		kb_die("phxFileReadAsync: %d, bytes_done %" PRId64, ret, done);
 	t = kb_now();
-	pf.BufDeregister((void *)(uintptr_t)m16);
-	pf.BufDeregister((void *)(uintptr_t)m1g);
-	pf.HandleDeregister(fh);
-	pf.DriverClose();
+	kbpf.BufDeregister((void *)(uintptr_t)m16);
+	kbpf.BufDeregister((void *)(uintptr_t)m1g);
+	kbpf.HandleDeregister(fh);
+	kbpf.DriverClose();
 	o->t[ST_CLOSE] = kb_now() - t;
 	close(fd);
 }
@@ -281,15 +281,16 @@ static bool child_cuda(struct child_out *o)
 
 		if (!sym)
 			return false;
-		memcpy((char *)&cu + i * sizeof(void *), &sym, sizeof(sym));
+		memcpy((char *)&kbcu + i * sizeof(void *), &sym, sizeof(sym));
 	}
-	cu.cuMemAlloc_v2 =
+	kbcu.cuMemAlloc_v2 =
 		(CUresult(*)(CUdeviceptr *, size_t))dlsym(lib, "cuMemAlloc_v2");
-	cu.cuMemcpyDtoH_v2 = (CUresult(*)(void *, CUdeviceptr, size_t))dlsym(
+	kbcu.cuMemcpyDtoH_v2 = (CUresult(*)(void *, CUdeviceptr, size_t))dlsym(
 		lib, "cuMemcpyDtoH_v2");
-	if (!cu.cuMemAlloc_v2 || !cu.cuMemcpyDtoH_v2 || cu.cuInit(0) ||
-	    cu.cuDeviceGet(&dev, 0) || cu.cuDevicePrimaryCtxRetain(&ctx, dev) ||
-	    cu.cuCtxSetCurrent(ctx))
+	if (!kbcu.cuMemAlloc_v2 || !kbcu.cuMemcpyDtoH_v2 || kbcu.cuInit(0) ||
+	    kbcu.cuDeviceGet(&dev, 0) ||
+	    kbcu.cuDevicePrimaryCtxRetain(&ctx, dev) ||
+	    kbcu.cuCtxSetCurrent(ctx))
 		return false;
 	o->t[ST_CTX] = kb_now() - t;
 	return true;

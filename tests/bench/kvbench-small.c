@@ -133,7 +133,7 @@ static void *sync_main(void *arg)
 		int64_t got;
 
 		if (t->cufile) {
-			got = cf.cuFileRead(
+			got = kbcf.cuFileRead(
 				s->cufh, (void *)(uintptr_t)s->dm.dptr, s->bs,
 				(off_t)s->reqs[i].off, (off_t)(t->idx * s->bs));
 		} else {
@@ -191,7 +191,7 @@ static double run_cubatch(struct sm *s)
 	unsigned int free_slots[KB_MAX_QD], nfree = 0, inflight = 0, nr;
 	int next = 0, finished = 0;
 	void *batch = NULL;
-	CUfileError_t e = cf.cuFileBatchIOSetUp(&batch, s->qd);
+	CUfileError_t e = kbcf.cuFileBatchIOSetUp(&batch, s->qd);
 
 	if (e.err) {
 		snprintf(s->note, sizeof(s->note),
@@ -224,7 +224,7 @@ static double run_cubatch(struct sm *s)
 			next++;
 		}
 		if (m) {
-			e = cf.cuFileBatchIOSubmit(batch, m, p, 0);
+			e = kbcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(s->note, sizeof(s->note),
 					 "cuFileBatchIOSubmit: error %d",
@@ -234,7 +234,7 @@ static double run_cubatch(struct sm *s)
 			inflight += m;
 		}
 		nr = inflight;
-		e = cf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
+		e = kbcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(s->note, sizeof(s->note),
 				 "cuFileBatchIOGetStatus: error %d", e.err);
@@ -259,7 +259,7 @@ static double run_cubatch(struct sm *s)
 	}
 	t = kb_now() - t0;
 out:
-	cf.cuFileBatchIODestroy(batch);
+	kbcf.cuFileBatchIODestroy(batch);
 	return t;
 }
 
@@ -360,7 +360,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 		CUfileError_t e;
 
 		d.handle.fd = s.fd;
-		e = cf.cuFileHandleRegister(&s.cufh, &d);
+		e = kbcf.cuFileHandleRegister(&s.cufh, &d);
 		if (e.err) {
 			snprintf(s.note, sizeof(s.note),
 				 "cuFileHandleRegister: error %d (CUDA %d)",
@@ -409,7 +409,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 		}
 	}
 	if (s.cufh)
-		cf.cuFileHandleDeregister(s.cufh);
+		kbcf.cuFileHandleDeregister(s.cufh);
 	close(s.fd);
 	kb_print_table(
 		"Small random reads, cold (IOPS; x us = against phx batch)",

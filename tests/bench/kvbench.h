@@ -135,9 +135,9 @@ struct kb_phxfile {
 			  int64_t *, void *);
 };
 
-extern struct kb_cuda cu;
-extern struct kb_cufile cf;
-extern struct kb_phxfile pf;
+extern struct kb_cuda kbcu;
+extern struct kb_cufile kbcf;
+extern struct kb_phxfile kbpf;
 
 /* ---- the run ------------------------------------------------------------ */
 
