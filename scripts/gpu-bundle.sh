@@ -44,7 +44,7 @@ cc ${CFLAGS:--O2 -g} -std=gnu11 -pthread -Wall -Wextra -Werror \
 # The executables and libraries the suites and benchmarks use.  The
 # libraries go into bin/ too: the suites look for them beside phxfs.
 for f in tests/test-lib phxfs phx phx-cpubench phx-kvbench libphoenix.so \
-	libphxfile.so libphxfio.so; do
+	libphxfile.so libphxfsctl.so libphxfio.so; do
 	[ -f "$BUILD/$f" ] || fail "$BUILD/$f was not built"
 	cp "$BUILD/$f" "$OUT/bin/"
 done

@@ -212,6 +212,8 @@ struct phx_device {
 	struct phx_engine *pool_free; /* idle engines */
 	unsigned int pool_count; /* engines of the pool, idle or lent */
 	unsigned int pool_idle;
+	/* lent to synchronous calls, which wait while this is at the limit */
+	unsigned int pool_sync;
 	/* idle copy streams for host<->device copies; under pool_lock */
 	void *streams[16];
 	unsigned int nstreams;

@@ -83,6 +83,8 @@ struct phx_engine {
 	unsigned int ring_entries; /* SQEs the ring holds: twice the slots */
 	bool ring_ok, fixed, polled;
 	bool broken; /* a step failed midway: never lend it again */
+	/* lent to a synchronous call: counted in the device's pool_sync */
+	bool lent_sync;
 	uint64_t chunk;
 	unsigned int nslots;
 	char *staging;

@@ -17,10 +17,12 @@
 /*
  * Lend an engine of shape @sh from @dev's pool: an idle one of that shape,
  * else an idle one re-cut to it, else a new one.  Synchronous calls
- * (@wait) wait while PHX_MAX_ENGINES are alive and none is idle.  Batches
- * never wait: a batch holds its engine for its life, so a thread holding
- * four batches would wait for itself; past the limit they build one that
- * is freed when it comes back.
+ * (@wait) wait while none is idle and PHX_MAX_ENGINES are lent to other
+ * synchronous calls, which give theirs back when they return.  Engines
+ * held by batches do not count: a batch holds its engine for its life,
+ * so a program holding four batches would otherwise wait for itself.
+ * Batches never wait.  Past the limit an engine is built and freed when
+ * it comes back.
  */
 int phx_engine_get(struct phx_device *dev, struct engine_shape sh, bool wait,
 		   struct phx_engine **out)
@@ -29,8 +31,10 @@ int phx_engine_get(struct phx_device *dev, struct engine_shape sh, bool wait,
 	int ret;
 
 	pthread_mutex_lock(&dev->pool_lock);
-	while (!dev->pool_free && dev->pool_count >= PHX_MAX_ENGINES && wait)
+	while (!dev->pool_free && dev->pool_sync >= PHX_MAX_ENGINES && wait)
 		pthread_cond_wait(&dev->pool_cond, &dev->pool_lock);
+	if (wait)
+		dev->pool_sync++;
 	if (!dev->pool_free) {
 		dev->pool_count++;
 		pthread_mutex_unlock(&dev->pool_lock);
@@ -63,11 +67,14 @@ build:
 	if (ret) {
 		pthread_mutex_lock(&dev->pool_lock);
 		dev->pool_count--;
+		if (wait)
+			dev->pool_sync--;
 		pthread_cond_signal(&dev->pool_cond);
 		pthread_mutex_unlock(&dev->pool_lock);
 		return ret;
 	}
 lent:
+	e->lent_sync = wait;
 	*out = e;
 	return 0;
 }
@@ -77,6 +84,9 @@ void phx_engine_put(struct phx_device *dev, struct phx_engine *e)
 {
 	e->polled = false;
 	pthread_mutex_lock(&dev->pool_lock);
+	if (e->lent_sync)
+		dev->pool_sync--;
+	e->lent_sync = false;
 	if (e->broken || dev->pool_count > PHX_MAX_ENGINES) {
 		dev->pool_count--;
 		pthread_cond_signal(&dev->pool_cond);

@@ -4,22 +4,21 @@ The checkpoint loader and saver hand arrays of phx_io entries to a
 Pipeline as soon as they are ready (a file's header parsed, a shard's
 header written); each worker thread owns one libphoenix batch and keeps it
 full, taking new entries while earlier ones are in flight.  So the next
-file's header is read while the previous file's bytes move.  Batches (and
-the staging memory each holds) are kept per device between calls, so
-after the first call a load pays for no batch set-up at all.  ctypes lets
+file's header is read while the previous file's bytes move.  A batch
+borrows its engine (staging memory, io_uring) from the device's pool, so
+after the first call a load pays for no engine set-up at all.  ctypes lets
 go of the GIL during library calls, so the workers run side by side.
 """
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import errno
 import queue
 import threading
 from typing import Any
 
-from . import _core, _lib
+from . import _lib
 from ._lib import PhoenixError, check, lib
 
 # What an entry holds until a worker completes it: a failure elsewhere
@@ -28,37 +27,14 @@ NOT_RUN = -errno.ECANCELED
 
 _EMPTY = object()
 
-# Idle batches by device name, made on the process-wide shared Device (so
-# the device stays open while they exist) and reused by later calls.
-_idle: dict[str, list[int]] = {}
-_idle_lock = threading.Lock()
-
-
 def _take_batch(dev: Any, depth: int) -> int:
-    """An idle batch of @dev, or a new one (raises PhoenixError)."""
-    key = f"{dev.name}/{depth}"
-    with _idle_lock:
-        if _idle.get(key):
-            return _idle[key].pop()
-    shared = _core.device(dev.name)
+    """A new batch on @dev (raises PhoenixError).  Cheap after the first
+    transfer: the batch borrows an idle engine (staging, io_uring) from
+    the device's pool and gives it back when destroyed."""
     b = ctypes.c_void_p()
-    check(lib().phx_batch_create(shared.handle, depth, 0, ctypes.byref(b)),
+    check(lib().phx_batch_create(dev.handle, depth, 0, ctypes.byref(b)),
           f"creating a batch on {dev.name}")
     return b.value
-
-
-def _give_batch(dev: Any, depth: int, b: int) -> None:
-    with _idle_lock:
-        _idle.setdefault(f"{dev.name}/{depth}", []).append(b)
-
-
-@atexit.register
-def _free_batches() -> None:
-    with _idle_lock:
-        for batches in _idle.values():
-            for b in batches:
-                lib().phx_batch_destroy(b)
-        _idle.clear()
 
 
 class Pipeline:
@@ -112,7 +88,7 @@ class Pipeline:
                 # what is in flight completes before the buffers go
                 lib().phx_batch_destroy(b)
             else:
-                _give_batch(self.dev, self.depth, b)
+                lib().phx_batch_destroy(b)
         if not state["stop"]:
             self._drain()
 

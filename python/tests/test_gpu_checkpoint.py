@@ -80,7 +80,12 @@ def test_save_then_transformers_loads(scratch):
             assert torch.equal(t, sd[k]), k
     again = LlamaForCausalLM.from_pretrained(
         str(scratch), attn_implementation="eager").to("cuda").eval()
-    assert torch.equal(logits(again, inputs()), want)
+    for k, t in again.state_dict().items():
+        assert torch.equal(t, sd[k]), k
+    # from_pretrained builds the model its own way (kernels may differ in
+    # the last bits): the weights are exact, the logits within rounding
+    torch.testing.assert_close(logits(again, inputs()), want,
+                               rtol=1e-5, atol=1e-5)
     back = phoenix.load_safetensors(scratch, device="cuda:0")
     assert set(back) == set(sd)
     for k, t in back.items():

@@ -126,3 +126,35 @@ Test(engine_pool, batches_past_the_limit_neither_wait_nor_stay)
 	phx_device_close(dev);
 	free(data);
 }
+
+Test(engine_pool, synchronous_calls_do_not_wait_for_batches_held_idle)
+{
+	struct phx_device *dev = open_default();
+	struct phx_batch *b[4];
+	size_t n = 1 * MiB;
+	unsigned char *data, *back = malloc(n);
+	struct phx_buf *buf;
+	int in = make_file(dir_direct(), n, 11, false, (void **)&data);
+	unsigned int i;
+
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
+	/* Batches kept for later hold every engine the pool counts... */
+	for (i = 0; i < 4; i++)
+		cr_assert_eq(phx_batch_create(dev, 0, 0, &b[i]), 0, "%s",
+			     phx_strerror_last());
+	/* ...and a synchronous read and a host copy still run (no hang). */
+	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, n), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(memcmp(back, data, n), 0);
+	for (i = 0; i < 4; i++)
+		phx_batch_destroy(b[i]);
+	cr_assert_leq(engines(dev).alive, 4);
+
+	close(in);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(back);
+	free(data);
+}
