@@ -15,7 +15,10 @@ $(BUILD)/lib/phxfile/%.o: lib/phxfile/%.c lib/include/phoenix.h
 
 # libphoenix and liburing go in statically and the version script leaves
 # only the phxFile names exported, so the library stands alone.
+# The soname link too: ctypes.util.find_library("phxfile") answers
+# "libphxfile.so.0" when LD_LIBRARY_PATH points at the build folder.
 $(PHXFILE_SO): $(PHXFILE_OBJS) $(LIB_A) lib/phxfile/phxfile.map
+	@ln -sf libphxfile.so $(BUILD)/libphxfile.so.0
 	$(CC) -shared -Wl,-soname,libphxfile.so.0 -Wl,--no-undefined \
 		-Wl,--version-script=lib/phxfile/phxfile.map \
 		$(LDFLAGS) -o $@ $(PHXFILE_OBJS) $(LIB_A) $(URING_LIB) $(LDLIBS)

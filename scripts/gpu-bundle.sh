@@ -30,7 +30,7 @@ sh scripts/deps.sh
 # Everything the top-level build makes, and the test binaries without
 # running them.
 make --no-print-directory BUILD="$BUILD" all "$BUILD/tests/test-lib" \
-	"$BUILD/phx-cpubench" ||
+	"$BUILD/phx-cpubench" fio-gpu ||
 	fail "the build failed; fix it, then run this again"
 
 rm -rf "$OUT"
@@ -43,11 +43,14 @@ cc ${CFLAGS:--O2 -g} -std=gnu11 -pthread -Wall -Wextra -Werror \
 
 # The executables and libraries the suites and benchmarks use.  The
 # libraries go into bin/ too: the suites look for them beside phxfs.
-for f in tests/test-lib phxfs phx phx-cpubench libphoenix.so libphxfile.so \
-	libphxfsctl.so libphxfio.so; do
+for f in tests/test-lib phxfs phx phx-cpubench phx-kvbench libphoenix.so \
+	libphxfile.so libphxfsctl.so libphxfio.so; do
 	[ -f "$BUILD/$f" ] || fail "$BUILD/$f was not built"
 	cp "$BUILD/$f" "$OUT/bin/"
 done
+# fio 3.33 from the source the Phoenix engine is built against
+# (scripts/bench-kv.sh fio): the GPU machine has none.
+cp "$BUILD/fio-3.33" "$OUT/bin/fio"
 # phxfs with libfuse 3.17 (requests past 1 MiB) beside its phx command:
 #   SIZE=4G bash scripts/bench-phxfs.sh .gpu/bin317
 make --no-print-directory BUILD="$BUILD" "$BUILD/phxfs-3.17" ||
@@ -123,6 +126,12 @@ echo "== phxfs"
 timeout -k 10 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
 echo "== python"
 timeout -k 10 600 sh python/tests/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
+echo "== LMCache's own phx backend (lmcache 0.5.6 wheel in .whl/)"
+if ls .whl/lmcache-0.5.6-*.whl >/dev/null 2>&1; then
+	timeout -k 10 300 python3 python/tests/lmcache_phx_gpu.py --build .gpu/lib || rc=1
+else
+	echo "skipped: no lmcache 0.5.6 wheel in .whl/ (pip download --no-deps -d .whl lmcache==0.5.6)"
+fi
 exit $rc
 EOF
 chmod +x "$OUT/run-tests"

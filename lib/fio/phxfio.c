@@ -50,11 +50,11 @@ struct phxfio {
 	struct phx_device *dev;
 	struct phx_buf *buf;
 	struct phx_batch *batch; /* NULL in sync mode */
-	uint64_t slot;		 /* bytes per io_u */
-	unsigned int slots;	 /* io_us, one slot each */
+	uint64_t slot; /* bytes per io_u */
+	unsigned int slots; /* io_us, one slot each */
 	bool hostcopy;
-	struct phx_io *ios;	 /* one per io_u, by io_u->index */
-	struct phx_io **events;	 /* completed by the last getevents */
+	struct phx_io *ios; /* one per io_u, by io_u->index */
+	struct phx_io **events; /* completed by the last getevents */
 };
 
 static struct fio_option options[] = {
@@ -172,8 +172,10 @@ static int phxfio_init(struct thread_data *td)
 		return phxfio_fail(td, "opening the device", ret);
 	ret = phx_buf_alloc(p->dev, p->slot * p->slots, 0, &p->buf);
 	if (ret)
-		return phxfio_fail(td, "allocating iodepth x bs of device "
-				       "memory", ret);
+		return phxfio_fail(td,
+				   "allocating iodepth x bs of device "
+				   "memory",
+				   ret);
 	if (mode != PHXFIO_SYNC) {
 		ret = phx_batch_create(p->dev, p->slots,
 				       mode == PHXFIO_POLL ? PHX_BATCH_POLL : 0,
@@ -202,8 +204,7 @@ static void phxfio_complete(struct phxfio *p, struct io_u *io_u,
 	}
 }
 
-static enum fio_q_status phxfio_queue(struct thread_data *td,
-				      struct io_u *io_u)
+static enum fio_q_status phxfio_queue(struct thread_data *td, struct io_u *io_u)
 {
 	struct phxfio *p = td->io_ops_data;
 	struct phx_io *io;

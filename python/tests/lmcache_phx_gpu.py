@@ -16,7 +16,7 @@ as bare packages so their __init__ (which pulls in most of LMCache) does
 not run; lmcache.logging, gds_backends._driver, ._file, .base and .phx
 are the wheel's own files.
 
-    python3 python/tests/lmcache_phx_gpu.py --build .gpu/bin
+    python3 python/tests/lmcache_phx_gpu.py --build .gpu/lib
 
 finds the wheel in .whl/ (pip download --no-deps lmcache==0.5.6),
 installs it with pip --no-deps into a temporary folder (or uses an
@@ -267,9 +267,9 @@ def main() -> None:
     with step("open the slab (first native call: phxFileHandleRegister)"):
         handle = owner.open_slab(args.dir, 64 << 20, direct_io=True)
     where = loaded_phxfile()
-    if not where or not os.path.samefile(where, lib):
-        fail(f"LMCache loaded {where or 'nothing'}, not {lib}: another "
-             "libphxfile.so is installed; remove it or set --build")
+    if not where or Path(where).resolve().parent != lib.resolve().parent:
+        fail(f"LMCache loaded {where or 'nothing'}, not the one in {build}:"
+             " another libphxfile.so is installed; remove it or set --build")
     say(f"LMCache loaded {where}")
     with step("a second owner opens its own slab"):
         handle2 = other.open_slab(os.path.join(args.dir, "second"),

@@ -53,6 +53,9 @@ refuse() {
 
 phx="--ioengine=external:$engine"
 job="--name=phx --filename=$dir/f --size=8M --verify=crc32c --do_verify=1"
+# fio would leave its verify state in the current folder
+cd "$dir"
+job="$job --verify_state_save=0"
 
 echo "== fio $(fio --version) with $engine"
 for mode in sync batch poll; do

@@ -1,0 +1,592 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvbench-kv.c - LMCache's slab pattern: chunks of one size at random
+ * chunk-aligned offsets of a slab file, read into (written from) a GPU
+ * staging buffer registered in 16 MiB regions, on 1 or more streams, the
+ * file opened O_DIRECT as LMCache opens it.
+ *
+ * Peers, same chunks, same buffer, same queue depth (one transfer in
+ * flight per stream):
+ *   phxFile async   phxFileReadAsync/WriteAsync through libphxfile.so,
+ *                   chunks dealt round-robin to the streams (LMCache)
+ *   phx_read        libphoenix's synchronous call, one thread per stream
+ *   cuFile async    cuFileReadAsync/WriteAsync on the same streams
+ *   cuFile batch    cuFileBatchIOSubmit, as many in flight as streams
+ *   io_uring host   raw io_uring into pinned host memory: O_DIRECT cold,
+ *                   the page cache hot (the limit)
+ *
+ * Writes are timed until fdatasync returns, so a peer that leaves them
+ * in the page cache pays what O_DIRECT pays inline.  Every read's bytes
+ * are checked in device memory (cleared before each run); every write's
+ * ranges are scribbled over before the run and checked in the file
+ * after it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvbench.h"
+
+#define KV_REGION (16 * MiB) /* LMCache's largest registration */
+#define KV_BYTES (256 * MiB) /* staging buffer: the most one pass moves */
+#define KV_MAX_STREAMS 16
+
+struct kv {
+	struct kb *b;
+	uint64_t chunk;
+	int nstreams;
+	bool write;
+	bool hot;
+	int n; /* chunks per pass */
+	uint64_t *offs; /* their slab offsets */
+	struct kb_dmem dm; /* the staging buffer: chunk i at i * chunk */
+	int fd; /* O_RDWR | O_DIRECT, LMCache's descriptor */
+	int fd_cached; /* O_RDWR, for the raw peer when hot */
+	void *streams[KV_MAX_STREAMS];
+	char note[80];
+};
+
+/* LMCache's (base, offset) for staging-buffer byte @pos. */
+static void region_of(struct kv *k, uint64_t pos, void **base, int64_t *off)
+{
+	*base = (void *)(uintptr_t)(k->dm.dptr + pos / KV_REGION * KV_REGION);
+	*off = (int64_t)(pos % KV_REGION);
+}
+
+/* ---- phxFile async ------------------------------------------------------ */
+
+static double run_phxfile(struct kv *k)
+{
+	size_t *len = calloc((size_t)(unsigned int)k->n, sizeof(*len));
+	int64_t *foff = calloc((size_t)(unsigned int)k->n, sizeof(*foff));
+	int64_t *boff = calloc((size_t)(unsigned int)k->n, sizeof(*boff));
+	int64_t *done = calloc((size_t)(unsigned int)k->n, sizeof(*done));
+	void *fh = NULL;
+	double t0, t;
+	int ret;
+
+	if (!len || !foff || !boff || !done)
+		kb_die("out of host memory");
+	/* LMCache: handle at slab open, streams, regions; not timed */
+	ret = kbpf.HandleRegister(&fh, k->fd);
+	if (ret)
+		kb_die("phxFileHandleRegister: %s", strerror(-ret));
+	for (int s = 0; s < k->nstreams; s++)
+		if ((ret = kbpf.StreamRegister(k->streams[s])))
+			kb_die("phxFileStreamRegister: %s", strerror(-ret));
+	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
+		if ((ret = kbpf.BufRegister((void *)(uintptr_t)(k->dm.dptr + r),
+					    k->dm.size - r < KV_REGION ?
+						    k->dm.size - r :
+						    KV_REGION)))
+			kb_die("phxFileBufRegister: %s", strerror(-ret));
+
+	t0 = kb_now();
+	for (int i = 0; i < k->n; i++) {
+		void *base;
+
+		region_of(k, i * k->chunk, &base, &boff[i]);
+		len[i] = k->chunk;
+		foff[i] = (int64_t)k->offs[i];
+		done[i] = -1;
+		ret = (k->write ? kbpf.WriteAsync : kbpf.ReadAsync)(
+			fh, base, &len[i], &foff[i], &boff[i], &done[i],
+			k->streams[i % k->nstreams]);
+		if (ret)
+			kb_die("phxFile%sAsync: %s",
+			       k->write ? "Write" : "Read", strerror(-ret));
+	}
+	/* the wait libphxfile documents: everything queued on the stream */
+	for (int s = 0; s < k->nstreams; s++)
+		kbpf.StreamDeregister(k->streams[s]);
+	t = kb_now() - t0;
+
+	for (int i = 0; i < k->n; i++)
+		if (done[i] != (int64_t)k->chunk)
+			kb_die("phxFile async: bytes_done %" PRId64
+			       " for %" PRIu64 " bytes at %" PRIu64,
+			       done[i], k->chunk, k->offs[i]);
+	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
+		kbpf.BufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
+	kbpf.HandleDeregister(fh);
+	free(len);
+	free(foff);
+	free(boff);
+	free(done);
+	return t;
+}
+
+/* ---- phx_read / phx_write, one thread per stream ------------------------ */
+
+struct kv_thread {
+	struct kv *k;
+	int idx;
+	pthread_t th;
+};
+
+static void *phx_sync_main(void *arg)
+{
+	struct kv_thread *t = arg;
+	struct kv *k = t->k;
+
+	kb_thread_ctx();
+	for (int i = t->idx; i < k->n; i += k->nstreams) {
+		struct phx_io io = {
+			.op = k->write ? PHX_OP_WRITE : PHX_OP_READ,
+			.fd = k->fd,
+			.file_off = (int64_t)k->offs[i],
+			.dptr = k->dm.dptr + i * k->chunk,
+			.len = k->chunk,
+		};
+
+		if (phx_io_run(k->b->dev, &io) != (int64_t)k->chunk)
+			kb_die("phx_io_run: %" PRId64 ": %s", io.result,
+			       phx_strerror_last());
+	}
+	return NULL;
+}
+
+static double run_phx_sync(struct kv *k)
+{
+	struct kv_thread t[KV_MAX_STREAMS];
+	double t0 = kb_now();
+
+	for (int s = 0; s < k->nstreams; s++) {
+		t[s].k = k;
+		t[s].idx = s;
+		if (pthread_create(&t[s].th, NULL, phx_sync_main, &t[s]))
+			kb_die("cannot start a thread");
+	}
+	for (int s = 0; s < k->nstreams; s++)
+		pthread_join(t[s].th, NULL);
+	return kb_now() - t0;
+}
+
+/* ---- cuFile ------------------------------------------------------------- */
+
+static void *cufile_handle(struct kv *k)
+{
+	CUfileDescr_t d = { .type = 1 };
+	CUfileError_t e;
+	void *fh = NULL;
+
+	d.handle.fd = k->fd;
+	e = kbcf.cuFileHandleRegister(&fh, &d);
+	if (e.err) {
+		snprintf(k->note, sizeof(k->note),
+			 "cuFileHandleRegister: error %d (CUDA %d)", e.err,
+			 e.cu_err);
+		return NULL;
+	}
+	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
+		kbcf.cuFileBufRegister(
+			(void *)(uintptr_t)(k->dm.dptr + r),
+			k->dm.size - r < KV_REGION ? k->dm.size - r : KV_REGION,
+			0);
+	return fh;
+}
+
+static void cufile_release(struct kv *k, void *fh)
+{
+	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
+		kbcf.cuFileBufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
+	kbcf.cuFileHandleDeregister(fh);
+}
+
+static double run_cufile_async(struct kv *k)
+{
+	size_t *len = calloc((size_t)(unsigned int)k->n, sizeof(*len));
+	off_t *foff = calloc((size_t)(unsigned int)k->n, sizeof(*foff));
+	off_t *boff = calloc((size_t)(unsigned int)k->n, sizeof(*boff));
+	ssize_t *done = calloc((size_t)(unsigned int)k->n, sizeof(*done));
+	void *fh = cufile_handle(k);
+	double t0, t = -1;
+	CUfileError_t e;
+
+	if (!len || !foff || !boff || !done)
+		kb_die("out of host memory");
+	if (!fh)
+		goto out;
+	for (int s = 0; s < k->nstreams; s++)
+		kbcf.cuFileStreamRegister(k->streams[s], 0);
+	t0 = kb_now();
+	for (int i = 0; i < k->n; i++) {
+		void *base;
+		int64_t off;
+
+		region_of(k, i * k->chunk, &base, &off);
+		len[i] = k->chunk;
+		foff[i] = (off_t)k->offs[i];
+		boff[i] = (off_t)off;
+		done[i] = -1;
+		e = (k->write ? kbcf.cuFileWriteAsync : kbcf.cuFileReadAsync)(
+			fh, base, &len[i], &foff[i], &boff[i], &done[i],
+			k->streams[i % k->nstreams]);
+		if (e.err) {
+			snprintf(k->note, sizeof(k->note),
+				 "cuFile%sAsync: error %d (CUDA %d)",
+				 k->write ? "Write" : "Read", e.err, e.cu_err);
+			break;
+		}
+	}
+	for (int s = 0; s < k->nstreams; s++)
+		kbcu.cuStreamSynchronize(k->streams[s]);
+	if (!k->note[0])
+		t = kb_now() - t0;
+	for (int s = 0; s < k->nstreams; s++)
+		kbcf.cuFileStreamDeregister(k->streams[s]);
+	for (int i = 0; t >= 0 && i < k->n; i++)
+		if (done[i] != (ssize_t)k->chunk)
+			kb_die("cuFile async: %zd bytes of %" PRIu64
+			       " at %" PRIu64,
+			       done[i], k->chunk, k->offs[i]);
+	cufile_release(k, fh);
+out:
+	free(len);
+	free(foff);
+	free(boff);
+	free(done);
+	return t;
+}
+
+static double run_cufile_batch(struct kv *k)
+{
+	unsigned int qd = (unsigned int)k->nstreams, inflight = 0, nr;
+	CUfileIOParams_t p[KV_MAX_STREAMS];
+	CUfileIOEvents_t ev[KV_MAX_STREAMS];
+	void *fh = cufile_handle(k), *batch = NULL;
+	int next = 0, done = 0;
+	double t0, t = -1;
+	CUfileError_t e;
+
+	if (!fh)
+		return -1;
+	e = kbcf.cuFileBatchIOSetUp(&batch, qd);
+	if (e.err) {
+		snprintf(k->note, sizeof(k->note),
+			 "cuFileBatchIOSetUp: error %d (CUDA %d)", e.err,
+			 e.cu_err);
+		goto out;
+	}
+	t0 = kb_now();
+	while (done < k->n) {
+		unsigned int m = 0;
+
+		while (inflight + m < qd && next < k->n) {
+			void *base;
+			int64_t off;
+
+			region_of(k, next * k->chunk, &base, &off);
+			memset(&p[m], 0, sizeof(p[m]));
+			p[m].mode = 1;
+			p[m].u.batch.devPtr_base = base;
+			p[m].u.batch.devPtr_offset = (off_t)off;
+			p[m].u.batch.file_offset = (off_t)k->offs[next];
+			p[m].u.batch.size = k->chunk;
+			p[m].fh = fh;
+			p[m].opcode = k->write ? 1 : 0;
+			p[m].cookie = (void *)(uintptr_t)next;
+			m++;
+			next++;
+		}
+		if (m) {
+			e = kbcf.cuFileBatchIOSubmit(batch, m, p, 0);
+			if (e.err) {
+				snprintf(k->note, sizeof(k->note),
+					 "cuFileBatchIOSubmit: error %d",
+					 e.err);
+				goto out_batch;
+			}
+			inflight += m;
+		}
+		nr = inflight;
+		e = kbcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
+		if (e.err) {
+			snprintf(k->note, sizeof(k->note),
+				 "cuFileBatchIOGetStatus: error %d", e.err);
+			goto out_batch;
+		}
+		for (unsigned int i = 0; i < nr; i++) {
+			int idx = (int)(uintptr_t)ev[i].cookie;
+
+			if (ev[i].status != KB_CUFILE_COMPLETE ||
+			    ev[i].ret != k->chunk)
+				kb_die("cuFile batch: status %d, %zu bytes of %" PRIu64
+				       " at %" PRIu64,
+				       ev[i].status, ev[i].ret, k->chunk,
+				       k->offs[idx]);
+		}
+		inflight -= nr;
+		done += (int)nr;
+	}
+	t = kb_now() - t0;
+out_batch:
+	kbcf.cuFileBatchIODestroy(batch);
+out:
+	cufile_release(k, fh);
+	return t;
+}
+
+/* ---- raw io_uring into host memory -------------------------------------- */
+
+static double run_raw(struct kv *k)
+{
+	struct kb_req *r = calloc((size_t)(unsigned int)k->n, sizeof(*r));
+	double t;
+
+	if (!r)
+		kb_die("out of host memory");
+	for (int i = 0; i < k->n; i++) {
+		r[i].off = k->offs[i];
+		r[i].len = k->chunk;
+	}
+	t = kb_uring(k->hot && !k->write ? k->fd_cached : k->fd, k->write, r,
+		     k->n, (unsigned int)k->nstreams, k->b->host, k->chunk,
+		     true, NULL, NULL);
+	free(r);
+	return t;
+}
+
+/* ---- one case ------------------------------------------------------------ */
+
+enum kv_peer { KV_RAW, KV_PHXFILE, KV_PHX, KV_CUFILE_ASYNC, KV_CUFILE_BATCH };
+
+static const char *const kv_names[] = {
+	"io_uring host (limit)",
+	"phxFile async (LMCache)",
+	"phx_io_run, thread/stream",
+	"cuFile async",
+	"cuFile batch",
+};
+
+/* Scribble over the write targets: a write that moves nothing shows. */
+static void scribble(struct kv *k)
+{
+	memset(k->b->host, 0xa5, k->chunk);
+	for (int i = 0; i < k->n; i++)
+		if (pwrite(k->fd_cached, k->b->host, k->chunk, k->offs[i]) !=
+		    (ssize_t)k->chunk)
+			kb_die("scribbling %s: %s", k->b->path,
+			       strerror(errno));
+	if (fdatasync(k->fd_cached))
+		kb_die("fdatasync %s: %s", k->b->path, strerror(errno));
+}
+
+static void verify(struct kv *k, enum kv_peer p)
+{
+	char what[96];
+
+	snprintf(what, sizeof(what), "%s %s", kv_names[p],
+		 k->write ? "write" : "read");
+	for (int i = 0; i < k->n; i++) {
+		int64_t bad;
+
+		if (k->write) {
+			if (pread(k->fd_cached, k->b->host, k->chunk,
+				  k->offs[i]) != (ssize_t)k->chunk)
+				kb_die("%s: reading back: %s", what,
+				       strerror(errno));
+			bad = kb_check(k->b->host, k->offs[i], k->chunk);
+		} else if (p == KV_RAW) {
+			bad = kb_check((char *)k->b->host + i * k->chunk,
+				       k->offs[i], k->chunk);
+		} else {
+			kb_check_dmem(k->b, what, &k->dm, i * k->chunk,
+				      k->offs[i], k->chunk);
+			bad = -1;
+		}
+		if (bad >= 0)
+			kb_die("%s: wrong bytes at file offset %" PRId64
+			       "; the result does not count",
+			       what, bad);
+	}
+}
+
+/* The staging buffer holds the bytes each chunk's write puts back. */
+static void fill_staging(struct kv *k)
+{
+	for (int i = 0; i < k->n; i++)
+		kb_fill((char *)k->b->host + i * k->chunk, k->offs[i],
+			k->chunk);
+	kb_dmem_from_host(k->b, &k->dm, 0, k->b->host,
+			  (uint64_t)k->n * k->chunk);
+}
+
+static void prepare(struct kv *k, enum kv_peer p)
+{
+	if (k->write) {
+		scribble(k);
+		if (p == KV_RAW)
+			for (int i = 0; i < k->n; i++)
+				kb_fill((char *)k->b->host + i * k->chunk,
+					k->offs[i], k->chunk);
+		return;
+	}
+	if (p != KV_RAW)
+		kb_dmem_zero(k->b, &k->dm);
+	else
+		memset(k->b->host, 0, (size_t)k->n * k->chunk);
+	if (k->hot)
+		kb_warm(k->b, k->offs, k->n, k->chunk);
+	else
+		kb_cold(k->b);
+}
+
+static void measure(struct kv *k, enum kv_peer p, const char *group)
+{
+	struct kb_result *r = kb_result(group, kv_names[p], "GB/s", p == KV_RAW,
+					p == KV_PHXFILE);
+	const char *skip = NULL;
+
+	if ((p == KV_CUFILE_ASYNC || p == KV_CUFILE_BATCH) && k->b->cufile_why)
+		skip = k->b->cufile_why;
+	if (p == KV_PHXFILE && k->b->phxfile_why)
+		skip = k->b->phxfile_why;
+	if (skip) {
+		snprintf(r->note, sizeof(r->note), "%s", skip);
+		return;
+	}
+	/* one untimed run first: what is paid once stays out */
+	for (int run = -1; run < k->b->runs; run++) {
+		double t;
+
+		k->note[0] = 0;
+		prepare(k, p);
+		switch (p) {
+		case KV_RAW:
+			t = run_raw(k);
+			break;
+		case KV_PHXFILE:
+			t = run_phxfile(k);
+			break;
+		case KV_PHX:
+			t = run_phx_sync(k);
+			break;
+		case KV_CUFILE_ASYNC:
+			t = run_cufile_async(k);
+			break;
+		default:
+			t = run_cufile_batch(k);
+			break;
+		}
+		if (t < 0) {
+			snprintf(r->note, sizeof(r->note), "%s", k->note);
+			r->n = 0;
+			return;
+		}
+		if (k->write) {
+			/* on disk, as an O_DIRECT write is when it returns */
+			double t0 = kb_now();
+
+			if (fdatasync(k->fd))
+				kb_die("fdatasync %s: %s", k->b->path,
+				       strerror(errno));
+			t += kb_now() - t0;
+		}
+		verify(k, p);
+		if (run >= 0)
+			r->v[r->n++] = (double)k->n * k->chunk / t / 1e9;
+	}
+}
+
+static void random_offsets(struct kv *k, unsigned int *seed)
+{
+	uint64_t slots = k->b->size / k->chunk;
+
+	if ((uint64_t)k->n > slots)
+		k->n = (int)slots;
+	/* distinct slots: a partial Fisher-Yates over a sparse permutation */
+	for (int i = 0; i < k->n; i++) {
+		uint64_t j;
+		bool dup;
+
+		do {
+			j = (((uint64_t)rand_r(seed) << 31) ^
+			     (uint64_t)rand_r(seed)) %
+			    slots;
+			dup = false;
+			for (int m = 0; m < i && !dup; m++)
+				dup = k->offs[m] == j * k->chunk;
+		} while (dup);
+		k->offs[i] = j * k->chunk;
+	}
+}
+
+static void size_label(uint64_t v, char *out, size_t n)
+{
+	if (v % MiB == 0)
+		snprintf(out, n, "%" PRIu64 "M", v / MiB);
+	else
+		snprintf(out, n, "%" PRIu64 "K", v / KiB);
+}
+
+void kb_mode_kv(struct kb *b, const struct kb_opts *o)
+{
+	static const enum kv_peer peers[] = { KV_RAW, KV_PHXFILE, KV_PHX,
+					      KV_CUFILE_ASYNC,
+					      KV_CUFILE_BATCH };
+	unsigned int seed = 15;
+	struct kv k = { .b = b };
+
+	k.fd = open(b->path, O_RDWR | O_DIRECT);
+	k.fd_cached = open(b->path, O_RDWR);
+	if (k.fd < 0 || k.fd_cached < 0)
+		kb_die("opening %s with O_DIRECT: %s (the slab must be on a disk file system)",
+		       b->path, strerror(errno));
+	for (int s = 0; s < KV_MAX_STREAMS; s++)
+		k.streams[s] = NULL;
+	for (int si = 0; si < o->nsizes; si++) {
+		char label[24];
+
+		k.chunk = o->sizes[si];
+		size_label(k.chunk, label, sizeof(label));
+		k.n = (int)(KV_BYTES / k.chunk < o->ops ? KV_BYTES / k.chunk :
+							  o->ops);
+		k.offs = calloc(k.n, sizeof(*k.offs));
+		if (!k.offs)
+			kb_die("out of host memory");
+		random_offsets(&k, &seed);
+		kb_dmem_alloc(b, &k.dm, (uint64_t)k.n * k.chunk);
+		for (int ns = 0; ns < o->nstreams; ns++) {
+			k.nstreams = o->streams[ns];
+			if (k.nstreams > KV_MAX_STREAMS)
+				kb_die("at most %d streams", KV_MAX_STREAMS);
+			for (int s = 0; s < k.nstreams; s++)
+				if (!k.streams[s])
+					k.streams[s] = kb_stream_new(b);
+			for (int c = 0; c < 3; c++) {
+				char group[48];
+
+				k.write = c == 2;
+				k.hot = c == 0;
+				if (k.write)
+					fill_staging(&k);
+				snprintf(group, sizeof(group), "kv %s x%d %s",
+					 label, k.nstreams,
+					 k.write ? "write" :
+					 k.hot	 ? "read hot" :
+						   "read cold");
+				kb_note("%s: %d chunks at random offsets...",
+					group, k.n);
+				for (size_t p = 0;
+				     p < sizeof(peers) / sizeof(peers[0]); p++)
+					measure(&k, peers[p], group);
+			}
+		}
+		kb_dmem_free(b, &k.dm);
+		free(k.offs);
+	}
+	for (int s = 0; s < KV_MAX_STREAMS; s++)
+		if (k.streams[s])
+			kb_stream_free(b, k.streams[s]);
+	close(k.fd);
+	close(k.fd_cached);
+	kb_print_table(
+		"LMCache slab pattern (GB/s; one transfer in flight per stream; x us = against phxFile async)",
+		false);
+}

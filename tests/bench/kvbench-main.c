@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * phx-kvbench - the small-I/O side of Phoenix against its peers, in one
+ * run on one file (scripts/bench-kv.sh drives it on the GPU machine):
+ *
+ *   phx-kvbench [options] kv|small|setup|all DIR
+ *
+ *   kv      LMCache's slab pattern (kvbench-kv.c)
+ *   small   small random reads, IOPS and latency (kvbench-small.c)
+ *   setup   driver open, registration, first read (kvbench-setup.c)
+ *   all     kv, then small (setup forks before any GPU use: run it alone)
+ *
+ * The CUDA driver, cuFile and libphxfile.so are loaded at run time, so it
+ * builds anywhere; without a GPU the libphoenix peers run on the
+ * simulated device and the CUDA peers say why they did not.  Ratios are
+ * within the run; nothing here asserts a time.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "kvbench.h"
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: phx-kvbench [options] kv|small|setup|all DIR\n"
+		"  -s SIZE      size of the data file (default 4G)\n"
+		"  -r RUNS      timed runs per peer (default 3, at most %d)\n"
+		"  -b LIST      block sizes (kv: 16K,256K,4M,16M; small: 4K,8K,16K,64K)\n"
+		"  -q LIST      small: queue depths (default 1,8,32,128)\n"
+		"  -n STREAMS   kv: stream counts (default 1,4)\n"
+		"  -o OPS       kv: chunks per pass (default 1024, at most 256 MiB);\n"
+		"               small: reads per run (default 2000, at least 64 x QD)\n"
+		"  DIR          a directory on the disk to measure (not tmpfs)\n"
+		"libphxfile.so is taken from beside the program or PHX_PHXFILE_LIBRARY.\n",
+		KB_MAX_RUNS);
+	exit(2);
+}
+
+static int parse_list(const char *s, bool sizes, uint64_t *out, int max)
+{
+	char buf[256], *save = NULL, *tok;
+	int n = 0;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		uint64_t v;
+
+		if (n == max)
+			return -1;
+		if (sizes ? phx_parse_size(tok, &v) :
+			    (v = strtoull(tok, NULL, 10), 0))
+			return -1;
+		if (!v || (sizes && v % 4096))
+			return -1;
+		out[n++] = v;
+	}
+	return n;
+}
+
+static void print_versions(struct kb *b, const char *mode)
+{
+	static const char *const waits[] = { "auto", "host", "device",
+					     "kernel" };
+	struct phx_settings set;
+	struct utsname u;
+	time_t t = time(NULL);
+	char date[64];
+
+	uname(&u);
+	strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", localtime(&t));
+	phx_settings_get(&set);
+	printf("phx-kvbench %s: %s, libphoenix %s, %s, kernel %s\n", mode, date,
+	       phx_version(), b->gpu, u.release);
+	printf("file %s: %" PRIu64
+	       " MiB; %d timed runs per peer after one untimed; cold = %s; PHX_STREAM_WAIT=%s\n",
+	       b->path, b->size / MiB, b->runs,
+	       b->root ? "drop_caches + fadvise" :
+			 "fadvise(DONTNEED) (not root)",
+	       waits[set.stream_wait + 1]);
+	printf("libphxfile: %s; cuFile: %s\n",
+	       b->phxfile_why ? b->phxfile_why : b->phxfile_path,
+	       b->cufile_why ? b->cufile_why : "loaded");
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	struct kb bench = { .size = 4 * GiB, .runs = 3 };
+	struct kb *b = &bench;
+	struct kb_opts kv = { .sizes = { 16 * KiB, 256 * KiB, 4 * MiB,
+					 16 * MiB },
+			      .nsizes = 4,
+			      .streams = { 1, 4 },
+			      .nstreams = 2,
+			      .ops = 1024 };
+	struct kb_opts sm = { .sizes = { 4 * KiB, 8 * KiB, 16 * KiB, 64 * KiB },
+			      .nsizes = 4,
+			      .qds = { 1, 8, 32, 128 },
+			      .nqds = 4,
+			      .ops = 2000 };
+	uint64_t list[8];
+	const char *mode;
+	bool sizes_set = false;
+	int c, n;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	while ((c = getopt(argc, argv, "s:r:b:q:n:o:")) != -1) {
+		switch (c) {
+		case 's':
+			if (phx_parse_size(optarg, &b->size) ||
+			    b->size < 64 * MiB || b->size % MiB)
+				kb_die("bad size %s: use a multiple of 1M, at least 64M",
+				       optarg);
+			break;
+		case 'r':
+			b->runs = atoi(optarg);
+			if (b->runs < 1 || b->runs > KB_MAX_RUNS)
+				usage();
+			break;
+		case 'b':
+			n = parse_list(optarg, true, list, 8);
+			if (n <= 0)
+				kb_die("bad block sizes %s: multiples of 4K, comma separated",
+				       optarg);
+			memcpy(kv.sizes, list, n * sizeof(*list));
+			memcpy(sm.sizes, list, n * sizeof(*list));
+			kv.nsizes = sm.nsizes = n;
+			sizes_set = true;
+			break;
+		case 'q':
+			n = parse_list(optarg, false, list, 8);
+			if (n <= 0)
+				kb_die("bad queue depths %s", optarg);
+			for (int i = 0; i < n; i++) {
+				if (list[i] > KB_MAX_QD)
+					kb_die("queue depth %" PRIu64
+					       " is over %d",
+					       list[i], KB_MAX_QD);
+				sm.qds[i] = (unsigned int)list[i];
+			}
+			sm.nqds = n;
+			break;
+		case 'n':
+			n = parse_list(optarg, false, list, 4);
+			if (n <= 0)
+				kb_die("bad stream counts %s", optarg);
+			for (int i = 0; i < n; i++)
+				kv.streams[i] = (int)list[i];
+			kv.nstreams = n;
+			break;
+		case 'o':
+			kv.ops = sm.ops = strtoull(optarg, NULL, 10);
+			if (!kv.ops)
+				usage();
+			break;
+		default:
+			usage();
+		}
+	}
+	(void)sizes_set;
+	if (optind != argc - 2)
+		usage();
+	mode = argv[optind];
+	if (strcmp(mode, "kv") && strcmp(mode, "small") &&
+	    strcmp(mode, "setup") && strcmp(mode, "all"))
+		usage();
+	b->dir = argv[optind + 1];
+	snprintf(b->path, sizeof(b->path), "%s/phx-kvbench.dat", b->dir);
+	b->root = access("/proc/sys/vm/drop_caches", W_OK) == 0;
+
+	if (!strcmp(mode, "setup")) {
+		/* the parent stays off the GPU: CUDA does not survive fork */
+		b->host = aligned_alloc(4096, KB_HOST);
+		if (!b->host)
+			kb_die("out of host memory");
+		snprintf(b->gpu, sizeof(b->gpu), "(set-up runs in children)");
+		b->phxfile_path = "beside the program";
+		b->cufile_why = "loaded in each child";
+		print_versions(b, mode);
+		kb_make_file(b);
+		kb_mode_setup(b, &kv);
+		return 0;
+	}
+	kb_load_cuda(b);
+	kb_load_cufile(b);
+	kb_load_phxfile(b, argv[0]);
+	if (!b->cufile_why) {
+		CUfileError_t e = kbcf.cuFileDriverOpen();
+
+		if (e.err)
+			b->cufile_why = "cuFileDriverOpen failed";
+	}
+	print_versions(b, mode);
+	kb_make_file(b);
+	if (!strcmp(mode, "kv") || !strcmp(mode, "all"))
+		kb_mode_kv(b, &kv);
+	if (!strcmp(mode, "small") || !strcmp(mode, "all")) {
+		kb_results_reset();
+		kb_mode_small(b, &sm);
+	}
+	return 0;
+}

@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvbench-small.c - small random reads (4-64 KiB, KV-cache blocks) into
+ * GPU memory at queue depth 1, 8, 32, 128 with a cold page cache: IOPS
+ * and p50/p99 latency.
+ *
+ * Peers, same file, same offsets, same depth:
+ *   io_uring O_DIRECT host   raw io_uring into host memory: the limit
+ *   phx batch                a libphoenix batch of that depth (us)
+ *   phx batch, polled        the same, PHX_BATCH_POLL
+ *   phx_io_run x QD threads  the synchronous call from QD threads
+ *   cuFile batch             cuFileBatchIOSubmit at that depth
+ *   cuFileRead x QD threads  the synchronous call from QD threads
+ *
+ * After each run the last read into every slot is checked byte for byte.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvbench.h"
+
+struct sm {
+	struct kb *b;
+	uint64_t bs;
+	unsigned int qd;
+	int n;
+	struct kb_req *reqs;
+	double *lat;
+	int *slot_of; /* the slot each request used */
+	struct kb_dmem dm; /* qd slots of bs */
+	int fd; /* O_RDONLY | O_DIRECT */
+	void *cufh;
+	char note[80];
+};
+
+enum sm_peer { SM_RAW, SM_BATCH, SM_POLL, SM_PHX, SM_CUBATCH, SM_CUSYNC };
+
+static const char *const sm_names[] = {
+	"io_uring O_DIRECT host (limit)",
+	"phx batch",
+	"phx batch, polled",
+	"phx_io_run x QD threads",
+	"cuFile batch",
+	"cuFileRead x QD threads",
+};
+
+/* ---- libphoenix batch ---------------------------------------------------- */
+
+static double run_batch(struct sm *s, bool poll)
+{
+	struct phx_io ios[KB_MAX_QD], *done[KB_MAX_QD];
+	double start[KB_MAX_QD], t0;
+	struct phx_batch *batch;
+	int next = 0, finished = 0;
+	int ret = phx_batch_create(s->b->dev, s->qd, poll ? PHX_BATCH_POLL : 0,
+				   &batch);
+
+	if (ret)
+		kb_die("phx_batch_create(depth %u): %s", s->qd,
+		       phx_strerror_last());
+	t0 = kb_now();
+	for (unsigned int q = 0; q < s->qd && next < s->n; q++, next++) {
+		ios[q] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = s->fd,
+			.file_off = (int64_t)s->reqs[next].off,
+			.dptr = s->dm.dptr + q * s->bs,
+			.len = s->bs,
+			.user_data = (void *)(uintptr_t)next,
+		};
+		s->slot_of[next] = (int)q;
+		start[q] = kb_now();
+		if (phx_batch_submit(batch, &ios[q], 1) != 1)
+			kb_die("phx_batch_submit: %s", phx_strerror_last());
+	}
+	while (finished < s->n) {
+		int m = phx_batch_wait(batch, 1, done, s->qd, -1);
+
+		if (m < 0)
+			kb_die("phx_batch_wait: %s", phx_strerror_last());
+		for (int i = 0; i < m; i++) {
+			struct phx_io *io = done[i];
+			unsigned int q = (unsigned int)(io - ios);
+			int idx = (int)(uintptr_t)io->user_data;
+
+			if (io->result != (int64_t)s->bs)
+				kb_die("phx batch read at %" PRIu64
+				       ": %" PRId64,
+				       s->reqs[idx].off, io->result);
+			s->lat[idx] = kb_now() - start[q];
+			finished++;
+			if (next == s->n)
+				continue;
+			io->file_off = (int64_t)s->reqs[next].off;
+			io->user_data = (void *)(uintptr_t)next;
+			s->slot_of[next] = (int)q;
+			start[q] = kb_now();
+			next++;
+			if (phx_batch_submit(batch, io, 1) != 1)
+				kb_die("phx_batch_submit: %s",
+				       phx_strerror_last());
+		}
+	}
+	t0 = kb_now() - t0;
+	phx_batch_destroy(batch);
+	return t0;
+}
+
+/* ---- synchronous calls from QD threads ----------------------------------- */
+
+struct sm_thread {
+	struct sm *s;
+	unsigned int idx;
+	bool cufile;
+	int err;
+	pthread_t th;
+};
+
+static void *sync_main(void *arg)
+{
+	struct sm_thread *t = arg;
+	struct sm *s = t->s;
+
+	kb_thread_ctx();
+	for (int i = (int)t->idx; i < s->n; i += (int)s->qd) {
+		double t0 = kb_now();
+		int64_t got;
+
+		if (t->cufile) {
+			got = kbcf.cuFileRead(
+				s->cufh, (void *)(uintptr_t)s->dm.dptr, s->bs,
+				(off_t)s->reqs[i].off, (off_t)(t->idx * s->bs));
+		} else {
+			struct phx_io io = {
+				.op = PHX_OP_READ,
+				.fd = s->fd,
+				.file_off = (int64_t)s->reqs[i].off,
+				.dptr = s->dm.dptr + t->idx * s->bs,
+				.len = s->bs,
+			};
+
+			got = phx_io_run(s->b->dev, &io);
+		}
+		if (got != (int64_t)s->bs) {
+			t->err = (int)got;
+			return NULL;
+		}
+		s->lat[i] = kb_now() - t0;
+		s->slot_of[i] = (int)t->idx;
+	}
+	return NULL;
+}
+
+static double run_threads(struct sm *s, bool cufile)
+{
+	struct sm_thread *t = calloc(s->qd, sizeof(*t));
+	double t0 = kb_now();
+
+	if (!t)
+		kb_die("out of host memory");
+	for (unsigned int q = 0; q < s->qd; q++) {
+		t[q] = (struct sm_thread){ .s = s, .idx = q, .cufile = cufile };
+		if (pthread_create(&t[q].th, NULL, sync_main, &t[q]))
+			kb_die("cannot start thread %u of %u", q, s->qd);
+	}
+	for (unsigned int q = 0; q < s->qd; q++)
+		pthread_join(t[q].th, NULL);
+	t0 = kb_now() - t0;
+	for (unsigned int q = 0; q < s->qd; q++)
+		if (t[q].err)
+			kb_die("%s returned %d: %s",
+			       cufile ? "cuFileRead" : "phx_io_run", t[q].err,
+			       cufile ? "" : phx_strerror_last());
+	free(t);
+	return t0;
+}
+
+/* ---- cuFile batch -------------------------------------------------------- */
+
+static double run_cubatch(struct sm *s)
+{
+	CUfileIOParams_t p[KB_MAX_QD];
+	CUfileIOEvents_t ev[KB_MAX_QD];
+	double start[KB_MAX_QD], t0, t = -1;
+	unsigned int free_slots[KB_MAX_QD], nfree = 0, inflight = 0, nr;
+	int next = 0, finished = 0;
+	void *batch = NULL;
+	CUfileError_t e = kbcf.cuFileBatchIOSetUp(&batch, s->qd);
+
+	if (e.err) {
+		snprintf(s->note, sizeof(s->note),
+			 "cuFileBatchIOSetUp(%u): error %d", s->qd, e.err);
+		return -1;
+	}
+	for (unsigned int q = 0; q < s->qd; q++)
+		free_slots[nfree++] = s->qd - 1 - q;
+	t0 = kb_now();
+	while (finished < s->n) {
+		unsigned int m = 0;
+
+		while (nfree && next < s->n) {
+			unsigned int q = free_slots[--nfree];
+
+			memset(&p[m], 0, sizeof(p[m]));
+			p[m].mode = 1;
+			p[m].u.batch.devPtr_base =
+				(void *)(uintptr_t)s->dm.dptr;
+			p[m].u.batch.devPtr_offset = (off_t)(q * s->bs);
+			p[m].u.batch.file_offset = (off_t)s->reqs[next].off;
+			p[m].u.batch.size = s->bs;
+			p[m].fh = s->cufh;
+			p[m].opcode = 0;
+			p[m].cookie =
+				(void *)(uintptr_t)((uint64_t)next << 16 | q);
+			s->slot_of[next] = (int)q;
+			start[q] = kb_now();
+			m++;
+			next++;
+		}
+		if (m) {
+			e = kbcf.cuFileBatchIOSubmit(batch, m, p, 0);
+			if (e.err) {
+				snprintf(s->note, sizeof(s->note),
+					 "cuFileBatchIOSubmit: error %d",
+					 e.err);
+				goto out;
+			}
+			inflight += m;
+		}
+		nr = inflight;
+		e = kbcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
+		if (e.err) {
+			snprintf(s->note, sizeof(s->note),
+				 "cuFileBatchIOGetStatus: error %d", e.err);
+			goto out;
+		}
+		for (unsigned int i = 0; i < nr; i++) {
+			uint64_t c = (uint64_t)(uintptr_t)ev[i].cookie;
+			unsigned int q = c & 0xffff;
+			int idx = (int)(c >> 16);
+
+			if (ev[i].status != KB_CUFILE_COMPLETE ||
+			    ev[i].ret != s->bs)
+				kb_die("cuFile batch read at %" PRIu64
+				       ": status %d, %zu bytes",
+				       s->reqs[idx].off, ev[i].status,
+				       ev[i].ret);
+			s->lat[idx] = kb_now() - start[q];
+			free_slots[nfree++] = q;
+		}
+		inflight -= nr;
+		finished += (int)nr;
+	}
+	t = kb_now() - t0;
+out:
+	kbcf.cuFileBatchIODestroy(batch);
+	return t;
+}
+
+/* ---- one case ------------------------------------------------------------- */
+
+static void verify(struct sm *s, enum sm_peer p)
+{
+	int last[KB_MAX_QD];
+
+	for (unsigned int q = 0; q < s->qd; q++)
+		last[q] = -1;
+	for (int i = 0; i < s->n; i++)
+		last[s->slot_of[i]] = i;
+	for (unsigned int q = 0; q < s->qd; q++) {
+		int i = last[q];
+
+		if (i < 0)
+			continue;
+		if (p == SM_RAW) {
+			int64_t bad = kb_check((char *)s->b->host + q * s->bs,
+					       s->reqs[i].off, s->bs);
+
+			if (bad >= 0)
+				kb_die("%s: wrong bytes at file offset %" PRId64,
+				       sm_names[p], bad);
+		} else {
+			kb_check_dmem(s->b, sm_names[p], &s->dm, q * s->bs,
+				      s->reqs[i].off, s->bs);
+		}
+	}
+}
+
+static void measure(struct sm *s, enum sm_peer p, const char *group)
+{
+	struct kb_result *r = kb_result(group, sm_names[p], "IOPS", p == SM_RAW,
+					p == SM_BATCH);
+
+	if ((p == SM_CUBATCH || p == SM_CUSYNC) && !s->cufh) {
+		snprintf(r->note, sizeof(r->note), "%s",
+			 s->b->cufile_why ? s->b->cufile_why : s->note);
+		return;
+	}
+	for (int run = -1; run < s->b->runs; run++) {
+		double t;
+
+		s->note[0] = 0;
+		if (p == SM_RAW)
+			memset(s->b->host, 0, s->qd * s->bs);
+		else
+			kb_dmem_zero(s->b, &s->dm);
+		kb_cold(s->b);
+		switch (p) {
+		case SM_RAW:
+			t = kb_uring(s->fd, false, s->reqs, s->n, s->qd,
+				     s->b->host, s->bs, false, s->lat,
+				     s->slot_of);
+			break;
+		case SM_BATCH:
+		case SM_POLL:
+			t = run_batch(s, p == SM_POLL);
+			break;
+		case SM_PHX:
+			t = run_threads(s, false);
+			break;
+		case SM_CUBATCH:
+			t = run_cubatch(s);
+			break;
+		default:
+			t = run_threads(s, true);
+			break;
+		}
+		if (t < 0) {
+			snprintf(r->note, sizeof(r->note), "%s", s->note);
+			r->n = 0;
+			return;
+		}
+		verify(s, p);
+		if (run < 0)
+			continue;
+		r->v[r->n] = s->n / t;
+		r->p50[r->n] = 1e6 * kb_percentile(s->lat, s->n, 0.50);
+		r->p99[r->n] = 1e6 * kb_percentile(s->lat, s->n, 0.99);
+		r->n++;
+	}
+}
+
+void kb_mode_small(struct kb *b, const struct kb_opts *o)
+{
+	unsigned int seed = 4096;
+	struct sm s = { .b = b };
+
+	s.fd = open(b->path, O_RDONLY | O_DIRECT);
+	if (s.fd < 0)
+		kb_die("opening %s with O_DIRECT: %s", b->path,
+		       strerror(errno));
+	if (!b->cufile_why) {
+		CUfileDescr_t d = { .type = 1 };
+		CUfileError_t e;
+
+		d.handle.fd = s.fd;
+		e = kbcf.cuFileHandleRegister(&s.cufh, &d);
+		if (e.err) {
+			snprintf(s.note, sizeof(s.note),
+				 "cuFileHandleRegister: error %d (CUDA %d)",
+				 e.err, e.cu_err);
+			s.cufh = NULL;
+		}
+	}
+	for (int si = 0; si < o->nsizes; si++) {
+		s.bs = o->sizes[si];
+		for (int qi = 0; qi < o->nqds; qi++) {
+			char group[48];
+
+			s.qd = o->qds[qi];
+			if (s.qd > KB_MAX_QD || s.qd * s.bs > KB_HOST)
+				kb_die("queue depth %u of %" PRIu64
+				       " KiB is too much",
+				       s.qd, s.bs / KiB);
+			s.n = (int)(o->ops > s.qd * 64ULL ? o->ops :
+							    s.qd * 64ULL);
+			s.reqs = calloc(s.n, sizeof(*s.reqs));
+			s.lat = calloc(s.n, sizeof(*s.lat));
+			s.slot_of = calloc(s.n, sizeof(*s.slot_of));
+			if (!s.reqs || !s.lat || !s.slot_of)
+				kb_die("out of host memory");
+			for (int i = 0; i < s.n; i++) {
+				uint64_t slots = b->size / s.bs;
+
+				s.reqs[i].off =
+					(((uint64_t)rand_r(&seed) << 31 ^
+					  (uint64_t)rand_r(&seed)) %
+					 slots) *
+					s.bs;
+				s.reqs[i].len = s.bs;
+			}
+			kb_dmem_alloc(b, &s.dm, s.qd * s.bs);
+			snprintf(group, sizeof(group),
+				 "rand %" PRIu64 "K QD%u cold", s.bs / KiB,
+				 s.qd);
+			kb_note("%s: %d reads...", group, s.n);
+			for (int p = SM_RAW; p <= SM_CUSYNC; p++)
+				measure(&s, (enum sm_peer)p, group);
+			kb_dmem_free(b, &s.dm);
+			free(s.reqs);
+			free(s.lat);
+			free(s.slot_of);
+		}
+	}
+	if (s.cufh)
+		kbcf.cuFileHandleDeregister(s.cufh);
+	close(s.fd);
+	kb_print_table(
+		"Small random reads, cold (IOPS; x us = against phx batch)",
+		true);
+}
