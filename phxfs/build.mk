@@ -25,13 +25,15 @@ FUSE317_CFLAGS := -I$(FUSE317)/include/fuse3 -DFUSE_USE_VERSION=317
 FUSE317_LIB := $(FUSE317)/lib/libfuse3.a -lrt
 
 PHXFS_SRCS := phxfs/main.c phxfs/inode.c phxfs/device.c phxfs/ops.c \
-	phxfs/dir.c phxfs/file.c phxfs/xattr.c phxfs/ctl.c phxfs/backing.c
+	phxfs/dir.c phxfs/file.c phxfs/xattr.c phxfs/ctl.c phxfs/backing.c \
+	phxfs/client.c
 PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
 PHXFS_317_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs317-obj/%.o)
 
 # libphxfsctl: the one client of the control socket (phxfs_client.h), a
 # shared library for C programs and the Python package, and an object
-# that phx and phxfs (its escaping) link in.
+# that phx links in (phxfs builds client.c with its own sources, for the
+# escaping).
 PHXFSCTL_OBJ := $(BUILD)/phxfsctl/client.o
 PHXFSCTL_SO := $(BUILD)/libphxfsctl.so
 PHX_CLI_OBJS := $(BUILD)/phxfs-obj/phx.o $(PHXFSCTL_OBJ)
@@ -56,12 +58,12 @@ $(BUILD)/phxfs317-obj/%.o: phxfs/%.c $(FUSE317)/.built
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE317_CFLAGS) -Iphxfs -c $< -o $@
 
-$(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE_SYS_LIB) \
+$(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE_SYS_LIB) \
 		$(URING_LIB) $(LDLIBS)
 
-$(BUILD)/phxfs-3.17: $(PHXFS_317_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_317_OBJS) $(PHXFSCTL_OBJ) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE317_LIB) \
+$(BUILD)/phxfs-3.17: $(PHXFS_317_OBJS) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE317_LIB) \
 		$(URING_LIB) $(LDLIBS)
 
 # Copied whenever it differs, so that switching PHX_FUSE takes effect.
