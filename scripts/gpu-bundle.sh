@@ -43,7 +43,8 @@ cc ${CFLAGS:--O2 -g} -std=gnu11 -pthread -Wall -Wextra -Werror \
 
 # The executables and libraries the suites and benchmarks use.  The
 # libraries go into bin/ too: the suites look for them beside phxfs.
-for f in tests/test-lib phxfs phx phx-cpubench libphoenix.so libphxfile.so; do
+for f in tests/test-lib phxfs phx phx-cpubench libphoenix.so libphxfile.so \
+	libphxfsctl.so; do
 	[ -f "$BUILD/$f" ] || fail "$BUILD/$f was not built"
 	cp "$BUILD/$f" "$OUT/bin/"
 done
