@@ -34,6 +34,7 @@ include lib/build.mk
 -include phxfs/build.mk
 -include python/build.mk
 -include kmod/build.mk
+include lib/fio/build.mk
 
 build-all: $(ALL)
 

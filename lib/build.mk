@@ -7,10 +7,11 @@ LIB_SO := $(BUILD)/libphoenix.so
 PHX_CPPFLAGS := -Ilib/include
 
 # Build against cuda.h where the toolkit is installed; without it the CUDA
-# backend uses its own declarations of the driver API.
+# backend uses its own declarations of the driver API (lib/src/cuda_api.h).
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
-$(BUILD)/lib/src/dev_cuda.o: CFLAGS += -I$(CUDA_HOME)/include -DPHX_HAVE_CUDA_H
+$(BUILD)/lib/src/dev_cuda.o $(BUILD)/lib/src/cuda_driver.o: CFLAGS += \
+	-I$(CUDA_HOME)/include -DPHX_HAVE_CUDA_H
 endif
 
 # liburing is linked in statically so the library carries it to machines

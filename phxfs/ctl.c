@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl.c - phxfs's control socket: status, sharing a file's memory with
- * another process, and pulling a file in through the transfer engine.
+ * another process, and copying a file in or out through the transfer
+ * engine.
  * One line per request, see phxfs_client.h; each connection has a thread.
  */
 #include <dirent.h>
@@ -21,7 +22,7 @@
 #include "phxfs.h"
 #include "phxfs_client.h"
 
-/* Bytes per engine call of CP: the progress granularity. */
+/* Bytes per engine call of CP and CPOUT: the progress granularity. */
 #define CP_STEP (256ULL << 20)
 
 static pthread_t accept_thread;
@@ -104,6 +105,17 @@ static bool may_write(struct phxfs_inode *inode, const struct ucred *cred)
 	if (cred->gid == inode->gid)
 		return inode->mode & S_IWGRP;
 	return inode->mode & S_IWOTH;
+}
+
+static bool may_read(struct phxfs_inode *inode, const struct ucred *cred)
+{
+	if (!cred->uid)
+		return true;
+	if (cred->uid == inode->uid)
+		return inode->mode & S_IRUSR;
+	if (cred->gid == inode->gid)
+		return inode->mode & S_IRGRP;
+	return inode->mode & S_IROTH;
 }
 
 static void do_open(struct conn *c, unsigned long long ino)
@@ -304,6 +316,98 @@ out:
 	file_put(c->fs, inode);
 }
 
+/*
+ * Push @inode's bytes into @dst through the engine (device -> file, as
+ * phx_write() moves them); a range file through a mapping of its pages.
+ * Shared io_lock: readers go on, writers wait for the copy.
+ */
+static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
+		   uint64_t *done, enum phx_path *path)
+{
+	uint64_t total;
+	void *map = NULL;
+	int ret = 0;
+
+	pthread_rwlock_rdlock(&inode->io_lock);
+	total = phxfs_data_size(inode);
+	if (phxfs_ranged(inode) && total) {
+		map = mmap(NULL, total, PROT_READ, MAP_SHARED, inode->range_fd,
+			   0);
+		if (map == MAP_FAILED) {
+			ret = -errno;
+			map = NULL;
+		}
+	}
+	/* The engine reads backed memory only: back the holes (zeros). */
+	if (!ret && !map && inode->buf && total)
+		ret = phx_buf_commit(inode->buf, 0, total);
+	send_line(c->fd, "PROGRESS 0 %llu", (unsigned long long)total);
+	while (!ret && *done < total) {
+		struct phx_io io = {
+			.op = PHX_OP_WRITE,
+			.fd = dst,
+			.file_off = (int64_t)*done,
+			.len = total - *done < CP_STEP ? total - *done :
+							 CP_STEP,
+		};
+
+		if (map) {
+			io.dptr = (phx_dptr_t)(uintptr_t)map + *done;
+		} else if (inode->buf) {
+			io.buf = inode->buf;
+			io.buf_off = *done;
+		} else {
+			break; /* never written: all holes */
+		}
+		ret = cp_step(c, inode, &io, total, done, path);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (map)
+		munmap(map, total);
+	/* Holes at the end (or a file never written) still count. */
+	if (!ret && *done < total && ftruncate(dst, (off_t)total))
+		ret = -errno;
+	else if (!ret)
+		*done = total;
+	return ret;
+}
+
+static void do_cp_out(struct conn *c, unsigned long long ino, int dst)
+{
+	struct phxfs_inode *inode = file_get(c->fs, ino);
+	enum phx_path path = PHX_PATH_NONE;
+	uint64_t done = 0;
+	int ret;
+
+	if (!inode) {
+		send_err(c->fd, ENOENT, "CPOUT: no such file in phxfs");
+		return;
+	}
+	if (c->fs->opts.writeback) {
+		/* The kernel may hold bytes the daemon has not seen. */
+		send_err(
+			c->fd, EOPNOTSUPP,
+			"CPOUT: phxfs runs with -o writeback; remount without it, or use cp");
+		goto out;
+	}
+	if (!may_read(inode, &c->cred)) {
+		send_err(c->fd, EACCES, "CPOUT");
+		goto out;
+	}
+	ret = cp_push(c, inode, dst, &done, &path);
+	if (ret) {
+		const char *msg = phx_strerror_last();
+
+		send_line(c->fd, "ERR %d %s", -ret,
+			  *msg ? msg : strerror(-ret));
+	} else {
+		send_line(c->fd, "OK %llu %s", (unsigned long long)done,
+			  phx_path_name(path));
+	}
+out:
+	file_put(c->fs, inode);
+}
+
 static void send_dev(struct conn *c, struct phxfs_dev *d)
 {
 	struct phx_device_info info;
@@ -441,6 +545,8 @@ static void *conn_main(void *arg)
 		do_open(c, ino);
 	else if (sscanf(line, "CP %llu", &ino) == 1 && passed >= 0)
 		do_cp(c, ino, passed);
+	else if (sscanf(line, "CPOUT %llu", &ino) == 1 && passed >= 0)
+		do_cp_out(c, ino, passed);
 	else
 		send_err(c->fd, EINVAL, "unknown request");
 out:

@@ -3,6 +3,7 @@
  * phx.c - the phx command: mount and unmount phxfs, show what it holds,
  * and copy files into device memory through the daemon's transfer engine.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -38,8 +39,8 @@ static int usage(FILE *out)
 		"  mount [-f] [-o OPTS] [MOUNTPOINT]  start phxfs (default %s)\n"
 		"  umount [MOUNTPOINT]                stop it; its files are lost\n"
 		"  status [-a] [MOUNTPOINT]           devices, memory, files held\n"
-		"  cp [-q] SRC DST                    copy SRC into phxfs via the\n"
-		"                                     transfer engine\n\n"
+		"  cp [-q] [-r] SRC DST               copy SRC into or out of phxfs\n"
+		"                                     through the transfer engine\n\n"
 		"phxfs keeps file contents in device memory only: they vanish\n"
 		"when it is unmounted or killed.\n",
 		DEFAULT_MOUNT);
@@ -211,6 +212,18 @@ static int cmd_status(int argc, char **argv)
 
 /* ---- cp ------------------------------------------------------------- */
 
+/* One phx cp: what it copies and how far it got, for the progress line. */
+struct cp_run {
+	bool bar, quiet;
+	bool out; /* phxfs -> elsewhere */
+	double t0;
+	unsigned long long total; /* bytes of all files */
+	unsigned long long base; /* bytes of the files done */
+	unsigned long long files;
+	char path[32]; /* data path of the last file */
+	int failed;
+};
+
 static void progress(unsigned long long done, unsigned long long total,
 		     double t0)
 {
@@ -243,101 +256,311 @@ static int send_fd(int sock, const char *line, int fd)
 	return sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
-/* Ask the daemon to pull @src into file @ino, @dst_path. */
-static int pull(const char *dst_path, ino_t ino, int src, bool bar, bool quiet)
+/* Is @path on a phxfs mount (it answers the socket xattr)? */
+static bool on_phxfs(const char *path)
 {
-	char sock[256], line[PHXFS_LINE_MAX], path[32], b[32];
-	unsigned long long done, total;
-	double t0 = now_s();
-	int fd, ret;
+	char sock[256];
 
-	if (socket_of(dst_path, sock, sizeof(sock)))
+	return getxattr(path, "user.phx.socket", sock, sizeof(sock)) >= 0 ||
+	       errno == ERANGE;
+}
+
+/* Is @path, or the directory it would be created in, on phxfs? */
+static bool lands_on_phxfs(const char *path)
+{
+	char dir[PATH_MAX];
+
+	if (!access(path, F_OK))
+		return on_phxfs(path);
+	snprintf(dir, sizeof(dir), "%s", path);
+	return on_phxfs(dirname(dir));
+}
+
+/*
+ * Send @req ("CP <ino>" or "CPOUT <ino>") with @fd to the phxfs that holds
+ * @on, show its progress, and wait for its answer.  0 or -errno.
+ */
+static int request(struct cp_run *r, const char *on, const char *req, int fd,
+		   const char *what)
+{
+	char sock[256], line[PHXFS_LINE_MAX];
+	unsigned long long done, total;
+	int s, ret;
+
+	if (socket_of(on, sock, sizeof(sock)))
 		return -EXDEV;
-	fd = phxfs_connect(sock);
-	if (fd < 0) {
-		fprintf(stderr, "phx: cannot reach phxfs at %s: %s\n", sock,
-			strerror(-fd));
-		return fd;
+	s = phxfs_connect(sock);
+	if (s < 0) {
+		fprintf(stderr, "phx: cp: cannot reach phxfs at %s: %s\n", sock,
+			strerror(-s));
+		return s;
 	}
-	snprintf(line, sizeof(line), "CP %llu\n", (unsigned long long)ino);
-	ret = send_fd(fd, line, src);
-	while (!ret && (ret = phxfs_read_line(fd, line, sizeof(line))) >= 0) {
+	snprintf(line, sizeof(line), "%s\n", req);
+	ret = send_fd(s, line, fd);
+	while (!ret && (ret = phxfs_read_line(s, line, sizeof(line))) >= 0) {
 		ret = 0;
 		if (sscanf(line, "PROGRESS %llu %llu", &done, &total) == 2) {
-			if (bar)
-				progress(done, total, t0);
+			if (r->bar)
+				progress(r->base + done, r->total, r->t0);
 			continue;
 		}
-		if (bar)
-			fputc('\n', stderr);
-		if (sscanf(line, "OK %llu %31s", &done, path) == 2) {
-			double dt = now_s() - t0;
-
-			if (!quiet)
-				fprintf(stderr,
-					"%s in %.2f s, %.2f GB/s, path %s\n",
-					fmt_bytes(b, sizeof(b), (double)done),
-					dt,
-					dt > 0 ? (double)done / dt / 1e9 : 0.0,
-					path);
+		if (sscanf(line, "OK %llu %31s", &done, r->path) == 2) {
+			r->base += done;
+			r->files++;
 			break;
 		}
 		ret = -phxfs_line_err(line);
-		fprintf(stderr, "phx: cp to %s: %s\n", dst_path, line);
+		if (r->bar)
+			fputc('\n', stderr);
+		fprintf(stderr, "phx: cp: %s: %s\n", what, line);
 		break;
 	}
-	close(fd);
+	if (ret == -EPIPE)
+		fprintf(stderr, "phx: cp: %s: phxfs at %s hung up\n", what,
+			sock);
+	close(s);
 	return ret;
 }
 
-static int cmd_cp(int argc, char **argv)
+static int cp_err(const char *path, int err)
 {
-	char dst[PATH_MAX + 256], *base;
-	struct stat st;
-	bool quiet = false;
-	int opt, src, ret;
+	fprintf(stderr, "phx: cp: %s: %s\n", path, strerror(err));
+	return -err;
+}
 
-	while ((opt = getopt(argc, argv, "q")) != -1) {
-		if (opt != 'q')
-			return usage(stderr);
-		quiet = true;
-	}
-	if (argc - optind != 2)
-		return usage(stderr);
-	snprintf(dst, sizeof(dst), "%s", argv[optind + 1]);
-	if (!stat(dst, &st) && S_ISDIR(st.st_mode)) {
-		base = basename(argv[optind]);
-		snprintf(dst, sizeof(dst), "%s/%s", argv[optind + 1], base);
-	}
-	src = open(argv[optind], O_RDONLY | O_CLOEXEC);
-	if (src < 0) {
-		fprintf(stderr, "phx: cp: %s: %s\n", argv[optind],
-			strerror(errno));
-		return 1;
-	}
+/* Copy @src from elsewhere into the phxfs file @dst. */
+static int cp_in(struct cp_run *r, const char *src, const char *dst)
+{
+	char req[64];
+	struct stat st;
+	int fd, ret;
+
+	fd = open(src, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return cp_err(src, errno);
 	/*
 	 * Create or empty DST without keeping it open: on phx.ko devices an
 	 * open file pins the file's device memory in place, and the daemon
 	 * may have to move it to make room for SRC.
 	 */
-	if (mknod(dst, S_IFREG | 0666, 0) && errno != EEXIST)
-		goto out_err;
-	if (stat(dst, &st))
-		goto out_err;
-	if (!S_ISREG(st.st_mode)) {
-		errno = EISDIR;
-		goto out_err;
+	if ((mknod(dst, S_IFREG | 0666, 0) && errno != EEXIST) ||
+	    stat(dst, &st)) {
+		ret = cp_err(dst, errno);
+		goto out;
 	}
-	if (truncate(dst, 0))
-		goto out_err;
-	ret = pull(dst, st.st_ino, src, !quiet && isatty(2), quiet);
-	close(src);
-	return ret ? 1 : 0;
+	if (!S_ISREG(st.st_mode)) {
+		ret = cp_err(dst, S_ISDIR(st.st_mode) ? EISDIR : EINVAL);
+		goto out;
+	}
+	if (truncate(dst, 0)) {
+		ret = cp_err(dst, errno);
+		goto out;
+	}
+	snprintf(req, sizeof(req), "CP %llu", (unsigned long long)st.st_ino);
+	ret = request(r, dst, req, fd, dst);
+out:
+	close(fd);
+	return ret;
+}
 
-out_err:
-	fprintf(stderr, "phx: cp: %s: %s\n", dst, strerror(errno));
-	close(src);
-	return 1;
+/*
+ * Copy the phxfs file @src out to @dst: the daemon writes a temporary
+ * file next to @dst, which replaces @dst only once complete.
+ */
+static int cp_out(struct cp_run *r, const char *src, const char *dst)
+{
+	char tmp[PATH_MAX], req[64];
+	struct stat st;
+	mode_t mask;
+	int fd, ret;
+
+	if (stat(src, &st))
+		return cp_err(src, errno);
+	if (!S_ISREG(st.st_mode))
+		return cp_err(src, S_ISDIR(st.st_mode) ? EISDIR : EINVAL);
+	if (snprintf(tmp, sizeof(tmp), "%s.phx-XXXXXX", dst) >=
+	    (int)sizeof(tmp))
+		return cp_err(dst, ENAMETOOLONG);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return cp_err(dst, errno);
+	mask = umask(0);
+	umask(mask);
+	if (fchmod(fd, 0666 & ~mask)) {
+		ret = cp_err(dst, errno);
+		goto out;
+	}
+	snprintf(req, sizeof(req), "CPOUT %llu", (unsigned long long)st.st_ino);
+	ret = request(r, src, req, fd, src);
+	if (!ret && rename(tmp, dst))
+		ret = cp_err(dst, errno);
+out:
+	close(fd);
+	if (ret)
+		unlink(tmp);
+	return ret;
+}
+
+static int cp_file(struct cp_run *r, const char *src, const char *dst)
+{
+	int ret = r->out ? cp_out(r, src, dst) : cp_in(r, src, dst);
+
+	if (ret)
+		r->failed = 1;
+	return ret;
+}
+
+/* Bytes of the regular files under @path. */
+static unsigned long long tree_size(const char *path)
+{
+	char sub[PATH_MAX];
+	unsigned long long n = 0;
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (lstat(path, &st))
+		return 0;
+	if (S_ISREG(st.st_mode))
+		return (unsigned long long)st.st_size;
+	if (!S_ISDIR(st.st_mode) || !(d = opendir(path)))
+		return 0;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+		n += tree_size(sub);
+	}
+	closedir(d);
+	return n;
+}
+
+/* Copy directory @src to @dst, creating it; the rest goes on after a
+ * file fails, and r->failed says so. */
+static void cp_tree(struct cp_run *r, const char *src, const char *dst)
+{
+	char s[PATH_MAX], t[PATH_MAX];
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (mkdir(dst, 0777) && errno != EEXIST) {
+		r->failed = 1;
+		cp_err(dst, errno);
+		return;
+	}
+	d = opendir(src);
+	if (!d) {
+		r->failed = 1;
+		cp_err(src, errno);
+		return;
+	}
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (snprintf(s, sizeof(s), "%s/%s", src, de->d_name) >=
+			    (int)sizeof(s) ||
+		    snprintf(t, sizeof(t), "%s/%s", dst, de->d_name) >=
+			    (int)sizeof(t)) {
+			r->failed = 1;
+			cp_err(s, ENAMETOOLONG);
+			continue;
+		}
+		if (lstat(s, &st)) {
+			r->failed = 1;
+			cp_err(s, errno);
+		} else if (S_ISDIR(st.st_mode)) {
+			cp_tree(r, s, t);
+		} else if (S_ISREG(st.st_mode)) {
+			cp_file(r, s, t);
+		} else {
+			r->failed = 1;
+			fprintf(stderr,
+				"phx: cp: %s: not a regular file or directory; skipped (copy it with cp)\n",
+				s);
+		}
+	}
+	closedir(d);
+}
+
+static int cmd_cp(int argc, char **argv)
+{
+	struct cp_run r = { .t0 = now_s() };
+	char dst[PATH_MAX], srcbuf[PATH_MAX], b[32];
+	const char *src;
+	bool recurse = false, src_on, dst_on;
+	struct stat st;
+	double dt;
+	int opt;
+
+	while ((opt = getopt(argc, argv, "qr")) != -1) {
+		if (opt == 'q')
+			r.quiet = true;
+		else if (opt == 'r')
+			recurse = true;
+		else
+			return usage(stderr);
+	}
+	if (argc - optind != 2)
+		return usage(stderr);
+	src = argv[optind];
+	if (stat(src, &st)) {
+		cp_err(src, errno);
+		return 1;
+	}
+	if (S_ISDIR(st.st_mode) && !recurse) {
+		fprintf(stderr,
+			"phx: cp: %s is a directory; use phx cp -r to copy it\n",
+			src);
+		return 1;
+	}
+	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+		fprintf(stderr,
+			"phx: cp: %s is not a regular file or directory; copy it with cp\n",
+			src);
+		return 1;
+	}
+	snprintf(dst, sizeof(dst), "%s", argv[optind + 1]);
+	if (!stat(dst, &st) && S_ISDIR(st.st_mode)) {
+		snprintf(srcbuf, sizeof(srcbuf), "%s", src);
+		if (snprintf(dst, sizeof(dst), "%s/%s", argv[optind + 1],
+			     basename(srcbuf)) >= (int)sizeof(dst)) {
+			cp_err(argv[optind + 1], ENAMETOOLONG);
+			return 1;
+		}
+	}
+	src_on = on_phxfs(src);
+	dst_on = lands_on_phxfs(dst);
+	if (src_on && dst_on) {
+		fprintf(stderr,
+			"phx: cp: %s and %s are both on phxfs; phx cp copies between phxfs and other file systems, use cp or mv within it\n",
+			src, dst);
+		return 1;
+	}
+	if (!src_on && !dst_on) {
+		fprintf(stderr,
+			"phx: cp: neither %s nor %s is on phxfs; is phxfs mounted (phx mount)?\n",
+			src, dst);
+		return 1;
+	}
+	r.out = src_on;
+	r.total = tree_size(src);
+	r.bar = !r.quiet && isatty(2);
+	if (recurse && !stat(src, &st) && S_ISDIR(st.st_mode))
+		cp_tree(&r, src, dst);
+	else
+		cp_file(&r, src, dst);
+	if (r.bar && r.files)
+		progress(r.base, r.total, r.t0);
+	if (r.bar)
+		fputc('\n', stderr);
+	dt = now_s() - r.t0;
+	if (!r.quiet && r.files)
+		fprintf(stderr, "%llu file%s, %s in %.2f s, %.2f GB/s, path %s\n",
+			r.files, r.files == 1 ? "" : "s",
+			fmt_bytes(b, sizeof(b), (double)r.base), dt,
+			dt > 0 ? (double)r.base / dt / 1e9 : 0.0, r.path);
+	return r.failed ? 1 : 0;
 }
 
 /* ---- mount / umount ------------------------------------------------- */

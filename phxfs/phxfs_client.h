@@ -11,6 +11,7 @@
  *   OPEN <ino>\n      -> "OK <device> <size>\n", then phx_buf_send()'s
  *                        stream (receive it with phx_buf_recv())
  *   CP <ino>\n + fd   -> "PROGRESS <done> <total>\n"..., "OK <bytes> <path>\n"
+ *   CPOUT <ino>\n + fd -> the same, writing the file into fd
  *   STATUS\n          -> "DEV ..." and "FILE ..." lines, then "END\n"
  *
  * Any failure is one line "ERR <errno> <message>\n".  Names, paths and

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Benchmark: cp of a hot file into phxfs and cat back out, against the same
 # commands on /dev/shm, in one run; then `phx cp` hot and cold.  Median of
-# 3, every copy into phxfs checked byte for byte once.  Prints a table of
-# GB/s and ratios to /dev/shm.
+# 3, every copy into phxfs checked byte for byte once; `phx cp` out of
+# phxfs to the disk against phx_write of the same bytes (both to fsync).
+# Prints a table of GB/s and ratios to /dev/shm (and to phx_write).
 #
 #   scripts/bench-phxfs.sh [BUILD_DIR]
 #
@@ -127,6 +128,37 @@ done
 RES[phxcp.cold]=$(printf '%s' "$cold_all" | median)
 printf '  %-28s %s s (%s GB/s)\n' phxcp.cold "${RES[phxcp.cold]}" \
 	"$(gbps "${RES[phxcp.cold]}")"
+
+echo "phx cp out of phxfs (the daemon writes through libphoenix) vs phx_write"
+OUTF="$(dirname "$FILE")/phx-bench.out"
+pout() { rm -f "$OUTF"; "$PHX" cp -q "$dst" "$OUTF"; sync "$OUTF"; }
+pout && cmp "$FILE" "$OUTF" || { echo "MISMATCH after phx cp out" >&2; exit 1; }
+measure phxcp.out pout
+# phx_write of the same bytes from one device buffer, up to fsync
+RES[phx_write]=$(PHX_LIBRARY="$BUILD/libphoenix.so" \
+	PYTHONPATH="$(dirname "$0")/../python" python3 - "$FILE" "$OUTF" \
+	"$RUNS" <<'EOF'
+import os, statistics, sys, time
+import phoenix
+src, out, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+buf = phoenix.Device().alloc(os.path.getsize(src))
+phoenix.read_into(src, buf)
+times = []
+for _ in range(runs):
+    if os.path.exists(out):
+        os.unlink(out)
+    os.sync()
+    t0 = time.perf_counter()
+    phoenix.write_from(out, buf)
+    fd = os.open(out, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    times.append(time.perf_counter() - t0)
+print(statistics.median(times))
+EOF
+)
+cmp "$FILE" "$OUTF" || { echo "MISMATCH after phx_write" >&2; exit 1; }
+rm -f "$OUTF"
 "$PHX" status "$MP"
 
 echo
@@ -146,3 +178,6 @@ for mode in $MODES; do
 done
 row "phx cp, hot" phxcp.hot shm.cp
 row "phx cp, cold" phxcp.cold shm.cp
+printf '%-28s %10s %12s\n' "phx cp out (fsync)" "$(gbps "${RES[phxcp.out]}")" \
+	"$(ratio "${RES[phx_write]}" "${RES[phxcp.out]}")x phx_write"
+printf '%-28s %10s\n' "phx_write (fsync)" "$(gbps "${RES[phx_write]}")"

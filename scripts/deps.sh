@@ -4,7 +4,8 @@
 set -eu
 
 PKGS="build-essential pkg-config libfuse3-dev fuse3 liburing-dev \
-libcriterion-dev python3 python3-pip python3-venv rsync attr util-linux"
+libcriterion-dev python3 python3-pip python3-venv rsync attr util-linux \
+fio"
 
 missing=""
 for p in $PKGS; do

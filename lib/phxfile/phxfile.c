@@ -12,10 +12,20 @@
  * implies: the driver's device, registered buffers, file handles and
  * streams.
  *
+ * The session (the driver's device and the tables) opens at the first
+ * call that needs it, so phxFileDriverOpen() is optional, as LMCache's
+ * released backend never calls it.  Explicit opens are counted; the close
+ * that drops the last one, or any close when there is none (a session
+ * opened implicitly), ends the session: it waits for everything queued
+ * through this library on every stream it knows, forgets all buffer and
+ * stream registrations and closes the device.  More closes return 0.
+ * Handles are only wrapped descriptors and outlive sessions.
+ *
  * What it deliberately does not do: buffer registration pins nothing
  * (libphoenix stages through its own pinned memory, or moves bytes peer
- * to peer), so it only records the range for deregistration; and all
- * memory is taken to live on the device phxFileDriverOpen() opened
+ * to peer), so it only records the range for deregistration, and
+ * deregistering a base it does not know is not an error; memory that no
+ * device claims by address is taken to live on the session's device
  * (device 0 of the default kind).
  *
  * libphoenix and liburing are linked in statically, and a version script
@@ -48,7 +58,6 @@ struct phxfile_range {
 	struct phxfile_range *next;
 };
 
-/* A caller's stream and libphoenix's wrapper around it. */
 /*
  * A caller's stream as seen from one device: transfers go through the
  * device that holds their buffer, so a stream used with buffers on two
@@ -62,7 +71,11 @@ struct phxfile_stream {
 	struct phxfile_stream *next;
 };
 
-/* The driver state; everything below is protected by phxfile_lock. */
+/*
+ * The session; everything below is protected by phxfile_lock.  There is
+ * a session while phxfile_dev is set; phxfile_opens counts the explicit
+ * phxFileDriverOpen() calls not yet closed.
+ */
 static pthread_mutex_t phxfile_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct phx_device *phxfile_dev;
 static unsigned int phxfile_opens;
@@ -84,19 +97,27 @@ PHXFILE_EXPORT int phxFileWriteAsync(void *fh, void *buf_base, size_t *nbytes,
 				     int64_t *file_offset, int64_t *buf_offset,
 				     int64_t *bytes_done, void *stream);
 
+/* The session's device, opened on first use.  Caller holds the lock. */
+static int session_get_locked(void)
+{
+	if (phxfile_dev)
+		return 0;
+	return phx_device_open(NULL, &phxfile_dev);
+}
+
 /**
- * phxFileDriverOpen() - open the device all later calls use.
+ * phxFileDriverOpen() - take a reference to the session, opening it.
  *
- * Reference counted: each open needs a phxFileDriverClose().  Returns 0,
- * or -ENODEV when no device is usable.
+ * Optional: every other call opens the session it needs.  Each open is
+ * counted and the close that drops the last one ends the session (see
+ * the file header).  Returns 0, or -ENODEV when no device is usable.
  */
 int phxFileDriverOpen(void)
 {
-	int ret = 0;
+	int ret;
 
 	pthread_mutex_lock(&phxfile_lock);
-	if (!phxfile_opens)
-		ret = phx_device_open(NULL, &phxfile_dev);
+	ret = session_get_locked();
 	if (!ret)
 		phxfile_opens++;
 	pthread_mutex_unlock(&phxfile_lock);
@@ -122,31 +143,36 @@ static void streams_release_locked(void)
 	}
 }
 
+static void session_end_locked(void)
+{
+	streams_release_locked();
+	while (phxfile_ranges) {
+		struct phxfile_range *r = phxfile_ranges;
+
+		phxfile_ranges = r->next;
+		free(r);
+	}
+	phx_device_close(phxfile_dev);
+	phxfile_dev = NULL;
+}
+
 /**
  * phxFileDriverClose() - drop a reference taken by phxFileDriverOpen().
  *
- * The last close waits for the work queued through this library on every
- * stream it knows, then forgets all registrations.  Returns 0, or -EINVAL
- * when the driver is not open.
+ * The close that drops the last reference, or a close when only an
+ * implicitly opened session exists, ends the session: it waits for the
+ * work queued through this library on every stream it knows, then
+ * forgets all registrations and closes the device.  The streams must
+ * still be able to reach that work.  A close with no session does
+ * nothing.  Always returns 0.
  */
 int phxFileDriverClose(void)
 {
 	pthread_mutex_lock(&phxfile_lock);
-	if (!phxfile_opens) {
-		pthread_mutex_unlock(&phxfile_lock);
-		return -EINVAL;
-	}
-	if (!--phxfile_opens) {
-		streams_release_locked();
-		while (phxfile_ranges) {
-			struct phxfile_range *r = phxfile_ranges;
-
-			phxfile_ranges = r->next;
-			free(r);
-		}
-		phx_device_close(phxfile_dev);
-		phxfile_dev = NULL;
-	}
+	if (phxfile_opens)
+		phxfile_opens--;
+	if (!phxfile_opens && phxfile_dev)
+		session_end_locked();
 	pthread_mutex_unlock(&phxfile_lock);
 	return 0;
 }
@@ -157,8 +183,8 @@ int phxFileDriverClose(void)
  * @length: bytes.
  *
  * Optional, as with cuFile: transfers work on unregistered memory too.
- * Returns 0, -EINVAL (NULL or empty range, driver not open), -EEXIST
- * (already registered) or -ENOMEM.
+ * Opens the session if needed.  Returns 0, -EINVAL (NULL or empty range),
+ * -EEXIST (already registered), -ENODEV (no usable device) or -ENOMEM.
  */
 int phxFileBufRegister(const void *addr, size_t length)
 {
@@ -168,10 +194,9 @@ int phxFileBufRegister(const void *addr, size_t length)
 	if (!addr || !length)
 		return -EINVAL;
 	pthread_mutex_lock(&phxfile_lock);
-	if (!phxfile_opens) {
-		ret = -EINVAL;
+	ret = session_get_locked();
+	if (ret)
 		goto out;
-	}
 	for (r = phxfile_ranges; r; r = r->next) {
 		if (r->addr == addr) {
 			ret = -EEXIST;
@@ -195,24 +220,23 @@ out:
 /**
  * phxFileBufDeregister() - forget a range given to phxFileBufRegister().
  *
- * Returns 0 or -EINVAL when @addr was not registered.
+ * A base that is not registered (never was, deregistered already, or
+ * forgotten when the session ended) is left as it is.  Returns 0.
  */
 int phxFileBufDeregister(const void *addr)
 {
 	struct phxfile_range **p, *r;
-	int ret = -EINVAL;
 
 	pthread_mutex_lock(&phxfile_lock);
 	for (p = &phxfile_ranges; (r = *p); p = &r->next) {
 		if (r->addr == addr) {
 			*p = r->next;
 			free(r);
-			ret = 0;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&phxfile_lock);
-	return ret;
+	return 0;
 }
 
 /**
@@ -318,17 +342,19 @@ static struct phx_device *device_of(const void *addr)
  * @stream: a CUstream on CUDA (NULL: the default stream).
  *
  * Optional: an unknown stream is wrapped on first use.  Either way the
- * stream must stay valid until phxFileStreamDeregister() or the last
- * phxFileDriverClose(), which wait for the work queued on it.  Returns 0,
- * -EINVAL (driver not open) or -ENOMEM.
+ * stream must stay valid until phxFileStreamDeregister() or the end of
+ * the session (phxFileDriverClose()), which wait for the work queued on
+ * it.  Opens the session if needed.  Returns 0, -ENODEV (no usable
+ * device) or -ENOMEM.
  */
 int phxFileStreamRegister(void *stream)
 {
 	struct phxfile_stream *s;
-	int ret = -EINVAL;
+	int ret;
 
 	pthread_mutex_lock(&phxfile_lock);
-	if (phxfile_opens) {
+	ret = session_get_locked();
+	if (!ret) {
 		struct phx_device *dev = device_of(NULL);
 
 		ret = dev ? stream_get_locked(stream, dev, true, &s) : -ENODEV;
@@ -339,26 +365,30 @@ int phxFileStreamRegister(void *stream)
 
 /**
  * phxFileStreamDeregister() - forget a stream; waits for its queued work.
+ * @stream: as given to phxFileStreamRegister() or an async call (NULL:
+ *	the default stream).
  *
- * Returns 0 or -EINVAL when the stream is unknown.
+ * When it returns, every transfer queued through this library on
+ * @stream has completed and its *bytes_done is written: this is the
+ * completion to wait for where the caller cannot synchronize the stream
+ * itself.  A stream the library does not know has nothing to wait for.
+ * Returns 0.
  */
 int phxFileStreamDeregister(void *stream)
 {
 	struct phxfile_stream **p, *s;
-	int ret = -EINVAL;
 
 	pthread_mutex_lock(&phxfile_lock);
 	for (p = &phxfile_streams; (s = *p);) {
 		if (s->native == stream) {
 			*p = s->next;
 			stream_free(s);
-			ret = 0;
 		} else {
 			p = &s->next;
 		}
 	}
 	pthread_mutex_unlock(&phxfile_lock);
-	return ret;
+	return 0;
 }
 
 static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
@@ -373,10 +403,9 @@ static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 	if (!h || !nbytes || !file_offset || !buf_offset || !bytes_done)
 		return -EINVAL;
 	pthread_mutex_lock(&phxfile_lock);
-	if (!phxfile_opens) {
-		pthread_mutex_unlock(&phxfile_lock);
-		return -EINVAL;
-	}
+	ret = session_get_locked();
+	if (ret)
+		goto out;
 	dev = device_of(buf_base);
 	ret = dev ? stream_get_locked(stream, dev, false, &s) : -ENODEV;
 	if (!ret)
@@ -384,6 +413,7 @@ static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 				     (phx_dptr_t)(uintptr_t)buf_base,
 				     (const uint64_t *)nbytes, file_offset,
 				     buf_offset, bytes_done);
+out:
 	pthread_mutex_unlock(&phxfile_lock);
 	return ret;
 }
@@ -398,7 +428,9 @@ static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
  *	negative errno when the read completes.
  * @stream: a CUstream (NULL: the default stream).
  *
- * Returns 0 once queued; the pointers must stay valid until then.
+ * Opens the session if needed.  Returns 0 once queued, -EINVAL (a NULL
+ * pointer), -ENODEV (no usable device), or what phx_io_enqueue() returns;
+ * the pointers must stay valid until the transfer completed.
  */
 int phxFileReadAsync(void *fh, void *buf_base, size_t *nbytes,
 		     int64_t *file_offset, int64_t *buf_offset,

@@ -2,17 +2,8 @@
 /*
  * dev_cuda.c - the cuda backend: NVIDIA GPUs through the CUDA driver API.
  *
- * libcuda.so.1 is loaded with dlopen() at the first probe, so libphoenix has
- * no link-time dependency on the driver and runs (on sim) where there is
- * none.  Every entry point is resolved by its versioned symbol name
- * (cuMemGetInfo_v2, cuMemcpyHtoDAsync_v2, ...): cuda.h turns the plain
- * names into those with macros, and dlsym() does not see macros.  The
- * non-"_ptsz" variants are used, so stream handle NULL is the legacy
- * default stream, as in a program built with nvcc's defaults.
- *
- * Built against <cuda.h> when the toolkit is present (PHX_HAVE_CUDA_H);
- * otherwise the few types this file needs are declared below with the
- * driver's ABI.
+ * The driver is loaded at run time and called through the table `cu`
+ * (cuda_driver.c, cuda_api.h).
  *
  * Each device uses its primary context, the one the CUDA runtime and
  * frameworks such as PyTorch share, so device addresses can be exchanged
@@ -33,249 +24,16 @@
  * hardware allows it and through host memory where it does not.
  */
 #include <ctype.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
-
-#ifdef PHX_HAVE_CUDA_H
-#include <cuda.h>
-#else
-/*
- * The subset of cuda.h this file uses, with the driver's ABI (CUDA 11.2
- * and later).  Prototypes only serve __typeof__ below; nothing links them.
- */
-typedef enum cudaError_enum {
-	CUDA_SUCCESS = 0,
-	CUDA_ERROR_INVALID_VALUE = 1,
-	CUDA_ERROR_OUT_OF_MEMORY = 2,
-	CUDA_ERROR_NOT_INITIALIZED = 3,
-	CUDA_ERROR_NO_DEVICE = 100,
-	CUDA_ERROR_INVALID_DEVICE = 101,
-	CUDA_ERROR_NOT_READY = 600,
-	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
-	CUDA_ERROR_NOT_PERMITTED = 800,
-	CUDA_ERROR_NOT_SUPPORTED = 801,
-} CUresult;
-
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct CUctx_st *CUcontext;
-typedef struct CUstream_st *CUstream;
-typedef struct CUevent_st *CUevent;
-typedef void (*CUhostFn)(void *userData);
-
-typedef enum CUdevice_attribute_enum {
-	CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
-	CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
-	CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID = 134,
-} CUdevice_attribute;
-
-typedef enum CUmemAllocationHandleType_enum {
-	CU_MEM_HANDLE_TYPE_NONE = 0x0,
-	CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1,
-} CUmemAllocationHandleType;
-
-typedef enum CUmemAccess_flags_enum {
-	CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3,
-} CUmemAccess_flags;
-
-typedef enum CUmemLocationType_enum {
-	CU_MEM_LOCATION_TYPE_DEVICE = 0x1,
-} CUmemLocationType;
-
-typedef enum CUmemAllocationType_enum {
-	CU_MEM_ALLOCATION_TYPE_PINNED = 0x1,
-} CUmemAllocationType;
-
-typedef enum CUmemAllocationGranularity_flags_enum {
-	CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
-	CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1,
-} CUmemAllocationGranularity_flags;
-
-typedef struct CUmemLocation_st {
-	CUmemLocationType type;
-	int id;
-} CUmemLocation;
-
-typedef struct CUmemAllocationProp_st {
-	CUmemAllocationType type;
-	CUmemAllocationHandleType requestedHandleTypes;
-	CUmemLocation location;
-	void *win32HandleMetaData;
-	struct {
-		unsigned char compressionType;
-		unsigned char gpuDirectRDMACapable;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} allocFlags;
-} CUmemAllocationProp;
-
-typedef struct CUmemAccessDesc_st {
-	CUmemLocation location;
-	CUmemAccess_flags flags;
-} CUmemAccessDesc;
-
-#define CU_STREAM_NON_BLOCKING 0x1
-#define CU_EVENT_DISABLE_TIMING 0x2
-#define CU_MEMHOSTREGISTER_PORTABLE 0x01
-
-CUresult cuInit(unsigned int flags);
-CUresult cuDriverGetVersion(int *version);
-CUresult cuGetErrorName(CUresult error, const char **str);
-CUresult cuDeviceGetCount(int *count);
-CUresult cuDeviceGet(CUdevice *device, int ordinal);
-CUresult cuDeviceGetName(char *name, int len, CUdevice dev);
-CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
-CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
-CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
-CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev,
-			       CUdevice peerDev);
-typedef enum CUpointer_attribute_enum {
-	CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
-} CUpointer_attribute;
-CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
-			       CUdeviceptr ptr);
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
-CUresult cuCtxGetCurrent(CUcontext *pctx);
-CUresult cuCtxSetCurrent(CUcontext ctx);
-CUresult cuCtxPushCurrent_v2(CUcontext ctx);
-CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
-CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
-CUresult cuMemGetAllocationGranularity(size_t *granularity,
-				       const CUmemAllocationProp *prop,
-				       CUmemAllocationGranularity_flags option);
-CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
-			     CUdeviceptr addr, unsigned long long flags);
-CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-		     const CUmemAllocationProp *prop, unsigned long long flags);
-CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-		  CUmemGenericAllocationHandle handle,
-		  unsigned long long flags);
-CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
-CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size,
-			const CUmemAccessDesc *desc, size_t count);
-CUresult cuMemExportToShareableHandle(void *shareableHandle,
-				      CUmemGenericAllocationHandle handle,
-				      CUmemAllocationHandleType handleType,
-				      unsigned long long flags);
-CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
-					void *osHandle,
-					CUmemAllocationHandleType shHandleType);
-CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
-CUresult cuMemHostUnregister(void *p);
-CUresult cuStreamCreate(CUstream *phStream, unsigned int flags);
-CUresult cuStreamDestroy_v2(CUstream hStream);
-CUresult cuStreamSynchronize(CUstream hStream);
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
-			      size_t ByteCount, CUstream hStream);
-CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice,
-			      size_t ByteCount, CUstream hStream);
-CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
-		       CUstream hStream);
-CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-			 CUstream hStream);
-CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags);
-CUresult cuEventDestroy_v2(CUevent hEvent);
-CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
-CUresult cuEventQuery(CUevent hEvent);
-CUresult cuEventSynchronize(CUevent hEvent);
-CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
-typedef unsigned int cuuint32_t;
-#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
-#define CU_STREAM_WAIT_VALUE_EQ 0x1
-CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
-				      unsigned int Flags);
-CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
-				cuuint32_t value, unsigned int flags);
-typedef struct CUmod_st *CUmodule;
-typedef struct CUfunc_st *CUfunction;
-CUresult cuModuleLoadData(CUmodule *module, const void *image);
-CUresult cuModuleUnload(CUmodule hmod);
-CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod,
-			     const char *name);
-CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
-			unsigned int gridDimY, unsigned int gridDimZ,
-			unsigned int blockDimX, unsigned int blockDimY,
-			unsigned int blockDimZ, unsigned int sharedMemBytes,
-			CUstream hStream, void **kernelParams, void **extra);
-#endif /* PHX_HAVE_CUDA_H */
-
-/* Every driver entry point used, by its exported (versioned) name. */
-#define CU_SYMBOLS(X)                     \
-	X(cuInit)                         \
-	X(cuDriverGetVersion)             \
-	X(cuGetErrorName)                 \
-	X(cuDeviceGetCount)               \
-	X(cuDeviceGet)                    \
-	X(cuDeviceGetName)                \
-	X(cuDeviceTotalMem_v2)            \
-	X(cuDeviceGetAttribute)           \
-	X(cuDeviceGetPCIBusId)            \
-	X(cuDeviceCanAccessPeer)          \
-	X(cuPointerGetAttribute)          \
-	X(cuDevicePrimaryCtxRetain)       \
-	X(cuDevicePrimaryCtxRelease_v2)   \
-	X(cuCtxGetCurrent)                \
-	X(cuCtxSetCurrent)                \
-	X(cuCtxPushCurrent_v2)            \
-	X(cuCtxPopCurrent_v2)             \
-	X(cuMemGetInfo_v2)                \
-	X(cuMemGetAllocationGranularity)  \
-	X(cuMemAddressReserve)            \
-	X(cuMemAddressFree)               \
-	X(cuMemCreate)                    \
-	X(cuMemRelease)                   \
-	X(cuMemMap)                       \
-	X(cuMemUnmap)                     \
-	X(cuMemSetAccess)                 \
-	X(cuMemExportToShareableHandle)   \
-	X(cuMemImportFromShareableHandle) \
-	X(cuMemHostRegister_v2)           \
-	X(cuMemHostUnregister)            \
-	X(cuStreamCreate)                 \
-	X(cuStreamDestroy_v2)             \
-	X(cuStreamSynchronize)            \
-	X(cuMemcpyHtoDAsync_v2)           \
-	X(cuMemcpyDtoHAsync_v2)           \
-	X(cuMemcpyAsync)                  \
-	X(cuMemsetD8Async)                \
-	X(cuEventCreate)                  \
-	X(cuEventDestroy_v2)              \
-	X(cuEventRecord)                  \
-	X(cuEventQuery)                   \
-	X(cuEventSynchronize)             \
-	X(cuLaunchHostFunc)               \
-	X(cuMemHostGetDevicePointer_v2)   \
-	X(cuStreamWaitValue32_v2)         \
-	X(cuModuleLoadData)               \
-	X(cuModuleUnload)                 \
-	X(cuModuleGetFunction)            \
-	X(cuLaunchKernel)
-
-static struct {
-#define CU_MEMBER(sym) __typeof__(sym) *sym;
-	CU_SYMBOLS(CU_MEMBER)
-#undef CU_MEMBER
-} cu;
-
-/* Result of loading the driver, set once under cu_once. */
-static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
-static int cu_ndev; /* devices, or -ENODEV */
-static const char *cu_why; /* static reason when unusable */
-static char cu_why_buf[128]; /* storage for reasons with a detail */
-static bool cu_forked; /* set in a child forked after cu_load() */
+#include "cuda_api.h"
 
 #define PHX_CUDA_MAX_GPUS 64
 
@@ -302,137 +60,6 @@ static int cuda_feed_load(struct phx_device *dev);
 static inline struct cuda_dev *cuda_priv(struct phx_device *dev)
 {
 	return dev->priv;
-}
-
-static const char *cu_name(CUresult res)
-{
-	const char *name = NULL;
-
-	if (cu.cuGetErrorName &&
-	    cu.cuGetErrorName(res, &name) == CUDA_SUCCESS && name)
-		return name;
-	return "unknown CUDA error";
-}
-
-static int cu_errno(CUresult res)
-{
-	switch (res) {
-	case CUDA_SUCCESS:
-		return 0;
-	case CUDA_ERROR_OUT_OF_MEMORY:
-		return ENOSPC;
-	case CUDA_ERROR_INVALID_VALUE:
-		return EINVAL;
-	case CUDA_ERROR_NOT_READY:
-		return EAGAIN;
-	case CUDA_ERROR_NO_DEVICE:
-	case CUDA_ERROR_INVALID_DEVICE:
-		return ENODEV;
-	case CUDA_ERROR_NOT_SUPPORTED:
-		return EOPNOTSUPP;
-	case CUDA_ERROR_NOT_PERMITTED:
-		return EPERM;
-	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
-		return EEXIST;
-	default:
-		return EIO;
-	}
-}
-
-static const char *cu_hint(int err)
-{
-	switch (err) {
-	case ENOSPC:
-		return "free device memory or ask for less";
-	case ENOMEM:
-		return "free host memory or raise the locked-memory limit";
-	case EINVAL:
-		return "an address or size is wrong: please report it";
-	case EOPNOTSUPP:
-		return "this GPU or driver lacks the feature; use PHX_DEVICE=sim";
-	default:
-		return "check nvidia-smi and the kernel log";
-	}
-}
-
-/*
- * Record "cuda: <call> on <dev> failed: <CUDA error>; <hint>" and return
- * the negative errno: @err, or the one matching @res when @err is 0.
- */
-static int cu_fail(struct phx_device *dev, CUresult res, int err,
-		   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int cu_fail(struct phx_device *dev, CUresult res, int err,
-		   const char *fmt, ...)
-{
-	char call[96];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(call, sizeof(call), fmt, ap);
-	va_end(ap);
-	if (!err)
-		err = cu_errno(res);
-	return phx_err(err, "cuda: %s on %s failed: %s; %s", call,
-		       dev ? dev->name : "the GPU", cu_name(res), cu_hint(err));
-}
-
-static void cu_atfork_child(void)
-{
-	cu_forked = true;
-}
-
-static void cu_load(void)
-{
-	void *lib;
-	CUresult res;
-	int n;
-
-	cu_ndev = -ENODEV;
-	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
-		cu_why = "libcuda.so.1 not found";
-		return;
-	}
-#define CU_RESOLVE(sym)                                                  \
-	cu.sym = (__typeof__(cu.sym))dlsym(lib, #sym);                   \
-	if (!cu.sym) {                                                   \
-		cu_why = "libcuda.so.1 lacks " #sym " (driver too old)"; \
-		goto fail;                                               \
-	}
-	CU_SYMBOLS(CU_RESOLVE)
-#undef CU_RESOLVE
-
-	res = cu.cuInit(0);
-	if (res == CUDA_ERROR_NO_DEVICE) {
-		cu_why = "no CUDA device";
-		goto fail;
-	}
-	if (res != CUDA_SUCCESS) {
-		snprintf(cu_why_buf, sizeof(cu_why_buf), "cuInit failed: %s",
-			 cu_name(res));
-		cu_why = cu_why_buf;
-		goto fail;
-	}
-	res = cu.cuDeviceGetCount(&n);
-	if (res != CUDA_SUCCESS || n <= 0) {
-		cu_why = "no CUDA device";
-		goto fail;
-	}
-	cu_ndev = n;
-	pthread_atfork(NULL, NULL, cu_atfork_child);
-	return;
-fail:
-	/* The library stays loaded: cuInit may have started driver threads. */
-	memset(&cu, 0, sizeof(cu));
-}
-
-static int cuda_probe(const char **why)
-{
-	pthread_once(&cu_once, cu_load);
-	if (cu_ndev < 0 && why)
-		*why = cu_why;
-	return cu_ndev;
 }
 
 /* The driver does not survive fork(): say so instead of its error code. */
@@ -470,7 +97,7 @@ static int cuda_locate(phx_dptr_t dptr)
 {
 	int ordinal = -1;
 
-	if (cuda_probe(NULL) < 0)
+	if (cu_probe(NULL) < 0)
 		return -ENODEV;
 	if (cu.cuPointerGetAttribute(&ordinal,
 				     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
@@ -518,7 +145,7 @@ static int cuda_query(int index, struct phx_device_info *info)
 	CUresult res;
 	int node;
 
-	if (cuda_probe(NULL) < 0 || index < 0 || index >= cu_ndev)
+	if (index < 0 || index >= cu_probe(NULL))
 		return phx_err(ENODEV, "cuda: no GPU %d; see phx_device_list()",
 			       index);
 	res = cu.cuDeviceGet(&cudev, index);
@@ -587,11 +214,11 @@ static void cu_access_desc(struct cuda_dev *cd, CUmemAccessDesc *desc)
  */
 static void cu_access_list(struct cuda_dev *cd)
 {
-	int i, can;
+	int i, can, ngpus = cu_probe(NULL);
 
 	cu_access_desc(cd, &cd->access[0]);
 	cd->naccess = 1;
-	for (i = 0; i < cu_ndev && cd->naccess < PHX_CUDA_MAX_GPUS; i++) {
+	for (i = 0; i < ngpus && cd->naccess < PHX_CUDA_MAX_GPUS; i++) {
 		CUdevice peer;
 
 		if (i == cd->cudev || cu.cuDeviceGet(&peer, i) != CUDA_SUCCESS)
@@ -615,7 +242,7 @@ static int cuda_open(struct phx_device *dev)
 	int vmm = 0, posix_fd = 0, ret;
 	CUresult res;
 
-	if (cuda_probe(NULL) < 0 || dev->index < 0 || dev->index >= cu_ndev)
+	if (dev->index < 0 || dev->index >= cu_probe(NULL))
 		return phx_err(ENODEV, "cuda: no GPU %d; see phx_device_list()",
 			       dev->index);
 	if (cu_forked)
@@ -1183,7 +810,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.name = "cuda",
 	.dir_prefix = "gpu",
 	.kind = PHX_DEVICE_CUDA,
-	.probe = cuda_probe,
+	.probe = cu_probe,
 	.query = cuda_query,
 	.open = cuda_open,
 	.close = cuda_close,
@@ -1200,6 +827,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.chunk_import = cuda_chunk_import,
 	.host_addr = cuda_host_addr,
 	.p2p = false,
+	.pinned_copies = true,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
 	.stream_create = cuda_stream_create,

@@ -181,6 +181,49 @@ static int kmod_chunk_import(struct phx_device *dev, int fd, uint64_t size,
 	return phx_fdmem_dup(dev, fd, out);
 }
 
+static int kmod_backing_alloc(struct phx_device *dev, uint64_t capacity,
+			      int *fd)
+{
+	struct kmod_dev *kd = dev->priv;
+	struct phx_ioc_alloc req = { .size = capacity,
+				     .flags = PHX_ALLOC_GROW };
+
+	if (ioctl(kd->fd, PHX_IOC_ALLOC, &req)) {
+		int err = errno;
+
+		return phx_err(
+			err,
+			"%s: a backing file of %llu bytes: PHX_IOC_ALLOC: %s%s",
+			dev->name, (unsigned long long)capacity, strerror(err),
+			err == ENOSPC ? "; free files first" : "");
+	}
+	*fd = req.fd;
+	return 0;
+}
+
+static int kmod_backing_query(struct phx_device *dev, int fd,
+			      uint64_t *capacity, bool *mapped)
+{
+	struct phx_ioc_range r;
+
+	if (ioctl(fd, PHX_IOC_RANGE, &r))
+		return phx_err(errno,
+			       "%s: fd %d is not a phx.ko backing file: %s",
+			       dev->name, fd, strerror(errno));
+	*capacity = r.size;
+	*mapped = r.flags & PHX_RANGE_MAPPED;
+	return 0;
+}
+
+static int kmod_backing_trim(struct phx_device *dev, int fd)
+{
+	/* EBUSY: I/O still pins a page; the room stays until next time. */
+	if (ioctl(fd, PHX_IOC_TRIM) && errno != EBUSY)
+		return phx_err(errno, "%s: backing fd %d: PHX_IOC_TRIM: %s",
+			       dev->name, fd, strerror(errno));
+	return 0;
+}
+
 static void *kmod_host_addr(struct phx_device *dev, phx_dptr_t va)
 {
 	return (void *)(uintptr_t)va;
@@ -301,6 +344,9 @@ const struct phx_backend_ops phx_kmod_ops = {
 	.chunk_import = kmod_chunk_import,
 	.host_addr = kmod_host_addr,
 	.p2p = true,
+	.backing_alloc = kmod_backing_alloc,
+	.backing_query = kmod_backing_query,
+	.backing_trim = kmod_backing_trim,
 	.host_register = kmod_host_register,
 	.host_unregister = kmod_host_unregister,
 	.stream_create = kmod_stream_create,

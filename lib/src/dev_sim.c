@@ -321,6 +321,16 @@ static int sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
 	return phx_fdmem_dup(dev, fd, out);
 }
 
+/* A memfd: it grows as written, the library counts its capacity. */
+static int sim_backing_alloc(struct phx_device *dev, uint64_t capacity, int *fd)
+{
+	*fd = memfd_create("phx-sim-backing", MFD_CLOEXEC);
+	if (*fd < 0)
+		return phx_err(errno, "%s: memfd_create: %s", dev->name,
+			       strerror(errno));
+	return 0;
+}
+
 static void *sim_host_addr(struct phx_device *dev, phx_dptr_t va)
 {
 	return (void *)(uintptr_t)va;
@@ -504,7 +514,9 @@ const struct phx_backend_ops phx_sim_ops = {
 	.chunk_export = phx_fdmem_export,
 	.chunk_import = sim_chunk_import,
 	.host_addr = sim_host_addr,
+	.backing_alloc = sim_backing_alloc,
 	.p2p = false,
+	.pinned_copies = true,
 	.host_register = sim_host_register,
 	.host_unregister = sim_host_unregister,
 	.stream_create = sim_stream_create,

@@ -95,6 +95,29 @@ struct phx_backend_ops {
 	 * can DMA to (kmod): the engine then takes the p2p path. */
 	bool p2p;
 
+	/*
+	 * Backing files (backing.c): a new regular file in *@fd whose bytes
+	 * are device memory, size 0, room for @capacity bytes (a page
+	 * multiple).  NULL where the device has none (cuda).
+	 */
+	int (*backing_alloc)(struct phx_device *dev, uint64_t capacity,
+			     int *fd);
+	/*
+	 * The capacity of backing file @fd and whether a process maps it
+	 * now; NULL where only the library's count of it is known.
+	 */
+	int (*backing_query)(struct phx_device *dev, int fd, uint64_t *capacity,
+			     bool *mapped);
+	/* Give back the capacity past the size; NULL: nothing to give. */
+	int (*backing_trim)(struct phx_device *dev, int fd);
+
+	/*
+	 * Copies between the device and host memory are fast only when the
+	 * host memory is pinned (cuda; sim behaves alike): copies from other
+	 * host memory go through an engine's pinned staging.
+	 */
+	bool pinned_copies;
+
 	/* Pin host memory for DMA by the device (cuMemHostRegister). */
 	int (*host_register)(struct phx_device *dev, void *p, size_t len);
 	void (*host_unregister)(struct phx_device *dev, void *p);
@@ -180,14 +203,24 @@ struct phx_device {
 	atomic_uint_fast64_t bytes[5]; /* by enum phx_path */
 	atomic_uint_fast64_t ios, errors;
 
+	atomic_uint_fast64_t staging; /* staging memory of all engines */
+	atomic_uint_fast64_t engines_built;
+
 	/* engine pool, see engine.c; protected by pool_lock */
 	pthread_mutex_t pool_lock;
 	pthread_cond_t pool_cond;
-	struct phx_engine *pool_free;
-	unsigned int pool_count;
+	struct phx_engine *pool_free; /* idle engines */
+	unsigned int pool_count; /* engines of the pool, idle or lent */
+	unsigned int pool_idle;
 	/* idle copy streams for host<->device copies; under pool_lock */
 	void *streams[16];
 	unsigned int nstreams;
+	/* host memory pinned by phx_host_register(); under pool_lock */
+	struct phx_host_range {
+		uintptr_t start;
+		size_t len;
+	} * pinned_ranges;
+	unsigned int npinned_ranges;
 
 	/* stream-ordered transfers, see stream.c */
 	struct phx_async_worker *async;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine.c - the io_uring transfer engine.
+ * engine.c - the io_uring transfer engine: staging, slots, the job pipeline.
  *
  * An engine owns one io_uring, a ring of pinned staging slots (registered
  * with io_uring as fixed buffers and with the device), a few copy streams
@@ -21,258 +21,17 @@
  * Unaligned edges of writes go through the page cache, the middle O_DIRECT.
  *
  * Host memory is the staging ring, whatever the transfer size.  Engines
- * are pooled per device (phx_io_run) or owned by a batch.  An engine is
- * used by one thread at a time.
+ * are pooled per device (transfer.c) and lent to synchronous calls,
+ * batches and host copies; an engine is used by one thread at a time.
  */
-#include <fcntl.h>
-#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/queue.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <liburing.h>
 
-#include "internal.h"
-
-#define PHX_DIO_ALIGN 4096ULL
-#define PHX_MAX_ENGINES 4
-#define PHX_NR_STREAMS 2
-#define PHX_FD_CACHE 8
-
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
-
-struct phx_cachestat_range {
-	uint64_t off;
-	uint64_t len;
-};
-
-struct phx_cachestat {
-	uint64_t nr_cache;
-	uint64_t nr_dirty;
-	uint64_t nr_writeback;
-	uint64_t nr_evicted;
-	uint64_t nr_recently_evicted;
-};
-
-/* A file a job reads or writes, shared by the jobs on it while active. */
-struct fd_entry {
-	int user_fd;
-	dev_t st_dev;
-	ino_t st_ino;
-	int accmode;
-	int direct_fd; /* -1: not opened yet; -2: O_DIRECT impossible */
-	int buffered_fd; /* -1: not opened yet */
-	bool own_direct, own_buffered;
-	uint64_t size; /* at the time of the first job */
-	unsigned int users;
-};
-
-struct job_region {
-	uint64_t from, to;
-	bool direct;
-};
-
-struct job {
-	struct phx_io *io;
-	struct phx_buf *buf; /* NULL for raw device addresses */
-	phx_dptr_t dptr; /* device address of file offset @start */
-	struct fd_entry *fde;
-	uint64_t start, end; /* the file range */
-	struct job_region region[3];
-	unsigned int nregions, cur;
-	uint64_t pos; /* next offset to issue in region[cur] */
-	bool p2p;
-	unsigned int pending; /* segments in flight */
-	uint64_t moved;
-	uint64_t by_path[5];
-	int err;
-	bool eof;
-	bool queued; /* on the engine's issue queue */
-	TAILQ_ENTRY(job) issue; /* while it has segments to issue */
-	STAILQ_ENTRY(job) done; /* once complete, until collected */
-};
-
-enum slot_state {
-	SLOT_FREE,
-	SLOT_IO, /* read or write in flight */
-	SLOT_COPY, /* device copy in flight */
-};
-
-struct slot {
-	enum slot_state state;
-	struct job *job;
-	char *mem;
-	unsigned int index;
-	uint64_t foff; /* file offset of the I/O */
-	uint64_t len; /* bytes of the I/O */
-	uint64_t done; /* bytes of it completed so far */
-	char *target; /* p2p: where the I/O goes instead of mem */
-	bool direct;
-	uint64_t copied; /* bytes of the job the copy moves */
-	void *event;
-	void *stream;
-};
-
-struct phx_engine {
-	struct phx_device *dev;
-	struct io_uring ring;
-	bool ring_ok, fixed, polled;
-	uint64_t chunk;
-	unsigned int nslots;
-	char *staging;
-	size_t staging_len;
-	bool pinned;
-	struct slot *slots;
-	void *streams[PHX_NR_STREAMS];
-	unsigned int inflight; /* SQEs submitted, CQE not yet seen */
-	unsigned int to_submit; /* SQEs prepared, not submitted */
-	/*
-	 * Jobs queued and not yet complete; the ones with segments left to
-	 * issue, oldest first; the completed ones not yet collected.
-	 */
-	unsigned int nactive;
-	TAILQ_HEAD(, job) issue;
-	STAILQ_HEAD(, job) done;
-	struct fd_entry fds[PHX_FD_CACHE];
-	struct phx_engine *next_free;
-};
-
-/* ---- files ---------------------------------------------------------- */
-
-int phx_reopen(int fd, int flags)
-{
-	char path[64];
-
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	return open(path, flags | O_CLOEXEC);
-}
-
-static void fd_put(struct fd_entry *f)
-{
-	if (--f->users)
-		return;
-	if (f->own_direct && f->direct_fd >= 0)
-		close(f->direct_fd);
-	if (f->own_buffered && f->buffered_fd >= 0)
-		close(f->buffered_fd);
-	memset(f, 0, sizeof(*f));
-}
-
-static int fd_get(struct phx_engine *e, int fd, enum phx_op op,
-		  struct fd_entry **out)
-{
-	struct fd_entry *f, *free_slot = NULL;
-	struct stat st;
-	int fl, acc, i;
-	uint64_t size;
-
-	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fstat(fd, &st))
-		return phx_err(EBADF, "fd %d is not an open file", fd);
-	acc = fl & O_ACCMODE;
-	if (op == PHX_OP_READ && acc == O_WRONLY)
-		return phx_err(EBADF, "fd %d is not open for reading", fd);
-	if (op == PHX_OP_WRITE && acc == O_RDONLY)
-		return phx_err(EBADF, "fd %d is not open for writing", fd);
-	if (S_ISREG(st.st_mode)) {
-		size = (uint64_t)st.st_size;
-	} else if (S_ISBLK(st.st_mode)) {
-		if (ioctl(fd, BLKGETSIZE64, &size))
-			return phx_err(
-				errno,
-				"fd %d: cannot size the block device: %s", fd,
-				strerror(errno));
-	} else {
-		return phx_err(EINVAL,
-			       "fd %d is not a regular file or block device",
-			       fd);
-	}
-
-	for (i = 0; i < PHX_FD_CACHE; i++) {
-		f = &e->fds[i];
-		if (!f->users) {
-			free_slot = free_slot ? free_slot : f;
-			continue;
-		}
-		if (f->user_fd == fd && f->st_dev == st.st_dev &&
-		    f->st_ino == st.st_ino && f->accmode == acc) {
-			f->users++;
-			f->size = size;
-			*out = f;
-			return 0;
-		}
-	}
-	if (!free_slot)
-		return -EAGAIN; /* caller runs the engine and retries */
-	f = free_slot;
-	memset(f, 0, sizeof(*f));
-	f->user_fd = fd;
-	f->st_dev = st.st_dev;
-	f->st_ino = st.st_ino;
-	f->accmode = acc;
-	f->size = size;
-	f->users = 1;
-	if (fl & O_DIRECT) {
-		f->direct_fd = fd;
-		f->buffered_fd = -1;
-	} else {
-		f->direct_fd = -1;
-		f->buffered_fd = fd;
-	}
-	*out = f;
-	return 0;
-}
-
-/* Per-file descriptors for each mode, opened on first need. */
-static int fd_direct(struct fd_entry *f)
-{
-	if (f->direct_fd == -1) {
-		int acc = f->accmode == O_WRONLY ? O_RDWR : f->accmode;
-
-		f->direct_fd = phx_reopen(f->user_fd, acc | O_DIRECT);
-		if (f->direct_fd < 0 && f->accmode == O_WRONLY)
-			f->direct_fd =
-				phx_reopen(f->user_fd, O_WRONLY | O_DIRECT);
-		if (f->direct_fd < 0)
-			f->direct_fd = -2;
-		else
-			f->own_direct = true;
-	}
-	return f->direct_fd;
-}
-
-static int fd_buffered(struct fd_entry *f)
-{
-	if (f->buffered_fd == -1) {
-		f->buffered_fd = phx_reopen(f->user_fd, f->accmode);
-		if (f->buffered_fd < 0)
-			return phx_err(
-				errno,
-				"fd %d: cannot reopen it without O_DIRECT for an unaligned edge: %s",
-				f->user_fd, strerror(errno));
-		f->own_buffered = true;
-	}
-	return f->buffered_fd;
-}
-
-/* Share of [off, off + len) of @fd in the page cache, in percent. */
-static unsigned int cached_percent(int fd, uint64_t off, uint64_t len)
-{
-	struct phx_cachestat_range r = { off, len };
-	struct phx_cachestat cs;
-	uint64_t pages = (len + 4095) / 4096;
-
-	if (!pages || syscall(__NR_cachestat, fd, &r, &cs, 0))
-		return 0;
-	return (unsigned int)phx_min(100, cs.nr_cache * 100 / pages);
-}
+#include "engine.h"
 
 /* ---- engine lifetime ------------------------------------------------ */
 
@@ -304,7 +63,7 @@ static void *staging_alloc(struct phx_device *dev, size_t len)
 	return p;
 }
 
-static void engine_destroy(struct phx_engine *e)
+void phx_engine_destroy(struct phx_engine *e)
 {
 	struct phx_device *dev = e->dev;
 	unsigned int i;
@@ -315,9 +74,8 @@ static void engine_destroy(struct phx_engine *e)
 			dev->ops->stream_sync(dev, e->streams[i]);
 			dev->ops->stream_destroy(dev, e->streams[i]);
 		}
-	for (i = 0; e->slots && i < e->nslots; i++)
-		if (e->slots[i].event)
-			dev->ops->event_destroy(dev, e->slots[i].event);
+	for (i = 0; i < e->nevents; i++)
+		dev->ops->event_destroy(dev, e->slots[i].event);
 	if (e->ring_ok)
 		io_uring_queue_exit(&e->ring);
 	if (e->staging) {
@@ -326,22 +84,95 @@ static void engine_destroy(struct phx_engine *e)
 			atomic_fetch_sub(&dev->pinned, e->staging_len);
 		}
 		munmap(e->staging, e->staging_len);
+		atomic_fetch_sub(&dev->staging, e->staging_len);
 	}
 	free(e->slots);
 	free(e);
 }
 
 /*
- * @staging: bytes of staging memory, 0 for the configured size.  @batch
- * engines split it into @depth slots (0: the configured queue depth).
+ * Synchronous engines favour big requests (a few large transfers);
+ * batches favour depth (many small ones), in the same staging size.
+ * @staging: bytes, 0 for the configured size.  @depth: slots of a batch,
+ * 0 for the configured queue depth.
  */
-static int engine_create(struct phx_device *dev, size_t staging, bool batch,
-			 unsigned int depth, bool polled,
-			 struct phx_engine **out)
+struct engine_shape phx_shape_sync(size_t staging)
 {
 	const struct phx_settings *s = phx_settings();
+	struct engine_shape sh = { .chunk = s->chunk_size };
+
+	if (!staging)
+		staging = s->staging_size;
+	sh.nslots = (unsigned int)phx_max(staging / sh.chunk, 1);
+	return sh;
+}
+
+struct engine_shape phx_shape_batch(unsigned int depth)
+{
+	const struct phx_settings *s = phx_settings();
+	struct engine_shape sh;
+
+	sh.nslots = depth ? phx_min(depth, 4096u) : s->queue_depth;
+	sh.chunk = phx_align_down(s->staging_size / sh.nslots, 4096);
+	sh.chunk = phx_min(phx_max(sh.chunk, 64 << 10), s->chunk_size);
+	return sh;
+}
+
+/* Whether @e's staging and ring can take shape @sh without rebuilding. */
+bool phx_engine_fits(const struct phx_engine *e, struct engine_shape sh)
+{
+	return sh.nslots * sh.chunk <= e->staging_len &&
+	       sh.nslots * 2 <= e->ring_entries;
+}
+
+/*
+ * Cut the staging into the slots of shape @sh, each with an event.  The
+ * staging is one fixed buffer of the ring, so re-cutting it costs no
+ * registration: only events for slots it never had.
+ */
+int phx_engine_slice(struct phx_engine *e, struct engine_shape sh)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int i;
+	int ret;
+
+	if (sh.nslots > e->nevents) {
+		struct slot *slots =
+			realloc(e->slots, sh.nslots * sizeof(*slots));
+
+		if (!slots)
+			return phx_err(ENOMEM,
+				       "out of host memory for an engine");
+		memset(slots + e->nevents, 0,
+		       (sh.nslots - e->nevents) * sizeof(*slots));
+		e->slots = slots;
+		for (i = e->nevents; i < sh.nslots; i++) {
+			ret = dev->ops->event_create(dev, &slots[i].event);
+			if (ret)
+				return ret;
+			e->nevents++;
+		}
+	}
+	for (i = 0; i < sh.nslots; i++) {
+		struct slot *sl = &e->slots[i];
+
+		sl->state = SLOT_FREE;
+		sl->job = NULL;
+		sl->target = NULL;
+		sl->mem = e->staging + (size_t)i * sh.chunk;
+		sl->stream = e->streams[i % PHX_NR_STREAMS];
+	}
+	e->nslots = sh.nslots;
+	e->chunk = sh.chunk;
+	return 0;
+}
+
+/* Build an engine of shape @sh: ring, staging (pinned), streams, events. */
+int phx_engine_create(struct phx_device *dev, struct engine_shape sh,
+		      struct phx_engine **out)
+{
 	struct phx_engine *e;
-	struct iovec *iov;
+	struct iovec iov;
 	unsigned int i;
 	int ret;
 
@@ -351,24 +182,10 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 	e->dev = dev;
 	TAILQ_INIT(&e->issue);
 	STAILQ_INIT(&e->done);
-	e->polled = polled;
-	/*
-	 * Synchronous engines favour big requests (a few large transfers);
-	 * batches favour depth (many small ones), in the same staging size.
-	 */
-	if (!staging)
-		staging = s->staging_size;
-	e->chunk = s->chunk_size;
-	e->nslots = (unsigned int)(staging / e->chunk);
-	if (batch) {
-		e->nslots = depth ? depth : s->queue_depth;
-		e->chunk = phx_align_down(staging / e->nslots, 4096);
-		e->chunk = phx_min(phx_max(e->chunk, 64 << 10), s->chunk_size);
-	}
-	if (e->nslots < 1)
-		e->nslots = 1;
 
-	ret = io_uring_queue_init(phx_max(e->nslots, 8u) * 2, &e->ring, 0);
+	/* Room for batches of up to 64 slots to re-cut it without a new ring. */
+	e->ring_entries = phx_max(sh.nslots, 64u) * 2;
+	ret = io_uring_queue_init(e->ring_entries, &e->ring, 0);
 	if (ret) {
 		ret = phx_err(
 			-ret,
@@ -378,7 +195,7 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 	}
 	e->ring_ok = true;
 
-	e->staging_len = (size_t)(e->nslots * e->chunk);
+	e->staging_len = (size_t)(sh.nslots * sh.chunk);
 	e->staging = staging_alloc(dev, e->staging_len);
 	if (!e->staging) {
 		ret = phx_err(ENOMEM,
@@ -386,22 +203,16 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 			      dev->name, e->staging_len);
 		goto out;
 	}
-	e->slots = calloc(e->nslots, sizeof(*e->slots));
-	iov = calloc(e->nslots, sizeof(*iov));
-	if (!e->slots || !iov) {
-		free(iov);
-		ret = phx_err(ENOMEM, "out of host memory for an engine");
-		goto out;
-	}
-	for (i = 0; i < e->nslots; i++) {
-		e->slots[i].mem = e->staging + (size_t)i * e->chunk;
-		e->slots[i].index = i;
-		iov[i].iov_base = e->slots[i].mem;
-		iov[i].iov_len = e->chunk;
-	}
-	/* Fixed buffers save a page pin per I/O; optional (memlock limits). */
-	e->fixed = !io_uring_register_buffers(&e->ring, iov, e->nslots);
-	free(iov);
+	atomic_fetch_add(&dev->staging, e->staging_len);
+	/*
+	 * One fixed buffer for the whole staging saves a page pin per I/O
+	 * whatever the slots; optional (memlock limits, io_uring's 1 GiB
+	 * cap on a buffer).
+	 */
+	iov.iov_base = e->staging;
+	iov.iov_len = e->staging_len;
+	e->fixed = e->staging_len <= (1UL << 30) &&
+		   !io_uring_register_buffers(&e->ring, &iov, 1);
 
 	ret = phx_device_bind(dev);
 	if (ret)
@@ -415,16 +226,14 @@ static int engine_create(struct phx_device *dev, size_t staging, bool batch,
 		if (ret)
 			goto out;
 	}
-	for (i = 0; i < e->nslots; i++) {
-		ret = dev->ops->event_create(dev, &e->slots[i].event);
-		if (ret)
-			goto out;
-		e->slots[i].stream = e->streams[i % PHX_NR_STREAMS];
-	}
+	ret = phx_engine_slice(e, sh);
+	if (ret)
+		goto out;
+	atomic_fetch_add(&dev->engines_built, 1);
 	*out = e;
 	return 0;
 out:
-	engine_destroy(e);
+	phx_engine_destroy(e);
 	return ret;
 }
 
@@ -455,11 +264,11 @@ static int job_plan(struct phx_engine *e, struct job *j)
 	/* Hot: most of what will be read (up to end of file) is cached. */
 	if (direct && s->direct < 0 && is_read && s->hot_fraction <= 100 &&
 	    j->start < j->fde->size &&
-	    cached_percent(j->fde->user_fd, j->start,
-			   phx_min(j->end, j->fde->size) - j->start) >=
+	    phx_cached_percent(j->fde->user_fd, j->start,
+			       phx_min(j->end, j->fde->size) - j->start) >=
 		    s->hot_fraction)
 		direct = false;
-	if (direct && fd_direct(j->fde) < 0) {
+	if (direct && phx_fd_direct(j->fde) < 0) {
 		if (s->direct > 0)
 			return phx_err(
 				EINVAL,
@@ -474,7 +283,7 @@ static int job_plan(struct phx_engine *e, struct job *j)
 		j->p2p = true;
 
 	if (!direct) {
-		ret = fd_buffered(j->fde);
+		ret = phx_fd_buffered(j->fde);
 		if (ret < 0)
 			return ret;
 		job_add_region(j, j->start, j->end, false);
@@ -497,7 +306,7 @@ static int job_plan(struct phx_engine *e, struct job *j)
 		a_end = j->end;
 	}
 	if (j->start != a_start || j->end != a_end) {
-		ret = fd_buffered(j->fde);
+		ret = phx_fd_buffered(j->fde);
 		if (ret < 0)
 			return ret;
 	}
@@ -529,7 +338,7 @@ static void job_complete(struct phx_engine *e, struct job *j)
 	if (j->err)
 		atomic_fetch_add(&dev->errors, 1);
 	if (j->fde)
-		fd_put(j->fde);
+		phx_fd_put(j->fde);
 	STAILQ_INSERT_TAIL(&e->done, j, done);
 }
 
@@ -545,7 +354,7 @@ static void job_fail(struct job *j, int err)
 }
 
 /* Validate @io and turn it into a job queued on @e. */
-static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
+int phx_job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 {
 	struct phx_device *dev = e->dev;
 	struct job *j;
@@ -582,7 +391,7 @@ static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 	j->end = j->start + io->len;
 
 	/* -EAGAIN: every file slot is busy; the caller drains and retries */
-	ret = fd_get(e, io->fd, io->op, &j->fde);
+	ret = phx_fd_get(e->fds, io->fd, io->op, &j->fde);
 	if (ret)
 		goto out_free;
 
@@ -609,7 +418,7 @@ static int job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 	*out = j;
 	return 0;
 out_put:
-	fd_put(j->fde);
+	phx_fd_put(j->fde);
 out_free:
 	free(j);
 	return ret;
@@ -641,14 +450,12 @@ static void slot_prep_io(struct phx_engine *e, struct slot *sl)
 	/* The ring has twice as many entries as slots: never NULL. */
 	if (j->io->op == PHX_OP_READ) {
 		if (e->fixed && !sl->target)
-			io_uring_prep_read_fixed(sqe, fd, mem, n, off,
-						 (int)sl->index);
+			io_uring_prep_read_fixed(sqe, fd, mem, n, off, 0);
 		else
 			io_uring_prep_read(sqe, fd, mem, n, off);
 	} else {
 		if (e->fixed && !sl->target)
-			io_uring_prep_write_fixed(sqe, fd, mem, n, off,
-						  (int)sl->index);
+			io_uring_prep_write_fixed(sqe, fd, mem, n, off, 0);
 		else
 			io_uring_prep_write(sqe, fd, mem, n, off);
 	}
@@ -782,7 +589,7 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 	e->inflight--;
 	if (res == -EINVAL && sl->direct) {
 		/* O_DIRECT refused after all (FUSE, odd alignment): page cache */
-		int bfd = fd_buffered(j->fde);
+		int bfd = phx_fd_buffered(j->fde);
 
 		if (bfd >= 0 && !sl->target) {
 			sl->direct = false;
@@ -882,7 +689,7 @@ static struct slot *oldest_copy(struct phx_engine *e)
  * One round of the pipeline.  With @block it sleeps until something
  * happens (unless the engine is polled, which spins instead).
  */
-static int engine_step(struct phx_engine *e, bool block)
+static int engine_step_once(struct phx_engine *e, bool block)
 {
 	struct io_uring_cqe *cqe;
 	unsigned int progressed = 0, head, seen;
@@ -926,7 +733,17 @@ static int engine_step(struct phx_engine *e, bool block)
 	return 0;
 }
 
-static bool engine_busy(const struct phx_engine *e)
+/* A failed step leaves requests in flight: the engine is not lent again. */
+int phx_engine_step(struct phx_engine *e, bool block)
+{
+	int ret = engine_step_once(e, block);
+
+	if (ret)
+		e->broken = true;
+	return ret;
+}
+
+bool phx_engine_busy(const struct phx_engine *e)
 {
 	return e->nactive > 0;
 }
@@ -936,15 +753,15 @@ static int engine_run_job(struct phx_engine *e, struct job *j)
 {
 	int ret;
 
-	while (engine_busy(e)) {
-		ret = engine_step(e, true);
+	while (phx_engine_busy(e)) {
+		ret = phx_engine_step(e, true);
 		if (ret)
 			return ret;
 	}
 	return 0;
 }
 
-static void engine_queue(struct phx_engine *e, struct job *j)
+void phx_engine_queue(struct phx_engine *e, struct job *j)
 {
 	e->nactive++;
 	if (!j->nregions) {
@@ -955,102 +772,18 @@ static void engine_queue(struct phx_engine *e, struct job *j)
 	j->queued = true;
 }
 
-/* ---- the pool and synchronous transfers ----------------------------- */
-
-static int engine_get(struct phx_device *dev, struct phx_engine **out)
-{
-	struct phx_engine *e;
-	int ret;
-
-	pthread_mutex_lock(&dev->pool_lock);
-	while (!dev->pool_free && dev->pool_count >= PHX_MAX_ENGINES)
-		pthread_cond_wait(&dev->pool_cond, &dev->pool_lock);
-	e = dev->pool_free;
-	if (e) {
-		dev->pool_free = e->next_free;
-		pthread_mutex_unlock(&dev->pool_lock);
-		*out = e;
-		return 0;
-	}
-	dev->pool_count++;
-	pthread_mutex_unlock(&dev->pool_lock);
-
-	ret = engine_create(dev, 0, false, 0, false, &e);
-	if (ret) {
-		pthread_mutex_lock(&dev->pool_lock);
-		dev->pool_count--;
-		pthread_cond_signal(&dev->pool_cond);
-		pthread_mutex_unlock(&dev->pool_lock);
-		return ret;
-	}
-	*out = e;
-	return 0;
-}
-
-static void engine_put(struct phx_device *dev, struct phx_engine *e)
-{
-	pthread_mutex_lock(&dev->pool_lock);
-	e->next_free = dev->pool_free;
-	dev->pool_free = e;
-	pthread_cond_signal(&dev->pool_cond);
-	pthread_mutex_unlock(&dev->pool_lock);
-}
-
-/*
- * Streams for host memory copies, reused: creating one per copy costs a
- * driver call (a thread on sim) for every FUSE request.
- */
-static int stream_get(struct phx_device *dev, void **stream)
-{
-	pthread_mutex_lock(&dev->pool_lock);
-	if (dev->nstreams) {
-		*stream = dev->streams[--dev->nstreams];
-		pthread_mutex_unlock(&dev->pool_lock);
-		return 0;
-	}
-	pthread_mutex_unlock(&dev->pool_lock);
-	return dev->ops->stream_create(dev, stream);
-}
-
-static void stream_put(struct phx_device *dev, void *stream)
-{
-	pthread_mutex_lock(&dev->pool_lock);
-	if (dev->nstreams < sizeof(dev->streams) / sizeof(dev->streams[0])) {
-		dev->streams[dev->nstreams++] = stream;
-		stream = NULL;
-	}
-	pthread_mutex_unlock(&dev->pool_lock);
-	if (stream)
-		dev->ops->stream_destroy(dev, stream);
-}
-
-void phx_engine_pool_destroy(struct phx_device *dev)
-{
-	struct phx_engine *e;
-
-	pthread_mutex_lock(&dev->pool_lock);
-	while (dev->nstreams)
-		dev->ops->stream_destroy(dev, dev->streams[--dev->nstreams]);
-	while ((e = dev->pool_free)) {
-		dev->pool_free = e->next_free;
-		dev->pool_count--;
-		engine_destroy(e);
-	}
-	pthread_mutex_unlock(&dev->pool_lock);
-}
-
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
-static int64_t engine_io(struct phx_engine *e, struct phx_io *io)
+int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
 {
 	struct job *j;
 	int ret;
 
-	ret = job_start(e, io, &j);
+	ret = phx_job_start(e, io, &j);
 	if (ret) {
 		atomic_fetch_add(&e->dev->errors, 1);
 		return io->result = ret;
 	}
-	engine_queue(e, j);
+	phx_engine_queue(e, j);
 	ret = engine_run_job(e, j);
 	/* the job is on the done list now */
 	STAILQ_INIT(&e->done);
@@ -1060,337 +793,4 @@ static int64_t engine_io(struct phx_engine *e, struct phx_io *io)
 	if (io->result >= 0)
 		phx_err_clear();
 	return io->result;
-}
-
-PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
-{
-	struct phx_engine *e;
-	int ret;
-
-	ret = phx_device_bind(dev);
-	if (ret)
-		return io->result = ret;
-	ret = engine_get(dev, &e);
-	if (ret)
-		return io->result = ret;
-	engine_io(e, io);
-	engine_put(dev, e);
-	return io->result;
-}
-
-/*
- * Engines outside the pool, for the stream-ordered workers (stream.c):
- * made and freed by their owner, used by one thread at a time.
- */
-int phx_engine_new(struct phx_device *dev, size_t staging,
-		   struct phx_engine **out)
-{
-	int ret = phx_device_bind(dev);
-
-	return ret ? ret : engine_create(dev, staging, false, 0, false, out);
-}
-
-void phx_engine_free(struct phx_engine *e)
-{
-	engine_destroy(e);
-}
-
-int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io)
-{
-	int ret = phx_device_bind(e->dev);
-
-	return ret ? io->result = ret : engine_io(e, io);
-}
-
-static int64_t buf_io(enum phx_op op, struct phx_buf *buf, uint64_t buf_off,
-		      int fd, int64_t file_off, uint64_t len)
-{
-	struct phx_io io = {
-		.op = op,
-		.fd = fd,
-		.file_off = file_off,
-		.buf = buf,
-		.buf_off = buf_off,
-		.len = len,
-	};
-
-	return phx_io_run(buf->dev, &io);
-}
-
-PHX_EXPORT int64_t phx_read(struct phx_buf *buf, uint64_t buf_off, int fd,
-			    int64_t file_off, uint64_t len)
-{
-	return buf_io(PHX_OP_READ, buf, buf_off, fd, file_off, len);
-}
-
-PHX_EXPORT int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
-			     int64_t file_off, uint64_t len)
-{
-	return buf_io(PHX_OP_WRITE, buf, buf_off, fd, file_off, len);
-}
-
-/* ---- host memory copies --------------------------------------------- */
-
-PHX_EXPORT int phx_host_register(struct phx_device *dev, void *p, size_t len)
-{
-	int ret = phx_device_bind(dev);
-
-	if (ret)
-		return ret;
-	if (!p || !len)
-		return phx_err(EINVAL, "%s: nothing to pin", dev->name);
-	return dev->ops->host_register(dev, p, len);
-}
-
-PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
-{
-	if (phx_device_bind(dev))
-		return;
-	dev->ops->host_unregister(dev, p);
-}
-
-/* Start a synchronous copy: this thread on @dev, a pooled stream. */
-static int copy_begin(struct phx_device *dev, void **stream)
-{
-	int ret = phx_device_bind(dev);
-
-	return ret ? ret : stream_get(dev, stream);
-}
-
-/*
- * End a synchronous copy queued on a pooled stream: wait for it unless
- * queueing failed, return the stream, count @memcpy_bytes when it worked.
- */
-static int copy_finish(struct phx_device *dev, void *stream, int ret,
-		       uint64_t memcpy_bytes)
-{
-	if (!ret)
-		ret = dev->ops->stream_sync(dev, stream);
-	stream_put(dev, stream);
-	if (!ret)
-		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], memcpy_bytes);
-	return ret;
-}
-
-PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
-				 const void *src, uint64_t len)
-{
-	struct phx_device *dev = buf->dev;
-	void *stream;
-	phx_dptr_t dptr;
-	int ret;
-
-	ret = phx_buf_check_range(buf, off, len);
-	if (ret || !len)
-		return ret;
-	ret = phx_device_bind(dev);
-	if (ret)
-		return ret;
-	pthread_mutex_lock(&buf->lock);
-	ret = phx_buf_commit_locked(buf, off, len);
-	dptr = buf->dptr;
-	pthread_mutex_unlock(&buf->lock);
-	if (ret)
-		return ret;
-	ret = stream_get(dev, &stream);
-	if (ret)
-		return ret;
-	ret = dev->ops->copy_htod(dev, dptr + off, src, len, stream);
-	return copy_finish(dev, stream, ret, len);
-}
-
-PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
-				   uint64_t len)
-{
-	struct phx_device *dev = buf->dev;
-	void *stream;
-	int ret;
-
-	ret = phx_buf_check_range(buf, off, len);
-	if (ret || !len)
-		return ret;
-	ret = copy_begin(dev, &stream);
-	if (ret)
-		return ret;
-	ret = phx_buf_copy_out(buf, off, dst, len, stream);
-	return copy_finish(dev, stream, ret, len);
-}
-
-PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
-			      struct phx_buf *src, uint64_t src_off,
-			      uint64_t len)
-{
-	struct phx_device *dev = dst->dev;
-	uint64_t done = 0;
-	void *stream;
-	int ret;
-
-	if (dst->dev->ops != src->dev->ops)
-		return phx_err(EXDEV,
-			       "cannot copy between a %s and a %s device",
-			       dst->dev->ops->name, src->dev->ops->name);
-	ret = phx_buf_check_range(dst, dst_off, len);
-	if (!ret)
-		ret = phx_buf_check_range(src, src_off, len);
-	if (ret || !len)
-		return ret;
-	ret = copy_begin(dev, &stream);
-	if (ret)
-		return ret;
-	/*
-	 * Walk the source chunk by chunk: data is copied (backing the
-	 * destination as needed), holes only clear what the destination
-	 * already backs, so a sparse file stays sparse when it moves.
-	 */
-	pthread_mutex_lock(&src->lock);
-	while (!ret && done < len) {
-		uint64_t off = src_off + done;
-		const struct phx_buf_chunk *c = phx_buf_chunk_at(src, off);
-		uint64_t n = phx_min(len - done, c->off + c->size - off);
-
-		if (dst != src)
-			pthread_mutex_lock(&dst->lock);
-		if (c->mapped) {
-			ret = phx_buf_commit_locked(dst, dst_off + done, n);
-			if (!ret)
-				ret = dev->ops->copy_dtod(
-					dev, dst->dptr + dst_off + done,
-					src->dptr + off, n, stream);
-		} else {
-			ret = phx_buf_zero_locked(dst, dst_off + done, n,
-						  stream);
-		}
-		if (dst != src)
-			pthread_mutex_unlock(&dst->lock);
-		done += n;
-	}
-	pthread_mutex_unlock(&src->lock);
-	return copy_finish(dev, stream, ret, 0);
-}
-
-/* ---- batches -------------------------------------------------------- */
-
-struct phx_batch {
-	struct phx_device *dev;
-	struct phx_engine *engine;
-};
-
-PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
-				unsigned int flags, struct phx_batch **out)
-{
-	struct phx_batch *b;
-	int ret;
-
-	ret = phx_device_bind(dev);
-	if (ret)
-		return ret;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return phx_err(ENOMEM, "out of host memory for a batch");
-	b->dev = dev;
-	ret = engine_create(dev, 0, true, phx_min(depth, 4096u),
-			    flags & PHX_BATCH_POLL, &b->engine);
-	if (ret) {
-		free(b);
-		return ret;
-	}
-	*out = b;
-	return 0;
-}
-
-PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
-				unsigned int n)
-{
-	struct phx_engine *e = b->engine;
-	unsigned int i;
-	int ret;
-
-	ret = phx_device_bind(b->dev);
-	if (ret)
-		return ret;
-	for (i = 0; i < n; i++) {
-		struct job *j;
-
-		while ((ret = job_start(e, &ios[i], &j)) == -EAGAIN &&
-		       engine_busy(e)) {
-			/* all file slots busy: let transfers finish */
-			ret = engine_step(e, true);
-			if (ret)
-				return i ? (int)i : ret;
-		}
-		if (ret) {
-			/* A bad entry completes with its own error. */
-			j = calloc(1, sizeof(*j));
-			if (!j)
-				return i ? (int)i :
-					   phx_err(ENOMEM,
-						   "out of host memory");
-			j->io = &ios[i];
-			j->err = ret;
-		}
-		engine_queue(e, j);
-	}
-	/* get the I/O going before returning */
-	ret = engine_step(e, false);
-	return ret ? ret : (int)n;
-}
-
-PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
-			      struct phx_io **done, unsigned int max,
-			      int timeout_ms)
-{
-	struct phx_engine *e = b->engine;
-	struct timespec t0, now;
-	unsigned int n = 0;
-	int ret;
-
-	ret = phx_device_bind(b->dev);
-	if (ret)
-		return ret;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		while (!STAILQ_EMPTY(&e->done) && (!done || n < max)) {
-			struct job *j = STAILQ_FIRST(&e->done);
-
-			STAILQ_REMOVE_HEAD(&e->done, done);
-			if (done)
-				done[n] = j->io;
-			n++;
-			free(j);
-		}
-		if (n >= min || !engine_busy(e) || (done && n >= max))
-			break;
-		if (timeout_ms >= 0) {
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			if ((now.tv_sec - t0.tv_sec) * 1000 +
-				    (now.tv_nsec - t0.tv_nsec) / 1000000 >=
-			    timeout_ms)
-				break;
-		}
-		ret = engine_step(e, timeout_ms != 0);
-		if (ret)
-			return ret;
-	}
-	return (int)n;
-}
-
-PHX_EXPORT void phx_batch_destroy(struct phx_batch *b)
-{
-	struct phx_engine *e;
-
-	if (!b)
-		return;
-	e = b->engine;
-	phx_device_bind(b->dev);
-	while (engine_busy(e))
-		if (engine_step(e, true))
-			break;
-	while (!STAILQ_EMPTY(&e->done)) {
-		struct job *j = STAILQ_FIRST(&e->done);
-
-		STAILQ_REMOVE_HEAD(&e->done, done);
-		free(j);
-	}
-	engine_destroy(e);
-	free(b);
 }

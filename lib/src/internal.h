@@ -80,8 +80,9 @@ unsigned int phx_chunk_index(uint64_t gran, uint64_t max_chunk, uint64_t off);
 void phx_chunk_extent(uint64_t gran, uint64_t max_chunk, unsigned int idx,
 		      uint64_t *off, uint64_t *size);
 
-/* Engine internals used by stream.c. */
+/* Device teardown: the engine pool, what host copies keep. */
 void phx_engine_pool_destroy(struct phx_device *dev);
+void phx_hostcopy_release(struct phx_device *dev);
 void phx_async_destroy(struct phx_device *dev);
 
 /*

@@ -10,7 +10,8 @@ A thin ctypes layer over libphoenix (no compiler needed to install):
     t = torch.empty(n, device="cuda")
     phoenix.read_into("x.bin", t, file_offset=4096)
     phoenix.read_batch("kv.bin", [(off, size, dest), ...])
-    sd = phoenix.load_safetensors("model.safetensors", device="cuda:0")
+    sd = phoenix.load_safetensors("ckpt/", device="cuda:0")   # or a file
+    phoenix.save_safetensors(sd, "out/model.safetensors", max_shard_size="5GB")
 
 Errors are PhoenixError (an OSError): ``errno`` and a one-line message.
 """
@@ -24,13 +25,14 @@ from ._phxfs import open_file
 from ._phxfs import status as phxfs_status
 from ._safetensors import SafetensorsError, read_header
 from ._safetensors import load as load_safetensors
+from ._save import save as save_safetensors
 
 __all__ = [
     "Buffer", "DTYPES", "DType", "Device", "DeviceArray", "DeviceInfo",
     "PhoenixError", "SafetensorsError", "Stream", "Transfer", "default_kind",
     "device", "devices", "load_safetensors", "open_file", "phxfs_status",
-    "read_batch",
-    "read_header", "read_into", "version", "write_batch", "write_from",
+    "read_batch", "read_header", "read_into", "save_safetensors", "version",
+    "write_batch", "write_from",
 ]
 
 __version__ = "0.1.0"

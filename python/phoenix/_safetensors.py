@@ -1,9 +1,12 @@
-"""A safetensors loader: parse the header, move all data in one batch.
+"""A safetensors loader: one call for a file or a sharded checkpoint.
 
-The file's data section lands in one device allocation with one batched
-transfer; the returned tensors are views into it, so the allocation lives
-as long as any of them.  The result matches safetensors.torch.load_file()
-bit for bit: same names, dtypes, shapes and bytes.
+Every file's selected data lands in one device allocation per file, moved
+by one pipeline of batched transfers over all files (_pipeline): a file's
+transfers start as soon as its header is parsed, so the next header is
+read while earlier bytes move.  The returned tensors are views into those
+allocations, which live as long as any of their views.  The result
+matches safetensors.torch.load_file() bit for bit: same names, dtypes,
+shapes and bytes.
 """
 
 from __future__ import annotations
@@ -12,23 +15,30 @@ import errno
 import json
 import os
 import struct
-import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Union
 
 from . import _core, _lib
 from ._dtypes import DTYPES, DType
+from ._pipeline import NOT_RUN, Pipeline, ios as new_ios
 
 # Longest header the format allows (safetensors refuses larger ones).
 _MAX_HEADER = 100 << 20
-# Pieces the data section is split into, so the batch keeps the engine's
-# queue full.
+# Bytes read at once for a header: most fit, so one read does.
+_HEAD_READ = 64 << 10
+# Transfers are cut into pieces of this size, so that workers share files.
 _PIECE = 64 << 20
+# Selected tensors closer than this in the file are read as one range.
+_GAP = 64 << 10
 _ALIGN = 4096
+INDEX_NAME = "model.safetensors.index.json"
+
+Selector = Union[None, str, Callable[[str], bool], Iterable[str]]
 
 
 class SafetensorsError(ValueError):
-    """The file is not a valid safetensors file."""
+    """A file or index is not a valid safetensors checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -40,25 +50,31 @@ class TensorInfo:
     end: int
 
 
-def read_header(fd: int, path: str = "") -> tuple[int, list[TensorInfo],
-                                                     dict[str, str]]:
-    """(data section offset, tensors, metadata) of an open safetensors file."""
-    size = os.fstat(fd).st_size
-    head = os.pread(fd, 8, 0)
+def _parse_header(path: str, size: int, head: bytes, fd: int
+                  ) -> tuple[int, dict]:
     if len(head) < 8:
-        raise SafetensorsError(f"{path}: too short for a safetensors file")
-    (n,) = struct.unpack("<Q", head)
-    if n > _MAX_HEADER or 8 + n > size:
-        raise SafetensorsError(f"{path}: header length {n} is invalid")
-    raw = os.pread(fd, n, 8)
+        raise SafetensorsError(f"{path}: truncated: {size} bytes is too "
+                               "short for a safetensors file")
+    (n,) = struct.unpack_from("<Q", head)
+    if n > _MAX_HEADER:
+        raise SafetensorsError(f"{path}: bad header: length {n} is over "
+                               f"the format's limit of {_MAX_HEADER}")
+    if 8 + n > size:
+        raise SafetensorsError(f"{path}: truncated: the header says {n} "
+                               f"bytes but the file has {size}")
+    raw = head[8:8 + n] if 8 + n <= len(head) else os.pread(fd, n, 8)
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SafetensorsError(f"{path}: header is not JSON: {exc}") from None
+        raise SafetensorsError(f"{path}: bad header: not JSON ({exc})"
+                               ) from None
     if not isinstance(header, dict):
-        raise SafetensorsError(f"{path}: header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
-    data_start = 8 + n
+        raise SafetensorsError(f"{path}: bad header: not a JSON object")
+    return 8 + n, header
+
+
+def _tensors(path: str, header: dict, data_start: int, size: int
+             ) -> list[TensorInfo]:
     tensors = []
     for name, ent in header.items():
         try:
@@ -66,19 +82,107 @@ def read_header(fd: int, path: str = "") -> tuple[int, list[TensorInfo],
             shape = tuple(int(s) for s in ent["shape"])
             begin, end = (int(x) for x in ent["data_offsets"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise SafetensorsError(f"{path}: tensor {name!r}: bad entry "
-                                   f"({exc})") from None
-        if end < begin or end - begin != dtype.nbytes(shape) or \
-                data_start + end > size:
-            raise SafetensorsError(f"{path}: tensor {name!r}: data offsets "
-                                   f"[{begin}, {end}) do not match its "
-                                   "shape or the file size")
+            raise SafetensorsError(f"{path}: tensor {name!r}: bad header "
+                                   f"entry (missing or invalid {exc})"
+                                   ) from None
+        if end < begin or begin < 0 or end - begin != dtype.nbytes(shape):
+            raise SafetensorsError(f"{path}: tensor {name!r}: bad header: "
+                                   f"data offsets [{begin}, {end}) do not "
+                                   f"match its shape {list(shape)}")
+        if data_start + end > size:
+            raise SafetensorsError(f"{path}: tensor {name!r}: truncated: "
+                                   f"its data ends at byte "
+                                   f"{data_start + end}, the file at {size}")
         tensors.append(TensorInfo(name, dtype, shape, begin, end))
     tensors.sort(key=lambda t: (t.begin, t.name))
-    return data_start, tensors, metadata
+    return tensors
 
+
+def read_header(fd: int, path: str = "") -> tuple[int, list[TensorInfo],
+                                                     dict[str, str]]:
+    """(data section offset, tensors, metadata) of an open safetensors file."""
+    size = os.fstat(fd).st_size
+    data_start, header = _parse_header(path, size,
+                                       os.pread(fd, _HEAD_READ, 0), fd)
+    metadata = header.pop("__metadata__", None) or {}
+    return data_start, _tensors(path, header, data_start, size), metadata
+
+
+# ---- which files -----------------------------------------------------------
+
+@dataclass
+class _Source:
+    path: str
+    listed: Optional[set[str]] = None  # names the index puts in this file
+
+
+def _read_index(index: str) -> tuple[list[_Source], dict]:
+    try:
+        with open(index, "rb") as f:
+            doc = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SafetensorsError(f"{index}: bad index: not JSON ({exc})"
+                               ) from None
+    wmap = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wmap, dict) or not all(
+            isinstance(v, str) for v in wmap.values()):
+        raise SafetensorsError(f"{index}: bad index: no \"weight_map\" of "
+                               "tensor names to file names")
+    base = os.path.dirname(index)
+    files: dict[str, _Source] = {}
+    for name, fname in wmap.items():
+        src = files.get(fname)
+        if src is None:
+            src = files[fname] = _Source(os.path.join(base, fname), set())
+        src.listed.add(name)
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) \
+        else {}
+    return [files[k] for k in sorted(files)], meta
+
+
+def _sources(path: Any) -> tuple[list[_Source], Optional[str]]:
+    """The files to read and the index that listed them (if any)."""
+    if isinstance(path, (list, tuple)):
+        if not path:
+            raise ValueError("load_safetensors: the list of files is empty")
+        return [_Source(os.fspath(p)) for p in path], None
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        index = os.path.join(p, INDEX_NAME)
+        if not os.path.exists(index):
+            found = sorted(Path(p).glob("*.safetensors.index.json"))
+            index = str(found[0]) if len(found) == 1 else ""
+        if index:
+            return _read_index(index)[0], index
+        files = sorted(Path(p).glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(errno.ENOENT, f"{p}: no {INDEX_NAME} "
+                                    "and no *.safetensors file in it", p)
+        return [_Source(str(f)) for f in files], None
+    if p.endswith(".index.json"):
+        return _read_index(p)[0], p
+    return [_Source(p)], None
+
+
+def _selector(select: Selector) -> tuple[Optional[Callable[[str], bool]],
+                                         Optional[set[str]]]:
+    """(predicate, names that must exist) for a name filter."""
+    if select is None:
+        return None, None
+    if isinstance(select, str):
+        return (lambda name: name.startswith(select)), None
+    if callable(select):
+        return select, None
+    names = set(select)
+    return names.__contains__, names
+
+
+# ---- loading -----------------------------------------------------------------
 
 def _framework(framework: str, dev: "_core.Device") -> str:
+    if framework not in ("auto", "pt", "numpy", "phoenix"):
+        raise ValueError(f"unknown framework {framework!r}: use 'pt', "
+                         "'numpy', 'phoenix' or 'auto'")
     if framework != "auto":
         return framework
     try:
@@ -89,118 +193,242 @@ def _framework(framework: str, dev: "_core.Device") -> str:
         return "numpy" if dev.kind != "cuda" else "phoenix"
 
 
-def load(path: Any, device: Any = None, framework: str = "auto",
-         metadata: Optional[dict] = None,
-         threads: Optional[int] = None) -> dict[str, Any]:
-    """Load every tensor of a safetensors file into device memory.
+@dataclass
+class _Plan:
+    """One file: where its selected tensors go in its allocation."""
+    path: str
+    fd: int
+    tensors: list[tuple[TensorInfo, int]]  # (tensor, offset in buf)
+    ranges: list[tuple[int, int, int]]  # (file offset, buf offset, len)
+    size: int  # bytes of the allocation
+    buf: Any = None
+    ios: Any = None
 
+
+def _plan(path: str, fd: int, data_start: int, tensors: list[TensorInfo]
+          ) -> _Plan:
+    """Read runs of nearby tensors as one range each, from an aligned file
+    offset, so the file and the allocation are congruent (what direct and
+    peer-to-peer I/O want)."""
+    placed: list[tuple[TensorInfo, int]] = []
+    ranges: list[tuple[int, int, int]] = []
+    cur = 0
+    i = 0
+    while i < len(tensors):
+        j = i + 1
+        end = tensors[i].end
+        while j < len(tensors) and tensors[j].begin - end <= _GAP:
+            end = max(end, tensors[j].end)
+            j += 1
+        start = (data_start + tensors[i].begin) // _ALIGN * _ALIGN
+        stop = data_start + end
+        if stop > start:
+            ranges.append((start, cur, stop - start))
+        for t in tensors[i:j]:
+            placed.append((t, cur + data_start + t.begin - start))
+        cur += (stop - start + _ALIGN - 1) // _ALIGN * _ALIGN
+        i = j
+    return _Plan(path, fd, placed, ranges, cur)
+
+
+def _pieces(plan: _Plan, nparts: int) -> list[Any]:
+    """The plan's ranges cut into pieces, in up to @nparts contiguous
+    groups (one per worker)."""
+    cuts = []
+    for foff, boff, n in plan.ranges:
+        for o in range(0, n, _PIECE):
+            cuts.append((foff + o, boff + o, min(_PIECE, n - o)))
+    if not cuts:
+        return []
+    nparts = max(1, min(nparts, len(cuts)))
+    per = (len(cuts) + nparts - 1) // nparts
+    groups = []
+    for g in range(0, len(cuts), per):
+        part = cuts[g:g + per]
+        arr = new_ios(len(part))
+        for io, (foff, boff, n) in zip(arr, part):
+            io.op = _lib.PHX_OP_READ
+            io.fd = plan.fd
+            io.file_off = foff
+            io.buf = plan.buf.handle
+            io.buf_off = boff
+            io.len = n
+        groups.append(arr)
+    return groups
+
+
+def _threads(threads: Optional[int]) -> int:
+    if threads is None:
+        threads = int(os.environ.get("PHX_LOAD_THREADS", "4"))
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, not {threads}")
+    return threads
+
+
+def load(path: Any, device: Any = None, framework: str = "auto",
+         metadata: Optional[dict] = None, threads: Optional[int] = None,
+         select: Selector = None) -> dict[str, Any]:
+    """Load the tensors of a safetensors checkpoint into device memory.
+
+    @path: a .safetensors file, a directory (its
+    model.safetensors.index.json, else every *.safetensors in it), an
+    index file, or a list of files.  All files go through one pipeline;
+    the result is one dict.
     @device: "cuda:0", "cuda", an int, a torch.device, "sim0", a
     phoenix.Device, or None for the default device.
     @framework: "pt" (torch tensors), "numpy" (NumPy arrays; sim only),
     "phoenix" (DeviceArray), or "auto": torch when it is installed, else
     NumPy on sim and DeviceArray on CUDA.  BF16 and F8 arrays in NumPy use
     ml_dtypes when it is installed, else same-width unsigned integers.
-    @metadata: a dict that receives the file's "__metadata__".
-    @threads: batches run side by side, each on its own contiguous part of
-    the file (default PHX_LOAD_THREADS, else 4; fewer for small files).
+    @metadata: a dict that receives the files' "__metadata__".
+    @threads: workers, each with its own batch (default PHX_LOAD_THREADS,
+    else 4; fewer for small checkpoints).
+    @select: which tensors: a name prefix (str), a predicate on the name,
+    or a collection of names (each must exist).  Unselected bytes are
+    never read, and with an index, files holding none are never opened.
     """
     dev = device if isinstance(device, _core.Device) else \
         _core.device(device)
     fw = _framework(framework, dev)
-    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC)
+    nthreads = _threads(threads)
+    keep, wanted = _selector(select)
+    sources, index = _sources(path)
+    if keep is not None:
+        sources = [s for s in sources
+                   if s.listed is None or any(map(keep, s.listed))]
+    plans: list[_Plan] = []
+    owner: dict[str, str] = {}
+    pipe: Optional[Pipeline] = None
     try:
-        data_start, tensors, meta = read_header(fd, os.fspath(path))
+        for src in sources:
+            plan = _open(src, index, keep, owner, metadata)
+            plans.append(plan)
+            if plan.tensors:
+                plan.buf = dev.alloc(max(plan.size, 1))
+            if not plan.ranges:
+                continue
+            if pipe is None:
+                pipe = Pipeline(dev, _workers(sources, plan, nthreads))
+            plan.ios = _pieces(plan, nthreads)
+            for group in plan.ios:
+                pipe.put(group)
+        if wanted is not None and wanted - owner.keys():
+            missing = sorted(wanted - owner.keys())
+            raise SafetensorsError(f"{_where(path)}: no tensor named "
+                                   f"{missing[0]!r}" +
+                                   (f" (and {len(missing) - 1} more)"
+                                    if len(missing) > 1 else ""))
+        if pipe is not None:
+            p, pipe = pipe, None
+            p.finish()
+        for plan in plans:
+            _check_results(plan, dev)
+        return _wrap(plans, fw)
+    except BaseException:
+        if pipe is not None:
+            pipe.cancel()
+            try:
+                pipe.finish()
+            except BaseException:
+                pass
+        for plan in plans:
+            if plan.buf is not None:
+                plan.buf.free()
+        raise
+    finally:
+        for plan in plans:
+            os.close(plan.fd)
+
+
+def _workers(sources: list[_Source], first: _Plan, nthreads: int) -> int:
+    """Workers for this load: fewer for one small file."""
+    if len(sources) > 1:
+        return nthreads
+    return max(1, min(nthreads, (first.size + _PIECE - 1) // _PIECE))
+
+
+def _where(path: Any) -> str:
+    if isinstance(path, (list, tuple)):
+        return ", ".join(os.fspath(p) for p in path)
+    return os.fspath(path)
+
+
+def _open(src: _Source, index: Optional[str],
+          keep: Optional[Callable[[str], bool]], owner: dict[str, str],
+          metadata: Optional[dict]) -> _Plan:
+    """Open and parse one file; its plan holds the open fd."""
+    try:
+        fd = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if index is None:
+            raise
+        some = sorted(src.listed or ())[:1]
+        raise FileNotFoundError(
+            errno.ENOENT, f"{index}: shard {src.path} is missing (it should "
+            f"hold tensor {some[0]!r} and {len(src.listed) - 1} more)",
+            src.path) from None
+    try:
+        data_start, tensors, meta = read_header(fd, src.path)
         if metadata is not None:
             metadata.update(meta)
-        data_end = max((t.end for t in tensors), default=0)
-        # Start at an aligned file offset so the file and the allocation
-        # are congruent (what direct and peer-to-peer I/O want); the bytes
-        # before the data section are read along and ignored.
-        file_from = data_start // _ALIGN * _ALIGN
-        lead = data_start - file_from
-        total = lead + data_end
-        buf = dev.alloc(max(total, 1))
-        if data_end:
-            _read_spans(dev, fd, buf, file_from, total, threads,
-                        os.fspath(path))
-    finally:
+        names = {t.name for t in tensors}
+        for t in tensors:
+            if t.name in owner:
+                raise SafetensorsError(f"tensor {t.name!r} is listed "
+                                       f"twice: in {owner[t.name]} and "
+                                       f"in {src.path}")
+            owner[t.name] = src.path
+        if src.listed is not None and not src.listed <= names:
+            gone = sorted(src.listed - names)
+            raise SafetensorsError(f"{src.path}: tensor {gone[0]!r}, which "
+                                   f"{index} puts in this file, is not "
+                                   "in it")
+        if keep is not None:
+            tensors = [t for t in tensors if keep(t.name)]
+            for name in names:
+                if not keep(name):
+                    del owner[name]
+        return _plan(src.path, fd, data_start, tensors)
+    except BaseException:
         os.close(fd)
-    return _wrap(buf, lead, tensors, fw)
+        raise
 
 
-def _read_spans(dev: "_core.Device", fd: int, buf: "_core.Buffer",
-                file_from: int, total: int, threads: Optional[int],
-                path: str) -> None:
-    """Read [file_from, file_from + total) into @buf at 0: one batch of
-    pieces per thread, each thread on one contiguous span."""
-    if threads is None:
-        threads = int(os.environ.get("PHX_LOAD_THREADS", "4"))
-    threads = max(1, min(threads, (total + _PIECE - 1) // _PIECE))
-    span = (total + threads - 1) // threads
-    span = (span + _ALIGN - 1) // _ALIGN * _ALIGN
-    batches = []
-    for start in range(0, total, span):
-        end = min(start + span, total)
-        pieces = range(start, end, _PIECE)
-        ios = (_lib.IoStruct * len(pieces))()
-        for i, off in enumerate(pieces):
-            io = ios[i]
-            io.op = _lib.PHX_OP_READ
-            io.fd = fd
-            io.file_off = file_from + off
-            io.buf = buf.handle
-            io.buf_off = off
-            io.len = min(_PIECE, end - off)
-        batches.append(ios)
-    errors: list[BaseException] = []
-
-    def run(ios: Any) -> None:
-        try:
-            _core.run_ios(dev, ios)
-        except BaseException as exc:  # reported below, in this thread
-            errors.append(exc)
-
-    if len(batches) == 1:
-        run(batches[0])
-    else:
-        workers = [threading.Thread(target=run, args=(b,)) for b in batches]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-    if errors:
-        raise errors[0]
-    for ios in batches:
-        for io in ios:
-            if io.result != io.len:
-                err = -io.result if io.result < 0 else errno.EIO
-                why = os.strerror(err) if io.result < 0 else \
-                    "file shorter than its header says"
-                raise _lib.PhoenixError(err, f"reading {path} at offset "
-                                        f"{io.file_off} into {dev.name}: "
-                                        f"{why}")
+def _check_results(plan: _Plan, dev: "_core.Device") -> None:
+    for group in plan.ios or ():
+        for io in group:
+            if io.result == io.len:
+                continue
+            if io.result == NOT_RUN:
+                raise _lib.PhoenixError(errno.ECANCELED, f"reading "
+                                        f"{plan.path} into {dev.name}: "
+                                        "cancelled after another failure")
+            at = io.file_off + max(io.result, 0)
+            who = next((t.name for t, off in plan.tensors
+                        if off <= io.buf_off + max(io.result, 0) <
+                        off + (t.end - t.begin)), None)
+            what = f"tensor {who!r}: " if who else ""
+            if io.result >= 0:
+                raise SafetensorsError(f"{plan.path}: {what}truncated: the "
+                                       f"file ends at byte {at}, before the "
+                                       "data its header lists")
+            err = -io.result
+            raise _lib.PhoenixError(err, f"reading {plan.path} at offset "
+                                    f"{at} into {dev.name}: {what}"
+                                    f"{os.strerror(err)}")
 
 
-def _wrap(buf: "_core.Buffer", lead: int, tensors: list[TensorInfo],
-          fw: str) -> dict[str, Any]:
+def _wrap(plans: list[_Plan], fw: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if fw == "pt":
-        import torch
+        from ._torch import views
 
-        from ._torch import retype
-
-        base = torch.from_dlpack(buf)
-        for t in tensors:
-            out[t.name] = retype(base[lead + t.begin:lead + t.end], t.dtype,
-                                 t.shape)
+        for plan in plans:
+            if plan.tensors:
+                views(plan.buf, plan.tensors, out)
         return out
-    for t in tensors:
-        arr = _core.DeviceArray(buf, lead + t.begin, t.dtype, t.shape)
-        if fw == "numpy":
-            out[t.name] = arr.numpy()
-        elif fw == "phoenix":
-            out[t.name] = arr
-        else:
-            raise ValueError(f"unknown framework {fw!r}: use 'pt', 'numpy', "
-                             "'phoenix' or 'auto'")
+    for plan in plans:
+        for t, off in plan.tensors:
+            arr = _core.DeviceArray(plan.buf, off, t.dtype, t.shape)
+            out[t.name] = arr.numpy() if fw == "numpy" else arr
     return out

@@ -10,7 +10,7 @@ import pytest
 
 import phoenix
 from conftest import random_file
-from test_phxfile import PENDING, Op, handle, library_path, \
+from phxfile_abi import PENDING, Op, handle, library_path, \
     load_like_lmcache
 
 torch = pytest.importorskip("torch")

@@ -652,6 +652,86 @@ def phx_cp_and_status():
     assert r.returncode and "nonexistent" in r.stderr
 
 
+@test
+def phx_cp_out_of_phxfs():
+    d, ref = fresh("cpout")
+    src = os.path.join(ref, "ckpt")
+    write(src, rand(20 * MiB + 4097, 21))
+    FS.run_phx("cp", "-q", src, d + "/ckpt")
+    out = os.path.join(ref, "back")
+    r = FS.run_phx("cp", d + "/ckpt", out)
+    same(src, out)
+    assert "1 file," in r.stderr and "path" in r.stderr, r.stderr
+    os.chmod(out, 0o600)
+    write(out, b"old contents")
+    FS.run_phx("cp", "-q", d + "/ckpt", out)  # replaces a file
+    same(src, out)
+    # into a directory: same name; an empty file and a file with a hole
+    FS.run_phx("cp", "-q", d + "/ckpt", SCRATCH)
+    same(src, os.path.join(SCRATCH, "ckpt"))
+    os.unlink(os.path.join(SCRATCH, "ckpt"))
+    write(d + "/empty", b"")
+    with open(d + "/holes", "wb") as f:
+        f.write(b"head")
+        f.truncate(3 * MiB)
+    for name in ("empty", "holes"):
+        FS.run_phx("cp", "-q", d + "/" + name, os.path.join(ref, name))
+        same(d + "/" + name, os.path.join(ref, name))
+    assert [n for n in os.listdir(ref) if ".phx-" in n] == []
+
+
+@test
+def phx_cp_r_both_ways():
+    d, ref = fresh("cpr")
+    tree = os.path.join(ref, "model")
+    os.makedirs(os.path.join(tree, "sub", "deeper"))
+    files = {"config.json": 123, "model-00001-of-00002.safetensors":
+             3 * MiB + 5, "model-00002-of-00002.safetensors": MiB,
+             "sub/a.bin": 0, "sub/deeper/b.bin": 70000}
+    for i, (name, n) in enumerate(sorted(files.items())):
+        write(os.path.join(tree, name), rand(n, 30 + i))
+    r = FS.run_phx("cp", "-r", tree + "/", d)
+    assert "5 files," in r.stderr, r.stderr
+    for name in files:
+        same(os.path.join(tree, name), os.path.join(d, "model", name))
+    back = os.path.join(ref, "back")
+    FS.run_phx("cp", "-r", "-q", os.path.join(d, "model"), back)
+    for name in files:
+        same(os.path.join(tree, name), os.path.join(back, name))
+    os.symlink("config.json", os.path.join(tree, "link"))
+    r = FS.run_phx("cp", "-r", "-q", tree, d + "/again", check=False)
+    assert r.returncode == 1 and "link: not a regular file" in r.stderr, \
+        r.stderr
+    same(os.path.join(tree, "config.json"),
+         os.path.join(d, "again", "config.json"))
+
+
+@test
+def phx_cp_bad_input():
+    d, ref = fresh("cpbad")
+    write(d + "/f", rand(1000, 5))
+    write(os.path.join(ref, "f"), rand(1000, 6))
+    cases = [
+        (("/nonexistent", d + "/x"), "/nonexistent: No such file"),
+        ((ref, d), "is a directory; use phx cp -r"),
+        ((d + "/f", d + "/g"), "both on phxfs"),
+        ((os.path.join(ref, "f"), os.path.join(ref, "g")),
+         "neither"),
+        ((d + "/f", os.path.join(ref, "no", "g")),
+         "no/g: No such file or directory"),
+        (("/dev/null", d + "/n"), "not a regular file or directory"),
+        ((d + "/f",), "usage"),
+        (("-z", d + "/f", ref), "usage"),
+    ]
+    for args, msg in cases:
+        r = FS.run_phx("cp", *args, check=False)
+        assert r.returncode and msg in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 or msg == "usage", \
+            r.stderr
+    assert os.listdir(ref) == ["f"], os.listdir(ref)
+    assert sorted(os.listdir(d)) == ["f"], os.listdir(d)
+
+
 LIB = None
 
 

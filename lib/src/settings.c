@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * settings.c - the one table of defaults and its PHX_* environment
+ * overrides, read once at first use.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "internal.h"
+
+PHX_EXPORT int phx_parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno)
+		return -EINVAL;
+	switch (toupper((unsigned char)*end)) {
+	case '\0':
+		break;
+	case 'K':
+		shift = 10;
+		break;
+	case 'M':
+		shift = 20;
+		break;
+	case 'G':
+		shift = 30;
+		break;
+	case 'T':
+		shift = 40;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (*end) {
+		end++;
+		/* accept "4M", "4MB", "4MiB" */
+		if (*end == 'i' || *end == 'I')
+			end++;
+		if (*end == 'B' || *end == 'b')
+			end++;
+		if (*end)
+			return -EINVAL;
+	}
+	if (shift && v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static struct phx_settings settings;
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+
+static void env_size(const char *name, uint64_t *val, uint64_t min)
+{
+	const char *s = getenv(name);
+	uint64_t v;
+
+	if (!s || !*s)
+		return;
+	if (phx_parse_size(s, &v) || v < min) {
+		fprintf(stderr,
+			"phoenix: ignoring %s=%s: not a size of at least %llu bytes\n",
+			name, s, (unsigned long long)min);
+		return;
+	}
+	*val = v;
+}
+
+/* @name's value as an index into NULL-terminated @choices; "auto" is -1. */
+static void env_choice(const char *name, const char *const *choices, int *val)
+{
+	const char *s = getenv(name);
+	char list[128] = "";
+	int i, n;
+
+	if (!s || !*s)
+		return;
+	if (!strcmp(s, "auto")) {
+		*val = -1;
+		return;
+	}
+	for (i = 0; choices[i]; i++) {
+		if (!strcmp(s, choices[i])) {
+			*val = i;
+			return;
+		}
+	}
+	for (n = i, i = 0; i < n; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%s", i == n - 1 ? " or " : ", ", choices[i]);
+	fprintf(stderr, "phoenix: ignoring %s=%s: use auto%s\n", name, s, list);
+}
+
+static void settings_init(void)
+{
+	uint64_t v;
+	struct rlimit rl;
+
+	settings = (struct phx_settings){
+		.staging_size = 64ULL << 20,
+		.chunk_size = 4ULL << 20,
+		.queue_depth = 16,
+		.alloc_chunk = 64ULL << 20,
+		.direct = -1,
+		.hot_fraction = 50,
+		.sim_devices = 1,
+		.sim_capacity = 4ULL << 30,
+		.stream_wait = -1,
+	};
+	env_size("PHX_STAGING_SIZE", &settings.staging_size, 64 << 10);
+	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, 4096);
+	env_size("PHX_ALLOC_CHUNK", &settings.alloc_chunk, 4096);
+	env_size("PHX_SIM_CAPACITY", &settings.sim_capacity, 1 << 20);
+	v = settings.queue_depth;
+	env_size("PHX_QUEUE_DEPTH", &v, 1);
+	settings.queue_depth = (unsigned int)phx_min(v, 4096);
+	v = settings.sim_devices;
+	env_size("PHX_SIM_DEVICES", &v, 1);
+	settings.sim_devices = (unsigned int)phx_min(v, 64);
+	v = settings.hot_fraction;
+	env_size("PHX_HOT_FRACTION", &v, 0);
+	settings.hot_fraction = (unsigned int)phx_min(v, 101);
+
+	settings.chunk_size = phx_align_up(settings.chunk_size, 4096);
+	if (settings.staging_size < settings.chunk_size)
+		settings.staging_size = settings.chunk_size;
+
+	env_choice("PHX_DIRECT", (const char *const[]){ "off", "on", NULL },
+		   &settings.direct);
+
+	env_choice("PHX_STREAM_WAIT",
+		   (const char *const[]){ "host", "device", "kernel", NULL },
+		   &settings.stream_wait);
+
+	/* Exported buffers travel as one fd per chunk: allow many. */
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+const struct phx_settings *phx_settings(void)
+{
+	pthread_once(&settings_once, settings_init);
+	return &settings;
+}
+
+PHX_EXPORT void phx_settings_get(struct phx_settings *out)
+{
+	*out = *phx_settings();
+}

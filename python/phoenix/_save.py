@@ -1,0 +1,234 @@
+"""Write device tensors as a safetensors file, or as shards with an index.
+
+The header is written from host memory; every tensor's bytes go from the
+device to the file through the engine (one pipeline of batched writes
+over all shards, O_DIRECT where the file system allows it).  Files are
+written under temporary names and renamed into place only when complete,
+so a failed save leaves nothing behind and an old checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Optional, Union
+
+from . import _core, _lib
+from ._dtypes import DType, dtype_of
+from ._pipeline import NOT_RUN, Pipeline, ios as new_ios
+from ._safetensors import INDEX_NAME, _threads
+
+# Longest single write: the unit the workers share.
+_PIECE = 64 << 20
+_ALIGN = 4096
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
+          "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30,
+          "TIB": 1 << 40}
+
+
+def _shard_limit(size: Union[int, str, None]) -> Optional[int]:
+    """Bytes from 400_000_000, "400MB" or "5GiB" (as transformers reads)."""
+    if size is None or isinstance(size, int):
+        if size is not None and size <= 0:
+            raise ValueError(f"max_shard_size must be positive, not {size}")
+        return size
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B?)\s*",
+                     str(size).upper())
+    if not m or m.group(2) not in _UNITS:
+        raise ValueError(f"max_shard_size {size!r}: use bytes or a size "
+                         "such as '400MB' or '5GiB'")
+    return max(1, int(float(m.group(1)) * _UNITS[m.group(2)]))
+
+
+def _source(name: str, obj: Any) -> tuple[DType, tuple[int, ...], Any]:
+    """(dtype, shape, transfer target) of one tensor to save."""
+    if not isinstance(name, str):
+        raise TypeError(f"tensor names must be strings, not {name!r}")
+    if name == "__metadata__":
+        raise ValueError("'__metadata__' is reserved: pass metadata= "
+                         "instead")
+    if isinstance(obj, _core.DeviceArray):
+        dtype, shape = obj.dtype, obj.shape
+    else:
+        try:
+            dtype = dtype_of(obj.dtype)
+            shape = tuple(int(s) for s in obj.shape)
+        except (AttributeError, TypeError) as exc:
+            raise TypeError(f"tensor {name!r}: cannot save a "
+                            f"{type(obj).__name__} ({exc})") from None
+        contig = getattr(obj, "is_contiguous", None)
+        if contig is not None and not contig():
+            raise ValueError(f"tensor {name!r} is not contiguous: save "
+                             "t.contiguous()")
+    target = _core._target(obj) if dtype.nbytes(shape) else None
+    return dtype, shape, target
+
+
+def _header(entries: list[tuple[str, DType, tuple, Any]],
+            metadata: Optional[dict]) -> tuple[bytes, list[int]]:
+    """The header bytes and each entry's offset in the data section."""
+    head: dict[str, Any] = {}
+    if metadata:
+        for k, v in metadata.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise ValueError(f"metadata must map strings to strings; "
+                                 f"{k!r}: {v!r} does not")
+        head["__metadata__"] = dict(metadata)
+    offs = []
+    at = 0
+    for name, dtype, shape, _ in entries:
+        n = dtype.nbytes(shape)
+        head[name] = {"dtype": dtype.name, "shape": list(shape),
+                      "data_offsets": [at, at + n]}
+        offs.append(at)
+        at += n
+    raw = json.dumps(head, separators=(",", ":")).encode()
+    # Trailing spaces are valid JSON: pad so that the data section starts
+    # on a 4 KiB boundary, where direct I/O can write it.
+    raw += b" " * (-(8 + len(raw)) % _ALIGN)
+    return raw, offs
+
+
+def _shards(entries: list, limit: Optional[int]) -> list[list]:
+    if limit is None:
+        return [entries]
+    shards: list[list] = [[]]
+    size = 0
+    for e in entries:
+        n = e[1].nbytes(e[2])
+        if shards[-1] and size + n > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(e)
+        size += n
+    return shards
+
+
+def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
+         max_shard_size: Union[int, str, None] = None,
+         threads: Optional[int] = None) -> list[str]:
+    """Write @tensors (name -> device tensor) to a safetensors file.
+
+    Tensors are torch or CuPy tensors on a GPU, phoenix DeviceArrays or
+    (on the simulated device) NumPy arrays, all on one device and
+    C-contiguous.  @metadata (str -> str) goes into "__metadata__".
+    With @max_shard_size (bytes, or "400MB", "5GiB") a checkpoint larger
+    than that is cut into shards named as transformers names them, next
+    to @path: "model.safetensors" gives model-00001-of-0000N.safetensors
+    and model.safetensors.index.json; a directory as @path means
+    DIR/model.safetensors.  Returns the files written.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path) or path.endswith(os.sep):
+        path = os.path.join(path, "model.safetensors")
+    limit = _shard_limit(max_shard_size)
+    nthreads = _threads(threads)
+    entries = [(name, *_source(name, obj)) for name, obj in tensors.items()]
+    entries.sort(key=lambda e: e[0])
+    devs = {e[3].device.name for e in entries if e[3] is not None}
+    if len(devs) > 1:
+        raise ValueError("save_safetensors: all tensors must be on one "
+                         f"device, not {', '.join(sorted(devs))}")
+    shards = _shards(entries, limit)
+    if len(shards) == 1:
+        names = [path]
+    else:
+        stem = path[:-len(".safetensors")] if \
+            path.endswith(".safetensors") else path
+        names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                 for i in range(len(shards))]
+    files = _write_all(shards, names, metadata, nthreads)
+    if len(shards) > 1:
+        index = (path[:-len(".safetensors")] if path.endswith(".safetensors")
+                 else path) + ".safetensors.index.json"
+        if os.path.basename(path) == "model.safetensors":
+            index = os.path.join(os.path.dirname(path), INDEX_NAME)
+        wmap = {e[0]: os.path.basename(f)
+                for shard, f in zip(shards, names) for e in shard}
+        total = sum(e[1].nbytes(e[2]) for e in entries)
+        doc = {"metadata": {"total_size": total, **(metadata or {})},
+               "weight_map": wmap}
+        tmp = index + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True)
+            f.write("\n")
+        files.append(tmp)
+        names.append(index)
+    for tmp, final in zip(files, names):
+        os.replace(tmp, final)
+    return names
+
+
+def _write_all(shards: list[list], names: list[str],
+               metadata: Optional[dict], nthreads: int) -> list[str]:
+    """Write every shard under a temporary name; returns those names."""
+    dev = next((e[3].device for s in shards for e in s if e[3] is not None),
+               None)
+    tmps: list[str] = []
+    fds: list[int] = []
+    groups: list[tuple[str, Any]] = []
+    pipe: Optional[Pipeline] = None
+    try:
+        for shard, final in zip(shards, names):
+            tmp = f"{final}.tmp{os.getpid()}"
+            head, offs = _header(shard, metadata)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+                         os.O_CLOEXEC, 0o644)
+            tmps.append(tmp)
+            fds.append(fd)
+            data_start = 8 + len(head)
+            total = sum(e[1].nbytes(e[2]) for e in shard)
+            os.ftruncate(fd, data_start + total)
+            os.pwrite(fd, len(head).to_bytes(8, "little") + head, 0)
+            cuts = []
+            for (name, dtype, shape, t), off in zip(shard, offs):
+                n = dtype.nbytes(shape)
+                for o in range(0, n, _PIECE):
+                    cuts.append((t.dptr + o, data_start + off + o,
+                                 min(_PIECE, n - o)))
+            if not cuts:
+                continue
+            if pipe is None:
+                pipe = Pipeline(dev, nthreads if len(shards) > 1 else
+                                max(1, min(nthreads, len(cuts))))
+            per = (len(cuts) + nthreads - 1) // nthreads
+            for g in range(0, len(cuts), per):
+                arr = new_ios(len(cuts[g:g + per]))
+                for io, (dptr, foff, n) in zip(arr, cuts[g:g + per]):
+                    io.op = _lib.PHX_OP_WRITE
+                    io.fd = fd
+                    io.file_off = foff
+                    io.dptr = dptr
+                    io.len = n
+                pipe.put(arr)
+                groups.append((final, arr))
+        if pipe is not None:
+            p, pipe = pipe, None
+            p.finish()
+        for final, arr in groups:
+            for io in arr:
+                if io.result != io.len:
+                    err = -io.result if io.result < 0 else 5
+                    why = "cancelled after another failure" \
+                        if io.result == NOT_RUN else os.strerror(err)
+                    raise _lib.PhoenixError(
+                        err, f"writing {final} at offset {io.file_off} "
+                        f"from {dev.name}: {why}")
+        return tmps
+    except BaseException:
+        if pipe is not None:
+            pipe.cancel()
+            try:
+                pipe.finish()
+            except BaseException:
+                pass
+        for tmp in tmps:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -1,0 +1,356 @@
+"""Sharded checkpoints: every input form of load_safetensors, the name
+filter, every error, and round trips through save_safetensors."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+import safetensors
+
+import phoenix
+from conftest import needs_host_views
+from test_safetensors import check_same, reference, write_checkpoint
+
+MiB = 1 << 20
+
+
+def sharded(d, rng, nshards=3, per=4, big=False, index=True) -> dict:
+    """Shards written by safetensors plus a transformers-style index;
+    returns name -> file name."""
+    wmap = {}
+    kinds = ["float32", "bfloat16", "int8", "float16", "int64", "uint8"]
+    for s in range(nshards):
+        fname = f"model-{s + 1:05d}-of-{nshards:05d}.safetensors"
+        tensors = {}
+        for i in range(per):
+            name = f"model.layers.{s * per + i}.w"
+            shape = (256, 1024) if big else (int(rng.integers(1, 9)), 37)
+            tensors[name] = (kinds[(s + i) % len(kinds)], shape)
+            wmap[name] = fname
+        write_checkpoint(d / fname, rng, tensors, {"format": "pt"})
+    if index:
+        (d / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": 0}, "weight_map": wmap}))
+    return wmap
+
+
+def union(d, files) -> dict:
+    out = {}
+    for f in files:
+        out.update(reference(d / f))
+    return out
+
+
+def same_as(ref: dict, got: dict) -> None:
+    assert set(got) == set(ref)
+    for name, (dtype, shape, data) in ref.items():
+        assert got[name].tobytes() == data, name
+        assert got[name].shape == shape, name
+
+
+@needs_host_views
+@pytest.mark.parametrize("form", ["dir", "index", "list", "dir-no-index"])
+def test_every_input_form(scratch, rng, form):
+    wmap = sharded(scratch, rng, index=form != "dir-no-index")
+    files = sorted(set(wmap.values()))
+    arg = {"dir": scratch, "dir-no-index": scratch,
+           "index": scratch / "model.safetensors.index.json",
+           "list": [scratch / f for f in files]}[form]
+    meta: dict = {}
+    got = phoenix.load_safetensors(arg, framework="numpy", metadata=meta)
+    same_as(union(scratch, files), got)
+    assert meta == {"format": "pt"}
+
+
+@needs_host_views
+def test_single_file_and_str_path(scratch, rng):
+    write_checkpoint(scratch / "one.safetensors", rng,
+                     {"a": ("float32", (3, 3)), "b": ("int8", (5,))})
+    got = phoenix.load_safetensors(str(scratch / "one.safetensors"),
+                                   framework="numpy")
+    check_same(scratch / "one.safetensors", got)
+
+
+@needs_host_views
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_big_shards_share_workers(scratch, rng, threads):
+    wmap = sharded(scratch, rng, nshards=4, per=3, big=True)
+    got = phoenix.load_safetensors(scratch, framework="numpy",
+                                   threads=threads)
+    same_as(union(scratch, set(wmap.values())), got)
+
+
+@needs_host_views
+def test_select_prefix_predicate_names(dev, scratch, rng):
+    wmap = sharded(scratch, rng, nshards=2, per=4, big=True)
+    ref = union(scratch, set(wmap.values()))
+    got = phoenix.load_safetensors(scratch, framework="numpy",
+                                   select="model.layers.1")
+    assert set(got) == {n for n in ref if n.startswith("model.layers.1")}
+    same_as({n: ref[n] for n in got}, got)
+    odd = phoenix.load_safetensors(
+        scratch, framework="numpy",
+        select=lambda n: int(n.split(".")[2]) % 2 == 1)
+    assert set(odd) == {f"model.layers.{i}.w" for i in (1, 3, 5, 7)}
+    same_as({n: ref[n] for n in odd}, odd)
+    two = ["model.layers.2.w", "model.layers.5.w"]
+    moved = sum(dev.stats()[p] for p in ("staged", "buffered", "p2p"))
+    got = phoenix.load_safetensors(scratch, framework="numpy", select=two)
+    same_as({n: ref[n] for n in two}, got)
+    # only the selected tensors' bytes were read (and the rest of the
+    # 4 KiB blocks they start in), not the 6 others'
+    moved = sum(dev.stats()[p] for p in ("staged", "buffered", "p2p")) - \
+        moved
+    want = sum(len(ref[n][2]) for n in two)
+    assert want <= moved < want + 2 * 4096, (moved, want)
+
+
+@needs_host_views
+def test_select_skips_unneeded_shards(scratch, rng):
+    wmap = sharded(scratch, rng, nshards=3, per=2)
+    (scratch / "model-00003-of-00003.safetensors").unlink()
+    got = phoenix.load_safetensors(scratch, framework="numpy",
+                                   select=["model.layers.0.w"])
+    assert list(got) == ["model.layers.0.w"]
+    with pytest.raises(FileNotFoundError, match="00003.*missing.*layers"):
+        phoenix.load_safetensors(scratch, framework="numpy")
+    assert wmap
+
+
+def test_select_unknown_name(scratch, rng):
+    sharded(scratch, rng, nshards=2, per=2)
+    with pytest.raises(phoenix.SafetensorsError,
+                       match="no tensor named 'nope'"):
+        phoenix.load_safetensors(scratch, framework="phoenix",
+                                 select=["model.layers.0.w", "nope"])
+
+
+def held(dev) -> int:
+    return dev.query().used
+
+
+def test_missing_shard_names_file_and_tensor(dev, scratch, rng):
+    sharded(scratch, rng, nshards=3, per=2, big=True)
+    (scratch / "model-00002-of-00003.safetensors").unlink()
+    before = held(dev)
+    with pytest.raises(FileNotFoundError) as e:
+        phoenix.load_safetensors(scratch, framework="phoenix")
+    assert "model-00002-of-00003.safetensors" in str(e.value)
+    assert "model.layers.2.w" in str(e.value)
+    assert held(dev) == before
+
+
+def test_name_listed_twice(dev, scratch, rng):
+    write_checkpoint(scratch / "a.safetensors", rng,
+                     {"x": ("float32", (64, 1024)),
+                      "y": ("int8", (3,))})
+    write_checkpoint(scratch / "b.safetensors", rng,
+                     {"z": ("float32", (4,)), "x": ("int8", (2,))})
+    before = held(dev)
+    with pytest.raises(phoenix.SafetensorsError,
+                       match=r"'x' is listed twice: in .*a\.safetensors "
+                             r"and in .*b\.safetensors"):
+        phoenix.load_safetensors(scratch, framework="phoenix")
+    assert held(dev) == before
+
+
+def test_index_lists_tensor_not_in_shard(dev, scratch, rng):
+    wmap = sharded(scratch, rng, nshards=2, per=2)
+    wmap["ghost"] = "model-00001-of-00002.safetensors"
+    (scratch / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": wmap}))
+    before = held(dev)
+    with pytest.raises(phoenix.SafetensorsError,
+                       match="00001-of-00002.safetensors: tensor 'ghost'"):
+        phoenix.load_safetensors(scratch, framework="phoenix")
+    assert held(dev) == before
+
+
+def test_truncated_shard(dev, scratch, rng):
+    sharded(scratch, rng, nshards=3, per=2, big=True)
+    f = scratch / "model-00003-of-00003.safetensors"
+    os.truncate(f, f.stat().st_size - 100)
+    before = held(dev)
+    with pytest.raises(phoenix.SafetensorsError,
+                       match=r"00003-of-00003.safetensors: tensor "
+                             r"'model.layers.[45].w': truncated"):
+        phoenix.load_safetensors(scratch, framework="phoenix")
+    assert held(dev) == before
+
+
+def test_truncated_header(scratch):
+    (scratch / "x.safetensors").write_bytes(struct.pack("<Q", 500) + b"{")
+    with pytest.raises(phoenix.SafetensorsError,
+                       match="x.safetensors: truncated: the header says "
+                             "500 bytes"):
+        phoenix.load_safetensors(scratch / "x.safetensors",
+                                 framework="phoenix")
+
+
+def test_bad_header_in_second_file(dev, scratch, rng):
+    write_checkpoint(scratch / "a.safetensors", rng,
+                     {"x": ("float32", (256, 1024))})
+    (scratch / "b.safetensors").write_bytes(struct.pack("<Q", 4) + b"nope")
+    before = held(dev)
+    with pytest.raises(phoenix.SafetensorsError,
+                       match="b.safetensors: bad header: not JSON"):
+        phoenix.load_safetensors([scratch / "a.safetensors",
+                                  scratch / "b.safetensors"],
+                                 framework="phoenix")
+    assert held(dev) == before
+
+
+def test_bad_index(scratch):
+    (scratch / "model.safetensors.index.json").write_text('{"x": 1}')
+    with pytest.raises(phoenix.SafetensorsError, match="no \"weight_map\""):
+        phoenix.load_safetensors(scratch, framework="phoenix")
+    (scratch / "model.safetensors.index.json").write_text("{")
+    with pytest.raises(phoenix.SafetensorsError, match="not JSON"):
+        phoenix.load_safetensors(scratch, framework="phoenix")
+
+
+def test_empty_inputs(scratch):
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        phoenix.load_safetensors(scratch, framework="phoenix")
+    with pytest.raises(ValueError, match="list of files is empty"):
+        phoenix.load_safetensors([], framework="phoenix")
+    with pytest.raises(FileNotFoundError):
+        phoenix.load_safetensors(scratch / "none.safetensors",
+                                 framework="phoenix")
+
+
+def test_out_of_device_memory_frees_earlier_files(scratch, rng):
+    sharded(scratch, rng, nshards=3, per=2, big=True)
+    with phoenix.Device() as dev:
+        before = held(dev)
+        dev.set_limit(before + 3 * MiB)  # room for the first shard only
+        try:
+            with pytest.raises(phoenix.PhoenixError) as e:
+                phoenix.load_safetensors(scratch, dev, framework="phoenix")
+            assert e.value.errno == 28
+            assert held(dev) == before
+        finally:
+            dev.set_limit(0)
+
+
+# ---- save ------------------------------------------------------------------
+
+def arrays(rng) -> dict:
+    return {"emb": rng.standard_normal((300, 77)).astype(np.float32),
+            "b": rng.integers(-9, 9, 1001, dtype=np.int64),
+            "mask": rng.integers(0, 2, (4, 5)).astype(bool),
+            "h": rng.standard_normal(12345).astype(np.float16),
+            "empty": np.zeros((0, 3), np.float32),
+            "scalar": np.array(7, np.int32)}
+
+
+@needs_host_views
+def test_save_round_trip(scratch, rng):
+    src = arrays(rng)
+    out = phoenix.save_safetensors(src, scratch / "m.safetensors",
+                                   metadata={"format": "pt"})
+    assert out == [str(scratch / "m.safetensors")]
+    ref = reference(scratch / "m.safetensors")  # the safetensors parser
+    for name, arr in src.items():
+        assert ref[name][1] == arr.shape and ref[name][2] == arr.tobytes()
+    from safetensors.numpy import load_file
+
+    theirs = load_file(scratch / "m.safetensors")
+    for name, arr in src.items():
+        assert theirs[name].dtype == arr.dtype
+        assert np.array_equal(theirs[name], arr)
+    meta: dict = {}
+    back = phoenix.load_safetensors(scratch / "m.safetensors",
+                                    framework="numpy", metadata=meta)
+    assert meta == {"format": "pt"}
+    for name, arr in src.items():
+        assert back[name].tobytes() == arr.tobytes() and \
+            back[name].shape == arr.shape
+
+
+@needs_host_views
+def test_save_device_arrays(dev, scratch, rng):
+    write_checkpoint(scratch / "in.safetensors", rng,
+                     {"w": ("bfloat16", (512, 1024)),
+                      "q": ("float8_e4m3fn", (33,)),
+                      "i": ("int32", (7, 9))})
+    loaded = phoenix.load_safetensors(scratch / "in.safetensors", dev,
+                                      framework="phoenix")
+    phoenix.save_safetensors(loaded, scratch / "out.safetensors")
+    assert reference(scratch / "out.safetensors") == \
+        reference(scratch / "in.safetensors")
+
+
+@needs_host_views
+@pytest.mark.parametrize("limit", [300 << 10, "300KB", "0.3MB"])
+def test_save_sharded_with_index(scratch, rng, limit):
+    src = {f"layer.{i}.w": rng.standard_normal(128 * 256).astype(np.float32)
+           for i in range(8)}  # 128 KiB each
+    files = phoenix.save_safetensors(src, scratch, max_shard_size=limit,
+                                     metadata={"who": "phoenix"})
+    index = scratch / "model.safetensors.index.json"
+    assert files[-1] == str(index)
+    shards = files[:-1]
+    assert len(shards) == 4 and shards[0].endswith(
+        "model-00001-of-00004.safetensors")
+    doc = json.loads(index.read_text())
+    assert doc["metadata"]["total_size"] == 8 * 128 * 1024
+    assert set(doc["weight_map"]) == set(src)
+    for f in shards:
+        assert os.path.getsize(f) <= 300_000 + 4096
+        for name, (_, _, data) in reference(scratch / f).items():
+            assert doc["weight_map"][name] == os.path.basename(f)
+            assert data == src[name].tobytes()
+    back = phoenix.load_safetensors(scratch, framework="numpy")
+    for name, arr in src.items():
+        assert back[name].tobytes() == arr.tobytes()
+    assert sorted(os.listdir(scratch)) == sorted(
+        [os.path.basename(f) for f in files])
+
+
+def test_save_errors_leave_nothing(scratch, rng):
+    src = {"a": np.ones(10, np.float32)}
+    with pytest.raises(ValueError, match="metadata must map strings"):
+        phoenix.save_safetensors(src, scratch / "m.safetensors",
+                                 metadata={"n": 1})
+    with pytest.raises(ValueError, match="reserved"):
+        phoenix.save_safetensors({"__metadata__": src["a"]},
+                                 scratch / "m.safetensors")
+    with pytest.raises(TypeError, match="tensor 'x': cannot save"):
+        phoenix.save_safetensors({"x": [1, 2]}, scratch / "m.safetensors")
+    with pytest.raises(ValueError, match="max_shard_size 'lots'"):
+        phoenix.save_safetensors(src, scratch, max_shard_size="lots")
+    with pytest.raises(FileNotFoundError):
+        phoenix.save_safetensors(src, scratch / "no" / "m.safetensors")
+    assert os.listdir(scratch) == []
+
+
+@needs_host_views
+def test_save_replaces_only_when_complete(scratch, rng):
+    first = {"a": np.arange(100, dtype=np.int16)}
+    phoenix.save_safetensors(first, scratch / "m.safetensors")
+    with pytest.raises(ValueError):
+        phoenix.save_safetensors({"a": np.ones(3), "b": np.ones(3)},
+                                 scratch / "m.safetensors",
+                                 metadata={"bad": 2})
+    assert reference(scratch / "m.safetensors")["a"][2] == \
+        first["a"].tobytes()
+    assert os.listdir(scratch) == ["m.safetensors"]
+
+
+@needs_host_views
+def test_safetensors_torch_format_is_read(scratch, rng):
+    """A file safetensors wrote, saved again by us, is identical data."""
+    write_checkpoint(scratch / "in.safetensors", rng,
+                     {f"t{i}": ("float32", (i + 1, 3)) for i in range(20)})
+    got = phoenix.load_safetensors(scratch / "in.safetensors",
+                                   framework="numpy")
+    phoenix.save_safetensors(got, scratch / "out.safetensors")
+    ours = safetensors.deserialize((scratch / "out.safetensors").read_bytes())
+    theirs = safetensors.deserialize((scratch / "in.safetensors")
+                                     .read_bytes())
+    assert len(ours) == 20 and dict(ours) == dict(theirs)

@@ -1,0 +1,104 @@
+#!/bin/sh
+# fio through the Phoenix engine on the simulated device: fio's own
+# verify (crc32c headers in every block) on write-then-read jobs in each
+# transfer mode, data written by the engine checked by fio's psync engine
+# and the reverse, a corrupted file caught, bad options refused.
+#
+#   test-fio.sh BUILD/libphxfio.so
+#
+# Every fio run has its own time limit; the result is fio's exit status
+# (and, for the refusals, the engine's one-line message).
+set -u
+engine=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+dir=${PHX_TEST_DIR:-$(dirname "$engine")/scratch}/fio.$$
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+trap 'rm -rf "$dir"' EXIT
+export PHX_DEVICE=${PHX_DEVICE:-sim}
+
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "  ok    $1"; }
+bad() {
+	fail=$((fail + 1))
+	echo "  FAIL  $1"
+	sed 's/^/        /' "$dir/out" | tail -n 15
+}
+
+# run NAME FIO-ARGS...: fio must succeed
+run() {
+	name=$1
+	shift
+	if timeout -k 5 120 fio "$@" >"$dir/out" 2>&1 &&
+		! grep -q 'verify failed\|err= *[1-9]' "$dir/out"; then
+		ok "$name"
+	else
+		bad "$name"
+	fi
+}
+
+# refuse NAME MESSAGE FIO-ARGS...: fio must fail and say MESSAGE
+refuse() {
+	name=$1
+	msg=$2
+	shift 2
+	if timeout -k 5 60 fio "$@" >"$dir/out" 2>&1; then
+		bad "$name (fio succeeded)"
+	elif grep -q "$msg" "$dir/out"; then
+		ok "$name"
+	else
+		bad "$name (no \"$msg\")"
+	fi
+}
+
+phx="--ioengine=external:$engine"
+job="--name=phx --filename=$dir/f --size=8M --verify=crc32c --do_verify=1"
+
+echo "== fio $(fio --version) with $engine"
+for mode in sync batch poll; do
+	depth=8
+	[ "$mode" = sync ] && depth=1
+	for direct in 0 1; do
+		run "write then verify, phx_mode=$mode direct=$direct" $phx $job \
+			--phx_mode=$mode --phx_hostcopy=1 --rw=write --bs=64k \
+			--iodepth=$depth --direct=$direct
+	done
+	run "random sizes 4k-256k, phx_mode=$mode" $phx $job \
+		--phx_mode=$mode --phx_hostcopy=1 --rw=randwrite \
+		--bsrange=4k-256k --iodepth=$depth --direct=1
+done
+run "unaligned blocks (12 KiB + 1000 B), buffered" $phx $job \
+	--phx_hostcopy=1 --rw=write --bs=13288 --iodepth=4
+
+# the engine's writes read back by fio's psync engine, and the reverse
+run "phx writes, psync verifies" $phx $job --phx_hostcopy=1 --rw=write \
+	--bs=128k --iodepth=16 --direct=1 --do_verify=0
+run "... psync verifies" --ioengine=psync $job --rw=write --bs=128k \
+	--verify_only=1
+run "psync writes, phx verifies" --ioengine=psync $job --rw=write \
+	--bs=64k --do_verify=0
+run "... phx verifies (batch, depth 16)" $phx $job --phx_hostcopy=1 \
+	--rw=write --bs=64k --iodepth=16 --direct=1 --verify_only=1
+
+# one flipped byte must be caught by the phx read
+printf 'X' | dd of="$dir/f" bs=1 seek=$((3 * 1024 * 1024 + 77)) \
+	conv=notrunc status=none
+if timeout -k 5 120 fio $phx $job --phx_hostcopy=1 \
+	--rw=write --bs=64k --iodepth=8 --direct=1 --verify_only=1 \
+	>"$dir/out" 2>&1; then
+	bad "a corrupted block is caught (fio passed)"
+elif grep -q 'crc32c: verify failed' "$dir/out"; then
+	ok "a corrupted block is caught"
+else
+	bad "a corrupted block is caught (no verify error)"
+fi
+
+refuse "phx_mode=fast is refused" "phx_mode=fast is not sync, batch or poll" \
+	$phx $job --phx_mode=fast --phx_hostcopy=1 --rw=write --bs=64k
+refuse "verify without phx_hostcopy is refused" "verify needs phx_hostcopy=1" \
+	$phx $job --rw=write --bs=64k
+refuse "an unknown device is refused" "opening the device" \
+	$phx $job --phx_device=sim9 --phx_hostcopy=1 --rw=write --bs=64k
+
+echo "test-fio: $pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_backing.c - backing files: device memory as a growable regular
+ * file (what phxfs hands to FUSE passthrough), on the simulated device.
+ */
+#include <sys/mman.h>
+
+#include "util.h"
+
+static struct phx_backing *backing(struct phx_device *dev, uint64_t cap)
+{
+	struct phx_backing *bk = NULL;
+
+	cr_assert_eq(phx_backing_alloc(dev, cap, &bk), 0, "%s",
+		     phx_strerror_last());
+	return bk;
+}
+
+static struct phx_backing_info info_of(struct phx_backing *bk)
+{
+	struct phx_backing_info info;
+
+	cr_assert_eq(phx_backing_info(bk, &info), 0, "%s",
+		     phx_strerror_last());
+	return info;
+}
+
+static uint64_t used(struct phx_device *dev)
+{
+	struct phx_device_info info;
+
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	return info.used;
+}
+
+Test(backing, is_a_regular_file_that_grows_within_its_capacity)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 3 * MiB + 123;
+	unsigned char *data = xmalloc(n), *back = xmalloc(n);
+	uint64_t before = used(dev);
+	struct phx_backing *bk;
+	struct stat st;
+
+	if (phx_device_kind(dev) == PHX_DEVICE_CUDA) {
+		cr_assert_eq(phx_backing_alloc(dev, MiB, &bk), -EOPNOTSUPP);
+		cr_assert(strstr(phx_strerror_last(), "no backing files"));
+		phx_device_close(dev);
+		return;
+	}
+	bk = backing(dev, 4 * MiB);
+	cr_assert_eq(fstat(phx_backing_fd(bk), &st), 0);
+	cr_assert(S_ISREG(st.st_mode), "FUSE passthrough needs a regular file");
+	cr_assert_eq(info_of(bk).size, 0);
+	cr_assert_eq(info_of(bk).capacity, 4 * MiB);
+	cr_assert_eq(used(dev), before + 4 * MiB, "capacity counts as used");
+
+	fill_random(data, n, 3);
+	cr_assert_eq(phx_backing_write(bk, 0, data, n), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(info_of(bk).size, n);
+	memset(back, 0, n);
+	cr_assert_eq(phx_backing_read(bk, 0, back, n), (int64_t)n, "%s",
+		     phx_strerror_last());
+	cr_assert_arr_eq(back, data, n);
+	/* Short only at the end of the file. */
+	cr_assert_eq(phx_backing_read(bk, n - 100, back, 4096), 100);
+	cr_assert_arr_eq(back, data + n - 100, 100);
+
+	cr_assert_eq(phx_backing_write(bk, 4 * MiB - 10, data, 11), -EFBIG);
+	cr_assert(strstr(phx_strerror_last(), "phx_backing_reserve"), "%s",
+		  phx_strerror_last());
+	cr_assert_eq(info_of(bk).size, n, "a refused write changes nothing");
+
+	phx_backing_free(bk);
+	cr_assert_eq(used(dev), before);
+	free(data);
+	free(back);
+	phx_device_close(dev);
+}
+
+Test(backing, reserve_moves_bytes_under_the_same_fd_and_trim_gives_back)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 2 * MiB + 5;
+	unsigned char *data = xmalloc(n), *back = xmalloc(n);
+	uint64_t before = used(dev);
+	struct phx_backing *bk;
+	int fd;
+
+	if (phx_device_kind(dev) == PHX_DEVICE_CUDA) {
+		phx_device_close(dev);
+		return;
+	}
+	bk = backing(dev, n);
+	fd = phx_backing_fd(bk);
+	fill_random(data, n, 8);
+	cr_assert_eq(phx_backing_write(bk, 0, data, n), 0);
+	cr_assert_eq(phx_backing_reserve(bk, 1000), 0, "already there");
+	cr_assert_eq(phx_backing_reserve(bk, 8 * MiB), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_backing_fd(bk), fd, "the descriptor number stays");
+	cr_assert_eq(info_of(bk).capacity, 8 * MiB);
+	cr_assert_eq(info_of(bk).size, n);
+	cr_assert_eq(used(dev), before + 8 * MiB, "the old memory is given back");
+	cr_assert_eq(phx_backing_read(bk, 0, back, n), (int64_t)n);
+	cr_assert_arr_eq(back, data, n, "the bytes moved with it");
+
+	cr_assert_eq(phx_backing_write(bk, 6 * MiB, data, 4096), 0);
+	cr_assert_eq(ftruncate(fd, (off_t)n), 0);
+	cr_assert_eq(phx_backing_trim(bk), 0, "%s", phx_strerror_last());
+	cr_assert_lt(info_of(bk).capacity, 8 * MiB);
+	cr_assert_geq(info_of(bk).capacity, n);
+	cr_assert_eq(used(dev), before + info_of(bk).capacity);
+
+	phx_backing_free(bk);
+	cr_assert_eq(used(dev), before);
+	free(data);
+	free(back);
+	phx_device_close(dev);
+}
+
+Test(backing, transfers_between_a_file_and_a_backing)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 5 * MiB + 777;
+	unsigned char *data, *back = xmalloc(n);
+	int in = make_file(dir_direct(), n, 21, true, (void **)&data);
+	int out = empty_file(dir_direct());
+	struct phx_backing *bk;
+	struct phx_io io = {
+		.op = PHX_OP_READ, .fd = in, .file_off = 0,
+		.buf_off = 4096, .len = n,
+	};
+
+	if (phx_device_kind(dev) == PHX_DEVICE_CUDA) {
+		phx_device_close(dev);
+		return;
+	}
+	bk = backing(dev, n + 4096);
+	cr_assert_eq(phx_backing_io(bk, &io), (int64_t)n, "%s",
+		     phx_strerror_last());
+	cr_assert_neq(io.path, PHX_PATH_NONE);
+	cr_assert_eq(info_of(bk).size, n + 4096, "a read extends the backing");
+	cr_assert_eq(phx_backing_read(bk, 4096, back, n), (int64_t)n);
+	cr_assert_arr_eq(back, data, n);
+
+	io = (struct phx_io){ .op = PHX_OP_WRITE, .fd = out, .file_off = 3,
+			      .buf_off = 4096, .len = n };
+	cr_assert_eq(phx_backing_io(bk, &io), (int64_t)n, "%s",
+		     phx_strerror_last());
+	memset(back, 0, n);
+	cr_assert_eq(pread(out, back, n, 3), (ssize_t)n);
+	cr_assert_arr_eq(back, data, n);
+
+	io = (struct phx_io){ .op = PHX_OP_WRITE, .fd = out,
+			      .buf_off = 4096, .len = n + 1 };
+	cr_assert_eq(phx_backing_io(bk, &io), -ERANGE, "past the size");
+	io = (struct phx_io){ .op = PHX_OP_READ, .fd = in, .len = n + 8192 };
+	cr_assert_eq(phx_backing_io(bk, &io), -EFBIG, "past the capacity");
+
+	phx_backing_free(bk);
+	close(in);
+	close(out);
+	free(data);
+	free(back);
+	phx_device_close(dev);
+}

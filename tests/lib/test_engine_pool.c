@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_engine_pool.c - synchronous calls and batches reuse the device's
+ * engines: after the first transfer none of them builds one.
+ */
+#include "util.h"
+
+static struct phx_engine_stats engines(struct phx_device *dev)
+{
+	struct phx_engine_stats st;
+
+	cr_assert_eq(phx_engine_stats_get(dev, &st), 0);
+	return st;
+}
+
+/* Read @n bytes of @fd through a batch of @depth in 4 pieces; check them. */
+static void batch_read(struct phx_device *dev, unsigned int depth, int fd,
+		       struct phx_buf *buf, const void *want, size_t n)
+{
+	struct phx_io ios[4];
+	struct phx_batch *b;
+	unsigned int i;
+
+	cr_assert_eq(phx_batch_create(dev, depth, 0, &b), 0, "%s",
+		     phx_strerror_last());
+	for (i = 0; i < 4; i++)
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ, .fd = fd,
+			.file_off = (int64_t)(i * n / 4),
+			.buf = buf, .buf_off = i * n / 4, .len = n / 4,
+		};
+	cr_assert_eq(phx_batch_submit(b, ios, 4), 4);
+	cr_assert_eq(phx_batch_wait(b, 4, NULL, 0, -1), 4);
+	for (i = 0; i < 4; i++)
+		cr_assert_eq(ios[i].result, (int64_t)(n / 4), "entry %u: %s", i,
+			     phx_strerror_last());
+	phx_batch_destroy(b);
+	assert_buf_eq(buf, 0, want, n);
+}
+
+Test(engine_pool, calls_and_batches_build_no_engine_after_the_first)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 4 * MiB;
+	struct phx_engine_stats first, now;
+	struct phx_settings set;
+	unsigned char *data;
+	struct phx_buf *buf;
+	int in = make_file(dir_direct(), n, 5, false, (void **)&data);
+	int out = empty_file(dir_direct());
+	unsigned int i;
+
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
+	cr_assert_eq(engines(dev).built, 0, "opening builds no engine");
+	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n, "%s",
+		     phx_strerror_last());
+	first = engines(dev);
+	cr_assert_eq(first.built, 1, "the first read builds one engine");
+	cr_assert_eq(first.idle, 1, "and gives it back");
+	cr_assert_gt(first.staging_bytes, 0);
+
+	for (i = 0; i < 10; i++) {
+		cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n);
+		cr_assert_eq(phx_write(buf, 0, out, 0, n), (int64_t)n);
+		batch_read(dev, 0, in, buf, data, n);
+	}
+	now = engines(dev);
+	cr_assert_eq(now.built, first.built,
+		     "%llu engines built for 30 calls and batches",
+		     (unsigned long long)(now.built - first.built));
+	cr_assert_eq(now.alive, 1);
+	cr_assert_eq(now.staging_bytes, first.staging_bytes);
+
+	/* Another depth re-cuts the same staging instead of building. */
+	phx_settings_get(&set);
+	batch_read(dev, 2 * (unsigned int)(set.staging_size / set.chunk_size),
+		   in, buf, data, n);
+	batch_read(dev, 0, in, buf, data, n);
+	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n);
+	now = engines(dev);
+	cr_assert_eq(now.built, first.built, "a re-cut builds nothing");
+	cr_assert_eq(now.staging_bytes, first.staging_bytes);
+
+	close(in);
+	close(out);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(data);
+}
+
+Test(engine_pool, batches_past_the_limit_neither_wait_nor_stay)
+{
+	struct phx_device *dev = open_default();
+	struct phx_batch *b[6];
+	struct phx_engine_stats st;
+	uint64_t per;
+	size_t n = 1 * MiB;
+	unsigned char *data;
+	struct phx_buf *buf;
+	int in = make_file(dir_direct(), n, 9, false, (void **)&data);
+	unsigned int i;
+
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
+	/* One thread holding more batches than the pool lends must not hang. */
+	for (i = 0; i < 6; i++)
+		cr_assert_eq(phx_batch_create(dev, 0, 0, &b[i]), 0, "%s",
+			     phx_strerror_last());
+	st = engines(dev);
+	per = st.staging_bytes / 6;
+	cr_assert_eq(st.alive, 6);
+	cr_assert_eq(st.idle, 0);
+	for (i = 0; i < 6; i++)
+		phx_batch_destroy(b[i]);
+	st = engines(dev);
+	cr_assert_leq(st.alive, 4, "the pool keeps at most four engines");
+	cr_assert_eq(st.idle, st.alive);
+	cr_assert_eq(st.staging_bytes, st.alive * per,
+		     "the engines that left took their staging with them");
+
+	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n);
+	assert_buf_eq(buf, 0, data, n);
+	cr_assert_eq(engines(dev).built, 6, "the read used an idle engine");
+
+	close(in);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(data);
+}

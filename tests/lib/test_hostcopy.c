@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_hostcopy.c - copies between host memory and buffers: pageable
+ * memory goes through a pooled engine's pinned staging, pinned memory
+ * straight to the device.
+ */
+#include <sys/mman.h>
+
+#include "util.h"
+
+static uint64_t built(struct phx_device *dev)
+{
+	struct phx_engine_stats st;
+
+	cr_assert_eq(phx_engine_stats_get(dev, &st), 0);
+	return st.built;
+}
+
+Test(hostcopy, pageable_memory_goes_through_the_pool_and_lands_right)
+{
+	struct phx_device *dev = open_default();
+	struct phx_settings set;
+	struct phx_stats st;
+	struct phx_buf *buf;
+	unsigned char *data, *back;
+	size_t n;
+	unsigned int i;
+
+	phx_settings_get(&set);
+	/* several staging rings' worth, and an odd tail */
+	n = 3 * set.staging_size + 4097;
+	data = xmalloc(n);
+	back = xmalloc(n);
+	fill_random(data, n, 12);
+	cr_assert_eq(phx_buf_alloc(dev, n + 64, PHX_BUF_SPARSE, &buf), 0);
+	for (i = 0; i < 5; i++) {
+		cr_assert_eq(phx_memcpy_to_buf(buf, 7, data, n), 0, "%s",
+			     phx_strerror_last());
+		memset(back, 0, n);
+		cr_assert_eq(phx_memcpy_from_buf(back, buf, 7, n), 0, "%s",
+			     phx_strerror_last());
+		cr_assert_arr_eq(back, data, n, "round %u", i);
+	}
+	if (phx_device_kind(dev) != PHX_DEVICE_KMOD)
+		cr_assert_eq(built(dev), 1, "ten copies, one engine");
+	phx_stats_get(dev, &st);
+	cr_assert_eq(st.bytes[PHX_PATH_MEMCPY], 10 * (uint64_t)n);
+
+	/* Never-written ranges of a sparse buffer read as zeros. */
+	memset(back, 0xff, 64);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, n + 7, 57), 0);
+	for (i = 0; i < 57; i++)
+		cr_assert_eq(back[i], 0, "byte %u", i);
+
+	phx_buf_free(buf);
+	free(data);
+	free(back);
+	phx_device_close(dev);
+}
+
+Test(hostcopy, pinned_memory_goes_straight_to_the_device)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 3 * MiB + 11;
+	struct phx_buf *buf;
+	unsigned char *p = mmap(NULL, 2 * n, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert_neq(p, MAP_FAILED);
+	fill_random(p, n, 4);
+	cr_assert_eq(phx_host_register(dev, p, 2 * n), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 0, p, n), 0);
+	cr_assert_eq(phx_memcpy_from_buf(p + n, buf, 0, n), 0);
+	cr_assert_arr_eq(p + n, p, n);
+	cr_assert_eq(built(dev), 0, "no staging for pinned memory");
+	phx_host_unregister(dev, p);
+
+	/* Unregistered, the same memory takes the staged way. */
+	memset(p + n, 0, n);
+	cr_assert_eq(phx_memcpy_from_buf(p + n, buf, 0, n), 0);
+	cr_assert_arr_eq(p + n, p, n);
+	if (phx_device_kind(dev) != PHX_DEVICE_KMOD)
+		cr_assert_eq(built(dev), 1);
+
+	phx_buf_free(buf);
+	munmap(p, 2 * n);
+	phx_device_close(dev);
+}
