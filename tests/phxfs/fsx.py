@@ -161,21 +161,21 @@ class Fsx:
         finally:
             os.close(fd)
             os.unlink(probe)
-        for i in range(nops):
-            op = self.rng.choices(names, weights)[0]
-            try:
-                getattr(self, "op_" + op)(i)
-            except Mismatch:
-                raise
-            except OSError as e:
-                self.fail(i, "%s failed: %s" % (self.log[-1], e))
-        # the whole file, last
-        st = os.fstat(self.fd).st_size
-        if st != len(self.ref):
-            self.fail(nops, "size %d, want %d" % (st, len(self.ref)))
-        self.check(nops, os.pread(self.fd, len(self.ref) + 1, 0), 0,
-                   len(self.ref) + 1)
-        os.close(self.fd)
+        try:
+            for i in range(nops):
+                op = self.rng.choices(names, weights)[0]
+                try:
+                    getattr(self, "op_" + op)(i)
+                except OSError as e:
+                    self.fail(i, "%s failed: %s" % (self.log[-1], e))
+            # the whole file, last
+            st = os.fstat(self.fd).st_size
+            if st != len(self.ref):
+                self.fail(nops, "size %d, want %d" % (st, len(self.ref)))
+            self.check(nops, os.pread(self.fd, len(self.ref) + 1, 0), 0,
+                       len(self.ref) + 1)
+        finally:
+            os.close(self.fd)  # or the mount stays busy
 
 
 @test
