@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * backing.c - FUSE passthrough: files on phx.ko devices are served by the
- * kernel from a phx.ko range file.
+ * kernel from a backing file of libphoenix (phx_backing_*).
  *
- * On a kmod device, a file's bytes live in one PHX_ALLOC_GROW allocation
- * of phx.ko: a regular file whose size is the file's and whose capacity is
- * the allocation.  open() registers it with the kernel
+ * On a kmod device, a file's bytes live in one backing file: device
+ * memory handed out as a regular file whose size is the file's and whose
+ * capacity is the allocation.  open() registers it with the kernel
  * (fuse_passthrough_open), so read, write, splice and mmap go to the
  * module without a request to this daemon; a mapping of the file maps the
  * device's pages.  The kernel keeps the size in the range file, so
@@ -17,7 +17,7 @@
  * open in passthrough mode.  When no open file and no mapping uses the
  * range, growing it (open, truncate, phx cp) moves the bytes to a larger
  * allocation; when the last passthrough open closes, the capacity past the
- * size is given back (PHX_IOC_TRIM).  Memory is freed when the last name,
+ * size is given back (phx_backing_trim).  Memory is freed when the last name,
  * open file and mapping are gone: the kernel holds the range file for
  * open files and mappings, the daemon for names.
  *
@@ -31,13 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "phxfs.h"
-#include "../kmod/phx_uapi.h"
 
 #define PAGE_ROUND(x) (((x) + 4095) & ~4095ULL)
 
@@ -80,7 +77,7 @@ void phxfs_backing_setup(struct phxfs *fs)
 	unsigned int i, n = 0;
 
 	for (i = 0; i < fs->ndevs; i++)
-		fs->devs[i].backing_fd = -1;
+		fs->devs[i].backing = false;
 	if (!PHXFS_HAVE_PASSTHROUGH) {
 		phxfs_backing_off(fs, "built with libfuse %d.%d (needs 3.17)",
 				  FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION);
@@ -96,18 +93,22 @@ void phxfs_backing_setup(struct phxfs *fs)
 	}
 	for (i = 0; i < fs->ndevs; i++) {
 		struct phxfs_dev *d = &fs->devs[i];
-		char path[32];
+		struct phx_backing *probe;
+		int ret;
 
+		/* the simulated device's backing files are memfds: no gain */
 		if (d->kind != PHX_DEVICE_KMOD)
 			continue;
-		snprintf(path, sizeof(path), "/dev/%s", d->name);
-		d->backing_fd = open(path, O_RDWR | O_CLOEXEC);
-		if (d->backing_fd < 0)
+		ret = phx_backing_alloc(d->dev, 4096, &probe);
+		if (ret) {
 			fprintf(stderr,
-				"phxfs: %s: %s; its files are served by the daemon\n",
-				path, strerror(errno));
-		else
-			n++;
+				"phxfs: %s: no backing files (%s); its files are served by the daemon\n",
+				d->name, phx_strerror_last());
+			continue;
+		}
+		phx_backing_free(probe);
+		d->backing = true;
+		n++;
 	}
 	if (!n) {
 		phxfs_backing_off(fs, "no phx.ko device (kind=%s)",
@@ -139,11 +140,8 @@ void phxfs_backing_close(struct phxfs *fs)
 {
 	unsigned int i;
 
-	for (i = 0; i < fs->ndevs; i++) {
-		if (fs->devs[i].backing_fd >= 0)
-			close(fs->devs[i].backing_fd);
-		fs->devs[i].backing_fd = -1;
-	}
+	for (i = 0; i < fs->ndevs; i++)
+		fs->devs[i].backing = false;
 }
 
 const char *phxfs_path_name(int path)
@@ -156,51 +154,26 @@ const char *phxfs_path_name(int path)
 /* Device memory that new allocations may still take. */
 static uint64_t dev_room(struct phxfs_dev *d)
 {
-	struct phx_ioc_info info;
+	struct phx_device_info info;
+	uint64_t room;
 
-	if (ioctl(d->backing_fd, PHX_IOC_INFO, &info))
+	if (phx_device_info(d->dev, &info))
 		return 0;
-	return info.free > d->reserve ? info.free - d->reserve : 0;
-}
+	room = info.free > d->reserve ? info.free - d->reserve : 0;
+	if (d->limit) {
+		uint64_t left = d->limit > info.used ? d->limit - info.used : 0;
 
-static int range_alloc(struct phxfs_dev *d, uint64_t cap, int *fd)
-{
-	struct phx_ioc_alloc req = { .size = cap, .flags = PHX_ALLOC_GROW };
-
-	if (cap > dev_room(d))
-		return -ENOSPC;
-	if (ioctl(d->backing_fd, PHX_IOC_ALLOC, &req))
-		return -errno;
-	*fd = req.fd;
-	return 0;
-}
-
-static bool range_mapped(int fd)
-{
-	struct phx_ioc_range r;
-
-	return !ioctl(fd, PHX_IOC_RANGE, &r) && (r.flags & PHX_RANGE_MAPPED);
-}
-
-/* Copy the first @len bytes of range @from into range @to. */
-static int range_copy(int from, int to, uint64_t len)
-{
-	void *src, *dst;
-
-	if (!len)
-		return 0;
-	src = mmap(NULL, len, PROT_READ, MAP_SHARED, from, 0);
-	if (src == MAP_FAILED)
-		return -errno;
-	dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, to, 0);
-	if (dst == MAP_FAILED) {
-		munmap(src, len);
-		return -errno;
+		if (left < room)
+			room = left;
 	}
-	memcpy(dst, src, len);
-	munmap(dst, len);
-	munmap(src, len);
-	return 0;
+	return room;
+}
+
+static bool range_mapped(struct phxfs_inode *inode)
+{
+	struct phx_backing_info info;
+
+	return !phx_backing_info(inode->backing, &info) && info.mapped;
 }
 
 uint64_t phxfs_data_size(struct phxfs_inode *inode)
@@ -224,8 +197,8 @@ int phxfs_range_reserve(struct phxfs_inode *inode, uint64_t need, uint64_t want)
 {
 	struct phxfs_dev *d = inode->dev;
 	bool ranged = phxfs_ranged(inode);
-	uint64_t size = phxfs_data_size(inode), cap, room;
-	int fd, ret;
+	uint64_t cap, room;
+	int ret;
 
 	if (need > PHXFS_MAX_FILE)
 		return -EFBIG;
@@ -233,33 +206,34 @@ int phxfs_range_reserve(struct phxfs_inode *inode, uint64_t need, uint64_t want)
 		want = need;
 	if (ranged && inode->range_cap >= want)
 		return 0;
-	/* Open files and mappings hold the old range: it must stay. */
-	if (ranged && (inode->npass || range_mapped(inode->range_fd)))
+	/* Open files and mappings hold the old memory: it must stay. */
+	if (ranged && (inode->npass || range_mapped(inode)))
 		return inode->range_cap >= need ? 0 : -EFBIG;
 	room = dev_room(d);
 	if (want - need > room / 2)
 		want = need + room / 2;
 	cap = PAGE_ROUND(want > 4096 ? want : 4096);
-	ret = range_alloc(d, cap, &fd);
-	if (ret == -ENOSPC && cap > PAGE_ROUND(need) && PAGE_ROUND(need)) {
-		cap = PAGE_ROUND(need);
-		ret = range_alloc(d, cap, &fd);
-	}
-	if (ret)
-		return ranged && inode->range_cap >= need ? 0 : ret;
-	if (ranged) {
-		ret = ftruncate(fd, (off_t)size) ? -errno : 0;
-		if (!ret)
-			ret = range_copy(inode->range_fd, fd, size);
-		/* Same descriptor number: getattr reads it without io_lock. */
-		if (!ret && dup3(fd, inode->range_fd, O_CLOEXEC) < 0)
-			ret = -errno;
-		close(fd);
+	if (!ranged) {
+		ret = phx_backing_alloc(d->dev, cap, &inode->backing);
+		if (ret == -ENOSPC && cap > PAGE_ROUND(need) &&
+		    PAGE_ROUND(need)) {
+			cap = PAGE_ROUND(need);
+			ret = phx_backing_alloc(d->dev, cap, &inode->backing);
+		}
 		if (ret)
 			return ret;
-	} else {
 		atomic_fetch_add(&d->files, 1);
-		inode->range_fd = fd;
+		/* Its number never changes: getattr fstat()s it unlocked. */
+		inode->range_fd = phx_backing_fd(inode->backing);
+	} else {
+		/* The bytes move through the engine; the number stays. */
+		ret = phx_backing_reserve(inode->backing, cap);
+		if (ret == -ENOSPC && cap > PAGE_ROUND(need)) {
+			cap = PAGE_ROUND(need);
+			ret = phx_backing_reserve(inode->backing, cap);
+		}
+		if (ret)
+			return inode->range_cap >= need ? 0 : ret;
 	}
 	inode->range_cap = cap;
 	return 0;
@@ -278,14 +252,14 @@ int phxfs_range_set_size(struct phxfs_inode *inode, uint64_t size)
 
 void phxfs_range_trim(struct phxfs_inode *inode)
 {
-	struct phx_ioc_range r;
+	struct phx_backing_info info;
 
 	if (!phxfs_ranged(inode) || inode->npass)
 		return;
-	/* EBUSY (I/O still pins pages): keep the room until next time. */
-	if (!ioctl(inode->range_fd, PHX_IOC_TRIM) &&
-	    !ioctl(inode->range_fd, PHX_IOC_RANGE, &r))
-		inode->range_cap = r.size;
+	/* Room that I/O still pins stays until next time. */
+	if (!phx_backing_trim(inode->backing) &&
+	    !phx_backing_info(inode->backing, &info))
+		inode->range_cap = info.capacity;
 }
 
 void phxfs_range_free(struct phxfs_inode *inode)
@@ -293,7 +267,8 @@ void phxfs_range_free(struct phxfs_inode *inode)
 	if (!phxfs_ranged(inode))
 		return;
 	/* The kernel's open files and mappings keep their own reference. */
-	close(inode->range_fd);
+	phx_backing_free(inode->backing);
+	inode->backing = NULL;
 	inode->range_fd = -1;
 	inode->range_cap = 0;
 	atomic_fetch_sub(&inode->dev->files, 1);

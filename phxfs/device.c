@@ -33,7 +33,7 @@ static int dev_add(struct phxfs *fs, const struct phx_device_info *info)
 	struct phxfs_dev *d = &fs->devs[fs->ndevs];
 	int ret;
 
-	d->backing_fd = -1;
+	d->backing = false;
 	ret = phx_device_open(info->name, &d->dev);
 	if (ret) {
 		fprintf(stderr, "phxfs: %s\n", phx_strerror_last());

@@ -227,40 +227,13 @@ static void phxfs_release(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_err(req, 0);
 }
 
-/* Read [@off, @off + @len) of a range file into @host. */
-static int range_read(struct phxfs_inode *inode, void *host, uint64_t len,
-		      uint64_t off)
+/* Read [@off, @off + @len) of a backing file, which holds it, into @host. */
+static int backing_read(struct phxfs_inode *inode, void *host, uint64_t len,
+			uint64_t off)
 {
-	while (len) {
-		ssize_t n = pread(inode->range_fd, host, len, (off_t)off);
+	int64_t n = phx_backing_read(inode->backing, off, host, len);
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		host = (char *)host + n;
-		len -= (uint64_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
-/* Write to a range file; it grows up to its capacity. */
-static int range_write(struct phxfs_inode *inode, const char *data,
-		       uint64_t len, uint64_t off)
-{
-	while (len) {
-		ssize_t n = pwrite(inode->range_fd, data, len, (off_t)off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		data += n;
-		len -= (uint64_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return n < 0 ? (int)n : (uint64_t)n == len ? 0 : -EIO;
 }
 
 static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -282,7 +255,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (!host)
 			err = ENOMEM;
 		else if (phxfs_ranged(inode))
-			err = -range_read(inode, host, n, (uint64_t)off);
+			err = -backing_read(inode, host, n, (uint64_t)off);
 		else
 			err = -phx_memcpy_from_buf(host, inode->buf,
 						   (uint64_t)off, n);
@@ -312,7 +285,8 @@ static int write_data(struct phxfs_inode *inode, const char *data,
 		pthread_rwlock_wrlock(&inode->io_lock);
 		ret = phxfs_range_reserve(inode, end, end);
 		if (!ret)
-			ret = range_write(inode, data, size, off);
+			ret = phx_backing_write(inode->backing, off, data,
+						size);
 		pthread_rwlock_unlock(&inode->io_lock);
 		return ret;
 	}

@@ -44,6 +44,15 @@ static void phxfs_init(void *userdata, struct fuse_conn_info *conn)
 	phxfs_want(conn, FUSE_CAP_SPLICE_MOVE, false);
 	if (fs->opts.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
 		phxfs_want(conn, FUSE_CAP_WRITEBACK_CACHE, true);
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+	/*
+	 * Shared mappings of direct-I/O files (Linux >= 6.6): their pages
+	 * live in the page cache and dirty ones come back as WRITE requests;
+	 * the kernel flushes and drops them around direct reads and writes.
+	 */
+	if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP)
+		phxfs_want(conn, FUSE_CAP_DIRECT_IO_ALLOW_MMAP, true);
+#endif
 	if (conn->capable & FUSE_CAP_ASYNC_DIO)
 		phxfs_want(conn, FUSE_CAP_ASYNC_DIO, true);
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)

@@ -92,9 +92,9 @@ struct phxfs_dev {
 	atomic_uint files; /* regular files that hold a buffer */
 	atomic_uint_fast64_t fuse_in, fuse_out; /* bytes through the mount */
 	atomic_uint_fast64_t fuse_writes, fuse_reads; /* requests served */
-	/* /dev/phxN of a kmod device whose files are passthrough backing
-	 * files (see backing.c), else -1 */
-	int backing_fd;
+	/* its files are libphoenix backing files that the kernel serves
+	 * through passthrough (see backing.c) */
+	bool backing;
 };
 
 struct phxfs_opts {
@@ -161,13 +161,15 @@ struct phxfs_inode {
 	_Atomic int path; /* enum phx_path of the last write */
 
 	/*
-	 * Instead of @buf, on a device with backing_fd: a phx.ko GROW range
-	 * file of @range_cap bytes that the kernel reads and writes itself
-	 * (its size is the file's).  @backing_id is its passthrough
-	 * registration while @npass opens use it.  All under io_lock;
-	 * @range_fd keeps its number while set and is closed only with
-	 * fs->lock held too, so fstat() under either lock is safe.
+	 * Instead of @buf, on a device with backing files: @backing, of
+	 * @range_cap bytes, that the kernel reads and writes itself (its
+	 * size is the file's).  @backing_id is its passthrough registration
+	 * while @npass opens use it.  All under io_lock; @range_fd is its
+	 * descriptor (phx_backing_fd()), whose number never changes while
+	 * set and which is freed only with fs->lock held too, so fstat()
+	 * under either lock is safe.
 	 */
+	struct phx_backing *backing;
 	int range_fd;
 	uint64_t range_cap;
 	int backing_id;
@@ -248,7 +250,7 @@ static inline bool phxfs_ranged(const struct phxfs_inode *inode)
 /* Would @inode on @dev keep its bytes in a range file? */
 static inline bool phxfs_dev_ranged(const struct phxfs_dev *dev)
 {
-	return dev && dev->backing_fd >= 0;
+	return dev && dev->backing;
 }
 /*
  * Make @inode's range hold at least @need bytes (-EFBIG where it would

@@ -42,9 +42,19 @@ time_cmd() {
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
 
+# 16 MiB FUSE requests need fs.fuse.max_pages_limit raised (Linux 6.13+,
+# root); put it back after.
+LIMIT=/proc/sys/fs/fuse/max_pages_limit
+old_limit=""
+if [ -w "$LIMIT" ]; then
+	old_limit=$(cat "$LIMIT")
+	echo 4096 > "$LIMIT"
+fi
+
 cleanup() {
 	rm -f "$SHM"
 	"$PHX" umount "$MP" >/dev/null 2>&1 || true
+	[ -z "$old_limit" ] || echo "$old_limit" > "$LIMIT"
 }
 trap cleanup EXIT
 
@@ -153,6 +163,10 @@ rm -f "$OUTF"
 
 echo
 echo "size $SIZE, median of $RUNS, $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r)"
+echo "phxfs: $("$(dirname "$PHX")/phxfs" --version 2>&1 | grep -i fuse | head -n 1)," \
+	"max_pages_limit $(cat "$LIMIT" 2>/dev/null || echo n/a)," \
+	"FUSE over io_uring: not used (libfuse 3.17 has none; kernel" \
+	"enable_uring=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo absent))"
 printf '%-28s %10s %12s\n' case GB/s "vs /dev/shm"
 row() { printf '%-28s %10s %12s\n' "$1" "$(gbps "${RES[$2]}")" \
 	"$(ratio "${RES[$3]}" "${RES[$2]}")"; }

@@ -276,9 +276,7 @@ def modes_owners_sticky_times():
 
 
 def libfuse_minor():
-    out = subprocess.run([T.FS.daemon, "--version"], capture_output=True,
-                         text=True).stdout
-    return int(out.split("FUSE 3.")[1].split(")")[0])
+    return T.FS_libfuse_minor()
 
 
 @test
@@ -346,3 +344,42 @@ def seek_data_hole():
         fh.write(b"end")
     sh("cp --sparse=always %s %s/copy" % (f, d))
     assert read(d + "/copy") == read(f)
+
+
+@test
+def shared_mmap_both_modes():
+    """MAP_SHARED read-write mappings agree with read() and write() at
+    once, in the default mode (libfuse 3.17: direct-io-allow-mmap) and
+    with -o writeback; with libfuse 3.14 the default mode says ENODEV."""
+    import mmap
+
+    def check(mode):
+        d, _ = T.fresh("mmap-" + mode)
+        f = d + "/m"
+        data = bytearray(T.rand(3 << 20, 13))
+        write(f, bytes(data))
+        fd = os.open(f, os.O_RDWR)
+        try:
+            try:
+                m = mmap.mmap(fd, len(data), mmap.MAP_SHARED)
+            except OSError as e:
+                if mode == "direct" and libfuse_minor() < 17:
+                    assert e.errno == errno.ENODEV, e
+                    return
+                raise
+            with m:
+                assert m[:] == data
+                m[4096:4101] = b"hello"
+                data[4096:4101] = b"hello"
+                assert os.pread(fd, 5, 4096) == b"hello"
+                os.pwrite(fd, b"WORLD", (2 << 20) + 7)
+                data[(2 << 20) + 7:(2 << 20) + 12] = b"WORLD"
+                assert m[(2 << 20) + 7:(2 << 20) + 12] == b"WORLD"
+                m[-3:] = b"END"
+                data[-3:] = b"END"
+                m.flush()
+            assert read(f) == bytes(data)
+        finally:
+            os.close(fd)
+
+    in_both_modes(check)

@@ -394,6 +394,13 @@ def unlink_while_open():
     assert FS_used() <= used0 - 7 * MiB, "not freed after the last close"
 
 
+def FS_libfuse_minor():
+    """The libfuse 3.x minor version the daemon under test was built with."""
+    out = subprocess.run([FS.daemon, "--version"], capture_output=True,
+                         text=True).stdout
+    return int(out.split("FUSE 3.")[1].split(")")[0])
+
+
 def FS_used():
     sv = os.statvfs(FS.dev)
     return (sv.f_blocks - sv.f_bfree) * sv.f_frsize
@@ -911,6 +918,7 @@ def main():
     # the case modules import this one by name: give them this instance
     sys.modules["test_phxfs"] = sys.modules[__name__]
     import conformance  # noqa: F401  (registers its tests)
+    import fsx  # noqa: F401
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
         return 0

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""What modifying a large file costs on phxfs against tmpfs (CPU machine).
+
+Mounts phxfs (simulated device) in each mode, then on a 256 MiB file in it
+and in /dev/shm times, per operation (median, mean and worst of N):
+pwritev of 4 KiB, 64 KiB and 1 MiB at random offsets into a fully written
+file and into a sparse one (ftruncate'd to 256 MiB first), and ftruncate
+shrinking by up to 8 MiB and growing back.  Prints one table with the
+ratio to tmpfs.  A measurement, never a test: figures vary between runs.
+
+    scripts/bench-phxfs-modify.py [BUILD_DIR] [-n OPS] [--modes direct,writeback]
+"""
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZE = 256 << 20
+
+
+def timed(fn, *a):
+    t = time.perf_counter()
+    fn(*a)
+    return time.perf_counter() - t
+
+
+def measure(d, n):
+    f = os.path.join(d, "bench-modify")
+    fd = os.open(f, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+    blk = random.Random(0).randbytes(1 << 20)
+    rng = random.Random(1)
+    out = {}
+    try:
+        os.ftruncate(fd, SIZE)
+        for size in (4096, 65536, 1 << 20):
+            out["sparse write %dK" % (size >> 10)] = [
+                timed(os.pwritev, fd, [blk[:size]],
+                      rng.randrange(0, SIZE - size)) for _ in range(n)]
+        for off in range(0, SIZE, 1 << 20):
+            os.pwrite(fd, blk, off)
+        os.fsync(fd)
+        for size in (4096, 65536, 1 << 20):
+            out["write %dK" % (size >> 10)] = [
+                timed(os.pwritev, fd, [blk[:size]],
+                      rng.randrange(0, SIZE - size)) for _ in range(n)]
+        shrink, grow = [], []
+        for _ in range(n):
+            shrink.append(timed(os.ftruncate, fd,
+                                SIZE - rng.randrange(4096, 8 << 20)))
+            grow.append(timed(os.ftruncate, fd, SIZE))
+        out["truncate shrink"], out["truncate grow"] = shrink, grow
+    finally:
+        os.close(fd)
+        os.unlink(f)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("-n", type=int, default=200)
+    ap.add_argument("--modes", default="direct,writeback")
+    args = ap.parse_args()
+    shm = tempfile.mkdtemp(prefix="phx-modify-", dir="/dev/shm")
+    mp = tempfile.mkdtemp(prefix="phx-modify-mnt-")
+    env = dict(os.environ, PHX_DEVICE="sim", PHX_SIM_DEVICES="1")
+    phx = os.path.join(args.build, "phx")
+    try:
+        base = measure(shm, args.n)
+        print("%-10s %-18s %10s %10s %10s %8s" %
+              ("mode", "operation", "median ms", "mean ms", "max ms",
+               "x tmpfs"))
+        for k, v in base.items():
+            print("%-10s %-18s %10.3f %10.3f %10.3f %8s" %
+                  ("tmpfs", k, statistics.median(v) * 1e3,
+                   statistics.mean(v) * 1e3, max(v) * 1e3, "1.0"))
+        for mode in args.modes.split(","):
+            opts = "writeback" if mode == "writeback" else ""
+            cmd = [phx, "mount"] + (["-o", opts] if opts else []) + [mp]
+            subprocess.run(cmd, env=env, check=True, capture_output=True)
+            try:
+                dev = os.path.join(mp, sorted(os.listdir(mp))[0])
+                got = measure(dev, args.n)
+            finally:
+                subprocess.run([phx, "umount", mp], env=env, check=True)
+            for k, v in got.items():
+                print("%-10s %-18s %10.3f %10.3f %10.3f %8.1f" %
+                      (mode, k, statistics.median(v) * 1e3,
+                       statistics.mean(v) * 1e3, max(v) * 1e3,
+                       statistics.mean(v) / statistics.mean(base[k])))
+    finally:
+        os.rmdir(shm)
+        os.rmdir(mp)
+    print("(ratios of means; sparse writes commit whole device chunks)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
