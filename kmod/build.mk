@@ -52,10 +52,9 @@ $(KMOD_DIR)/tests/kmod_fuse: tests/kmod/kmod_fuse.c $(KMOD_TEST_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KMOD_CFLAGS) -static -o $@ $<
 
-$(KMOD_DIR)/tests/phxfs: $(PHXFS_317_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
+$(KMOD_DIR)/tests/phxfs: $(PHXFS_317_OBJS) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $(PHXFS_317_OBJS) $(PHXFSCTL_OBJ) \
-		-Wl,-u,phx_kmod_ops $(LIB_A) \
+	$(CC) -static -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) \
 		$(FUSE317_LIB) $(URING_LIB) -ldl -pthread
 
 $(KMOD_DIR)/tests/phx: $(PHX_CLI_OBJS) $(LIB_A)
