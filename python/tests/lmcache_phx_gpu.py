@@ -201,12 +201,18 @@ def replay(torch, backend, handle, fd, raw_stream, stream, rng_seed):
         if not any(s.buf_offset.value for s, _ in subs):
             fail("no call had buf_offset != 0")
         host = src.cpu()
-        for n, pos, off in chunks:
-            if not torch.equal(dst[pos:pos + n], src[pos:pos + n]):
-                fail(f"read-back of {n} bytes at slab {off} differs")
-            disk = os.pread(fd, n, off)
-            if bytes(host[pos:pos + n].numpy()) != disk:
-                fail(f"slab bytes at {off} ({n}) differ from the tensor")
+        # LMCache's descriptor is O_DIRECT (aligned reads only): check the
+        # slab through a buffered descriptor of the same file
+        check_fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        try:
+            for n, pos, off in chunks:
+                if not torch.equal(dst[pos:pos + n], src[pos:pos + n]):
+                    fail(f"read-back of {n} bytes at slab {off} differs")
+                disk = os.pread(check_fd, n, off)
+                if bytes(host[pos:pos + n].numpy()) != disk:
+                    fail(f"slab bytes at {off} ({n}) differ from the tensor")
+        finally:
+            os.close(check_fd)
     with step("deregister the regions (twice, as close sweeps) and stream"):
         for r in src_regs + dst_regs:
             backend.deregister_buffer(r)
