@@ -26,13 +26,8 @@ fail() { echo "bench-gpu: $*" >&2; exit 1; }
 	fail "$bin not found; run scripts/gpu-bundle.sh where the project builds, then bring .gpu here"
 mkdir -p "$dir" || fail "cannot create $dir"
 
-mnt() { findmnt -n -f -o "$1" -T "$dir" 2>/dev/null | head -n 1 | tr -d ' '; }
-fstype=$(mnt FSTYPE)
-majmin=$(mnt MAJ:MIN)
-case "$fstype" in
-tmpfs|ramfs|overlay)
-	fail "$dir is on $fstype, not on a disk; pass a directory on the disk" ;;
-esac
+. scripts/bench-disk.sh
+bench_disk bench-gpu
 
 # The data file and one written copy, plus slack.
 avail=$(df -P -B1 "$dir" | awk 'NR == 2 { print $4 }')
@@ -40,26 +35,6 @@ need=$((9 * 1024 * 1024 * 1024))
 [ -e "$dir/phx-bench.dat" ] && need=$((need - 4 * 1024 * 1024 * 1024))
 [ "$avail" -ge "$need" ] ||
 	fail "$dir has $((avail >> 20)) MiB free, $((need >> 20)) MiB needed; free space or pass another directory"
-
-# cuFile reads the file system's type from the udev database, which a VM
-# without udev lacks; add the two properties it needs (never overwrite).
-udev_props() {
-	f=/run/udev/data/b$1
-	[ -e "$f" ] && return 0
-	mkdir -p /run/udev/data &&
-		printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=%s\n' "$fstype" >"$f" &&
-		echo "bench-gpu: wrote $f for cuFile"
-}
-if [ "$(id -u)" = 0 ] && [ -n "$majmin" ] && [ "${majmin%%:*}" != 0 ]; then
-	udev_props "$majmin" || echo "bench-gpu: cannot write udev data; cuFile may fail"
-	# A partition: its disk too.
-	if [ -e "/sys/dev/block/$majmin/partition" ]; then
-		parent=$(cat "/sys/dev/block/$majmin/../dev" 2>/dev/null || true)
-		[ -n "$parent" ] && udev_props "$parent" || true
-	fi
-else
-	echo "bench-gpu: not root: cold runs use fadvise(DONTNEED) and cuFile may fail"
-fi
 
 echo "bench-gpu: $dir on $fstype ($majmin), $(nproc) CPUs, $(uname -r)"
 # Keep a 600 s call from being cut off without its table.

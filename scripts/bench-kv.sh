@@ -42,32 +42,8 @@ esac
 	fail "$bin/phx-kvbench not found; run scripts/gpu-bundle.sh where the project builds, then bring .gpu here (or set BIN)"
 mkdir -p "$dir" || fail "cannot create $dir"
 
-mnt() { findmnt -n -f -o "$1" -T "$dir" 2>/dev/null | head -n 1 | tr -d ' '; }
-fstype=$(mnt FSTYPE)
-majmin=$(mnt MAJ:MIN)
-case "$fstype" in
-tmpfs|ramfs|overlay)
-	fail "$dir is on $fstype, not on a disk; pass a directory on the disk" ;;
-esac
-
-# cuFile reads the file system's type from the udev database, which a VM
-# without udev lacks; add the two properties it needs (never overwrite).
-udev_props() {
-	f=/run/udev/data/b$1
-	[ -e "$f" ] && return 0
-	mkdir -p /run/udev/data &&
-		printf 'E:ID_FS_USAGE=filesystem\nE:ID_FS_TYPE=%s\n' "$fstype" >"$f" &&
-		echo "bench-kv: wrote $f for cuFile"
-}
-if [ "$(id -u)" = 0 ] && [ -n "$majmin" ] && [ "${majmin%%:*}" != 0 ]; then
-	udev_props "$majmin" || echo "bench-kv: cannot write udev data; cuFile may fail"
-	if [ -e "/sys/dev/block/$majmin/partition" ]; then
-		parent=$(cat "/sys/dev/block/$majmin/../dev" 2>/dev/null || true)
-		[ -n "$parent" ] && udev_props "$parent" || true
-	fi
-elif [ "$(id -u)" != 0 ]; then
-	echo "bench-kv: not root: cold runs use fadvise(DONTNEED) and cuFile may fail"
-fi
+. scripts/bench-disk.sh
+bench_disk bench-kv
 echo "bench-kv: $dir on $fstype ($majmin), $(nproc) CPUs, $(uname -r)"
 
 export LD_LIBRARY_PATH="$PWD/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

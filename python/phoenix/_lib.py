@@ -163,6 +163,22 @@ def _candidates() -> list[str]:
     return found
 
 
+def load_first(what: str, candidates: list[str], install: str,
+               env: str) -> tuple[ctypes.CDLL, str]:
+    """The first of @candidates that loads, and its name; else one error
+    that lists why each failed and how to get the library."""
+    errors = []
+    for cand in candidates:
+        try:
+            return ctypes.CDLL(cand), cand
+        except OSError as exc:
+            errors.append(f"{cand}: {exc}")
+    raise PhoenixError(
+        2, f"cannot load {what} (" + "; ".join(errors) +
+        f"): build it with `make`, install it with {install}, "
+        f"or set {env} to its path")
+
+
 _lib: Optional[ctypes.CDLL] = None
 _lib_lock = threading.Lock()
 
@@ -175,18 +191,8 @@ def lib() -> ctypes.CDLL:
     with _lib_lock:
         if _lib is not None:
             return _lib
-        errors = []
-        for cand in _candidates():
-            try:
-                handle = ctypes.CDLL(cand)
-                break
-            except OSError as exc:
-                errors.append(f"{cand}: {exc}")
-        else:
-            raise PhoenixError(
-                2, "cannot load libphoenix (" + "; ".join(errors) +
-                "): build it with `make`, install it with "
-                "`make install-python`, or set PHX_LIBRARY to its path")
+        handle, cand = load_first("libphoenix", _candidates(),
+                                  "`make install-python`", "PHX_LIBRARY")
         for name, (restype, argtypes) in _PROTOTYPES.items():
             fn = getattr(handle, name)
             fn.restype = restype

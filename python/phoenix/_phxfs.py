@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import _core
-from ._lib import PhoenixError, check, lib
+from ._lib import PhoenixError, check, lib, load_first
 
 XATTR_HANDLE = "user.phx.handle"
 XATTR_DEVICE = "user.phx.device"
@@ -50,18 +50,8 @@ def ctl() -> ctypes.CDLL:
     with _ctl_lock:
         if _ctl is not None:
             return _ctl
-        errors = []
-        for cand in _ctl_candidates():
-            try:
-                handle = ctypes.CDLL(cand)
-                break
-            except OSError as exc:
-                errors.append(f"{cand}: {exc}")
-        else:
-            raise PhoenixError(
-                2, "cannot load libphxfsctl (" + "; ".join(errors) +
-                "): build it with `make`, install it with "
-                "`make install-phxfs`, or set PHX_CTL_LIBRARY to its path")
+        handle, _ = load_first("libphxfsctl", _ctl_candidates(),
+                               "`make install-phxfs`", "PHX_CTL_LIBRARY")
         c = ctypes
         handle.phxfs_open_handle.restype = c.c_int
         handle.phxfs_open_handle.argtypes = [
