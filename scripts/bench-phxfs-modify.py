@@ -96,7 +96,7 @@ def main():
     finally:
         os.rmdir(shm)
         os.rmdir(mp)
-    print("(ratios of means; sparse writes commit whole device chunks)")
+    print("(ratios of means; a sparse write backs the granules it touches)")
     return 0
 
 
