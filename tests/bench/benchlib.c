@@ -56,6 +56,24 @@ double bl_now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+uint64_t bl_opt_size(const char *s, uint64_t min)
+{
+	uint64_t v;
+
+	if (phx_parse_size(s, &v) || v < min || v % MiB)
+		bl_die("bad size %s: use a multiple of 1M, at least %" PRIu64
+		       "M",
+		       s, min / MiB);
+	return v;
+}
+
+int bl_opt_runs(const char *s)
+{
+	int n = atoi(s);
+
+	return n < 1 || n > BL_MAX_RUNS ? -1 : n;
+}
+
 const char *bl_load_syms(void *lib, void *table, const char *const *names,
 			 size_t n)
 {

@@ -26,6 +26,11 @@ void bl_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Seconds on the monotonic clock. */
 double bl_now(void);
 
+/* -s SIZE: a multiple of 1 MiB, at least @min; dies with why otherwise. */
+uint64_t bl_opt_size(const char *s, uint64_t min);
+/* -r RUNS: 1 to BL_MAX_RUNS, or -1. */
+int bl_opt_runs(const char *s);
+
 /* ---- the CUDA driver (dlopen) ----------------------------------------- */
 
 typedef int CUresult;

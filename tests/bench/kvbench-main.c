@@ -110,14 +110,11 @@ int main(int argc, char **argv)
 	while ((c = getopt(argc, argv, "s:r:b:q:n:o:")) != -1) {
 		switch (c) {
 		case 's':
-			if (phx_parse_size(optarg, &b->size) ||
-			    b->size < 64 * MiB || b->size % MiB)
-				bl_die("bad size %s: use a multiple of 1M, at least 64M",
-				       optarg);
+			b->size = bl_opt_size(optarg, 64 * MiB);
 			break;
 		case 'r':
-			b->runs = atoi(optarg);
-			if (b->runs < 1 || b->runs > BL_MAX_RUNS)
+			b->runs = bl_opt_runs(optarg);
+			if (b->runs < 0)
 				usage();
 			break;
 		case 'b':

@@ -985,13 +985,11 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "s:r:m:C", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_size(optarg, &b->size) || b->size % MiB)
-				bl_die("bad size %s: use a multiple of 1M",
-				       optarg);
+			b->size = bl_opt_size(optarg, MiB);
 			break;
 		case 'r':
-			b->runs = atoi(optarg);
-			if (b->runs < 1 || b->runs > BL_MAX_RUNS)
+			b->runs = bl_opt_runs(optarg);
+			if (b->runs < 0)
 				usage();
 			break;
 		case 'm':
