@@ -193,6 +193,23 @@ uint64_t phxfs_data_held(struct phxfs_inode *inode)
 	return inode->buf ? phx_buf_committed(inode->buf) : 0;
 }
 
+int phxfs_data_next(struct phxfs_inode *inode, uint64_t off,
+		    uint64_t *data_off, uint64_t *data_len)
+{
+	uint64_t size = phxfs_data_size(inode);
+
+	if (off >= size)
+		return -ENXIO;
+	if (phxfs_ranged(inode)) {
+		*data_off = off;
+		*data_len = size - off;
+		return 0;
+	}
+	if (!inode->buf)
+		return -ENXIO;
+	return phx_buf_next_data(inode->buf, off, data_off, data_len);
+}
+
 int phxfs_range_reserve(struct phxfs_inode *inode, uint64_t need, uint64_t want)
 {
 	struct phxfs_dev *d = inode->dev;

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -171,11 +170,18 @@ static int64_t fd_size(int fd)
 	return end < 0 ? -errno : end;
 }
 
-/* Run one step of a pull and report progress; 0 or -errno (-EIO at EOF). */
+/*
+ * Run one step of a copy and report progress; 0 or -errno (-EIO at EOF).
+ * A range file's step names its backing file (io->buf NULL, io->buf_off
+ * the offset in it), any other one its buffer.
+ */
 static int cp_step(struct conn *c, struct phxfs_inode *inode, struct phx_io *io,
 		   uint64_t total, uint64_t *done, enum phx_path *path)
 {
-	if (phx_io_run(inode->dev->dev, io) <= 0)
+	int64_t n = phxfs_ranged(inode) ? phx_backing_io(inode->backing, io) :
+					  phx_io_run(inode->dev->dev, io);
+
+	if (n <= 0)
 		return io->result ? (int)io->result : -EIO;
 	*done += (uint64_t)io->result;
 	*path = io->path;
@@ -185,25 +191,17 @@ static int cp_step(struct conn *c, struct phxfs_inode *inode, struct phx_io *io,
 }
 
 /*
- * Pull @src into a range file: io_uring O_DIRECT reads into a mapping of
- * its device pages (p2p) where the engine can, else staged.
+ * Pull @src into a range file: the engine reads into its backing file
+ * (io_uring O_DIRECT into its device pages, p2p, where it can; else
+ * staged).
  */
 static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
 			 uint64_t total, uint64_t *done, enum phx_path *path)
 {
-	void *map = NULL;
 	int ret;
 
 	pthread_rwlock_wrlock(&inode->io_lock);
 	ret = phxfs_range_set_size(inode, total);
-	if (!ret && total) {
-		map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED,
-			   inode->range_fd, 0);
-		if (map == MAP_FAILED) {
-			ret = -errno;
-			map = NULL;
-		}
-	}
 	/* Shared from here: readers of the file need not wait. */
 	pthread_rwlock_unlock(&inode->io_lock);
 	pthread_rwlock_rdlock(&inode->io_lock);
@@ -212,18 +210,18 @@ static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
 			.op = PHX_OP_READ,
 			.fd = src,
 			.file_off = (int64_t)*done,
-			.dptr = (phx_dptr_t)(uintptr_t)map + *done,
+			.buf_off = *done,
 			.len = total - *done < CP_STEP ? total - *done :
 							 CP_STEP,
 		};
 
-		ret = cp_step(c, inode, &io, total, done, path);
-		if (ret)
+		if (!phxfs_ranged(inode)) {
+			ret = -ESTALE; /* its memory went away under us */
 			break;
+		}
+		ret = cp_step(c, inode, &io, total, done, path);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
-	if (map)
-		munmap(map, total);
 	return ret;
 }
 
@@ -318,52 +316,37 @@ out:
 
 /*
  * Push @inode's bytes into @dst through the engine (device -> file, as
- * phx_write() moves them); a range file through a mapping of its pages.
+ * phx_write() moves them); a range file's from its backing file.
  * Shared io_lock: readers go on, writers wait for the copy.
  */
 static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 		   uint64_t *done, enum phx_path *path)
 {
+	bool ranged;
 	uint64_t total;
-	void *map = NULL;
 	int ret = 0;
 
 	pthread_rwlock_rdlock(&inode->io_lock);
 	total = phxfs_data_size(inode);
-	if (phxfs_ranged(inode) && total) {
-		map = mmap(NULL, total, PROT_READ, MAP_SHARED, inode->range_fd,
-			   0);
-		if (map == MAP_FAILED) {
-			ret = -errno;
-			map = NULL;
-		}
-	}
+	ranged = phxfs_ranged(inode);
 	/* The engine reads backed memory only: back the holes (zeros). */
-	if (!ret && !map && inode->buf && total)
+	if (!ranged && inode->buf && total)
 		ret = phx_buf_commit(inode->buf, 0, total);
 	send_line(c->fd, "PROGRESS 0 %llu", (unsigned long long)total);
-	while (!ret && *done < total) {
+	while (!ret && *done < total && (ranged || inode->buf)) {
 		struct phx_io io = {
 			.op = PHX_OP_WRITE,
 			.fd = dst,
 			.file_off = (int64_t)*done,
+			.buf = ranged ? NULL : inode->buf,
+			.buf_off = *done,
 			.len = total - *done < CP_STEP ? total - *done :
 							 CP_STEP,
 		};
 
-		if (map) {
-			io.dptr = (phx_dptr_t)(uintptr_t)map + *done;
-		} else if (inode->buf) {
-			io.buf = inode->buf;
-			io.buf_off = *done;
-		} else {
-			break; /* never written: all holes */
-		}
 		ret = cp_step(c, inode, &io, total, done, path);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
-	if (map)
-		munmap(map, total);
 	/* Holes at the end (or a file never written) still count. */
 	if (!ret && *done < total && ftruncate(dst, (off_t)total))
 		ret = -errno;

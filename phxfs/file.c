@@ -393,39 +393,38 @@ out:
 }
 
 /*
- * SEEK_DATA / SEEK_HOLE.  libphoenix tells how much of a buffer is backed
- * (phx_buf_committed()) but not where, so only the two plain cases are
- * exact: nothing backed (all hole) and everything backed (no hole but the
- * one at the end).  Between them the file reads as data throughout, which
- * POSIX allows; docs/phxfs.md says so.
+ * SEEK_DATA / SEEK_HOLE from the buffer's backed ranges: holes are what
+ * holds no memory (they read as zeros), and the end of the file is one.
  */
 static void phxfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 			struct fuse_file_info *fi)
 {
 	struct phxfs_inode *inode = phxfs_file(fi);
-	uint64_t size, held;
-	off_t ret;
+	uint64_t doff = 0, dlen = 0;
+	int err;
 
 	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	pthread_rwlock_rdlock(&inode->io_lock);
-	size = phxfs_data_size(inode);
-	held = phxfs_ranged(inode) ? size : phxfs_data_held(inode);
-	pthread_rwlock_unlock(&inode->io_lock);
-	if (off < 0 || (uint64_t)off >= size) {
+	if (off < 0) {
 		fuse_reply_err(req, ENXIO);
 		return;
 	}
-	if (whence == SEEK_DATA)
-		ret = held ? off : -ENXIO;
+	pthread_rwlock_rdlock(&inode->io_lock);
+	err = phxfs_data_next(inode, (uint64_t)off, &doff, &dlen);
+	if (whence == SEEK_HOLE && err == -ENXIO &&
+	    (uint64_t)off < phxfs_data_size(inode)) {
+		err = 0; /* only hole from @off on */
+		doff = (uint64_t)off;
+	} else if (whence == SEEK_HOLE && !err) {
+		doff = doff > (uint64_t)off ? (uint64_t)off : doff + dlen;
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (err)
+		fuse_reply_err(req, -err);
 	else
-		ret = held ? (off_t)size : off;
-	if (ret < 0)
-		fuse_reply_err(req, (int)-ret);
-	else
-		fuse_reply_lseek(req, ret);
+		fuse_reply_lseek(req, (off_t)doff);
 }
 
 void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o)

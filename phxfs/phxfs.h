@@ -233,6 +233,9 @@ void phxfs_data_free(struct phxfs_inode *inode);
 uint64_t phxfs_data_size(struct phxfs_inode *inode);
 /* Bytes of device memory the file holds; as phxfs_data_size(). */
 uint64_t phxfs_data_held(struct phxfs_inode *inode);
+/* The first run of data at or after @off (phx_buf_next_data()); -ENXIO. */
+int phxfs_data_next(struct phxfs_inode *inode, uint64_t off,
+		    uint64_t *data_off, uint64_t *data_len);
 
 /* ---- backing.c: passthrough backing files from phx.ko ---------------- */
 /* Decide whether passthrough can be used; after phxfs_devices_open(). */

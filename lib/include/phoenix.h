@@ -269,6 +269,21 @@ uint64_t phx_buf_size(const struct phx_buf *buf);
 uint64_t phx_buf_committed(const struct phx_buf *buf);
 
 /**
+ * phx_buf_next_data() - the first backed range at or after @off.
+ *
+ * Sets *@data_off (>= @off) and *@data_len to the first run of backed
+ * bytes that ends after @off, clipped to the buffer's size; the bytes
+ * between @off and *@data_off are a hole (they read as zeros and hold no
+ * memory).  A hole thus runs from @off to *@data_off, and the next one
+ * starts at *@data_off + *@data_len.  Backing follows the device's
+ * granularity, so backed bytes may lie around what was written.
+ * Returns 0, or -ENXIO when @off is at or past the end or only hole lies
+ * after it (as lseek(SEEK_DATA) does).
+ */
+int phx_buf_next_data(struct phx_buf *buf, uint64_t off, uint64_t *data_off,
+		      uint64_t *data_len);
+
+/**
  * phx_buf_dptr() - the buffer's device address.
  *
  * Valid until the buffer is resized or freed.  Where the device is not

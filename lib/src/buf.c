@@ -3,10 +3,15 @@
  * buf.c - device buffers: reserved address space backed by chunks.
  *
  * A buffer reserves more address space than it needs and maps physical
- * chunks into it on demand.  Chunk sizes double from the device's
- * granularity up to PHX_ALLOC_CHUNK, so a 4 KiB file costs one small chunk
- * and a 16 GiB one a few hundred large ones.  Growing past the reservation
- * maps the same chunks into a larger one: data is never copied.
+ * chunks into it on demand.  The chunk table starts as a grid whose sizes
+ * double from the device's granularity up to PHX_ALLOC_CHUNK, so a 4 KiB
+ * file costs one small chunk and a 16 GiB one a few hundred large ones.
+ * Backing a hole of a sparse buffer splits the grid chunk under it and
+ * backs only the granules the range touches; a range that continues
+ * backed data takes twice the chunk before it, so growth stays geometric.
+ * The table is kept sorted by offset and covers [0, reserved) exactly.
+ * Growing past the reservation maps the same chunks into a larger one:
+ * data is never copied.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -68,12 +73,26 @@ static uint64_t buf_gran(const struct phx_buf *buf)
 	return buf->dev->granularity;
 }
 
+/* Index of the chunk holding @off (the last one if @off is past them). */
+static unsigned int chunk_find(const struct phx_buf *buf, uint64_t off)
+{
+	unsigned int lo = 0, hi = buf->nchunks;
+
+	while (hi - lo > 1) {
+		unsigned int mid = lo + (hi - lo) / 2;
+
+		if (buf->chunks[mid].off <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 const struct phx_buf_chunk *phx_buf_chunk_at(const struct phx_buf *buf,
 					     uint64_t off)
 {
-	uint64_t gran = buf_gran(buf);
-
-	return &buf->chunks[phx_chunk_index(gran, max_chunk_of(gran), off)];
+	return &buf->chunks[chunk_find(buf, off)];
 }
 
 /* Bytes of address space to reserve for @size: whole chunks. */
@@ -92,18 +111,28 @@ static uint64_t reserve_for(uint64_t gran, uint64_t size)
 /* Grow the chunk table to cover @reserved bytes. */
 static int chunks_cover(struct phx_buf *buf, uint64_t reserved)
 {
-	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran);
-	unsigned int n = phx_chunk_index(gran, m, reserved - 1) + 1, i;
+	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran), end = 0;
+	unsigned int first, last, i, n;
 	struct phx_buf_chunk *c;
 
-	if (n <= buf->nchunks)
+	if (buf->nchunks) {
+		c = &buf->chunks[buf->nchunks - 1];
+		end = c->off + c->size;
+	}
+	if (end >= reserved)
 		return 0;
+	/* The table always ends on a grid boundary: append grid chunks. */
+	first = buf->nchunks ? phx_chunk_index(gran, m, end) : 0;
+	last = phx_chunk_index(gran, m, reserved - 1);
+	n = buf->nchunks + (last - first + 1);
 	c = realloc(buf->chunks, n * sizeof(*c));
 	if (!c)
 		return phx_err(ENOMEM, "out of host memory for a chunk table");
-	for (i = buf->nchunks; i < n; i++) {
-		memset(&c[i], 0, sizeof(c[i]));
-		phx_chunk_extent(gran, m, i, &c[i].off, &c[i].size);
+	for (i = first; i <= last; i++) {
+		struct phx_buf_chunk *e = &c[buf->nchunks + (i - first)];
+
+		memset(e, 0, sizeof(*e));
+		phx_chunk_extent(gran, m, i, &e->off, &e->size);
 	}
 	buf->chunks = c;
 	buf->nchunks = n;
@@ -124,42 +153,119 @@ static void chunk_drop(struct phx_buf *buf, struct phx_buf_chunk *c)
 		phx_device_uncharge(dev, c->size);
 }
 
-int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
+/* Split the unmapped chunk @i at @at (inside it): two table entries. */
+static int chunk_split(struct phx_buf *buf, unsigned int i, uint64_t at)
+{
+	struct phx_buf_chunk *c;
+	uint64_t end;
+
+	c = realloc(buf->chunks, (buf->nchunks + 1) * sizeof(*c));
+	if (!c)
+		return phx_err(ENOMEM, "out of host memory for a chunk table");
+	buf->chunks = c;
+	memmove(&c[i + 1], &c[i], (buf->nchunks - i) * sizeof(*c));
+	buf->nchunks++;
+	end = c[i].off + c[i].size;
+	c[i].size = at - c[i].off;
+	c[i + 1].off = at;
+	c[i + 1].size = end - at;
+	return 0;
+}
+
+/*
+ * Make [@from, @to) (granule-aligned, inside the unmapped chunk @*i) one
+ * table entry; *i then indexes it.
+ */
+static int chunk_carve(struct phx_buf *buf, unsigned int *i, uint64_t from,
+		       uint64_t to)
+{
+	int ret;
+
+	if (from > buf->chunks[*i].off) {
+		ret = chunk_split(buf, *i, from);
+		if (ret)
+			return ret;
+		(*i)++;
+	}
+	if (to < buf->chunks[*i].off + buf->chunks[*i].size)
+		return chunk_split(buf, *i, to);
+	return 0;
+}
+
+/* Give the unmapped chunk @c memory and map it. */
+static int chunk_back(struct phx_buf *buf, struct phx_buf_chunk *c)
 {
 	struct phx_device *dev = buf->dev;
-	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran);
-	unsigned int i, last;
+	int ret;
+
+	ret = phx_device_charge(dev, c->size);
+	if (ret)
+		return ret;
+	ret = dev->ops->chunk_create(dev, c->size, &c->handle);
+	if (ret) {
+		phx_device_uncharge(dev, c->size);
+		return ret;
+	}
+	ret = dev->ops->chunk_map(dev, buf->dptr + c->off, c->size, c->handle);
+	if (ret) {
+		dev->ops->chunk_release(dev, c->handle, c->size);
+		phx_device_uncharge(dev, c->size);
+		return ret;
+	}
+	c->mapped = true;
+	buf->committed += c->size;
+	return 0;
+}
+
+/*
+ * The part of the unmapped chunk @i to back for [@s, @e) (inside it): a
+ * dense buffer backs whole chunks; a sparse one the granules touched, or,
+ * where the range continues the backed chunk before it, at least twice
+ * that chunk, so appends keep getting large chunks.
+ */
+static void back_span(const struct phx_buf *buf, unsigned int i, uint64_t s,
+		      uint64_t e, uint64_t *from, uint64_t *to)
+{
+	const struct phx_buf_chunk *c = &buf->chunks[i];
+	uint64_t gran = buf_gran(buf), end = c->off + c->size;
+
+	if (!(buf->flags & PHX_BUF_SPARSE)) {
+		*from = c->off;
+		*to = end;
+		return;
+	}
+	*from = s / gran * gran;
+	*to = (e + gran - 1) / gran * gran;
+	if (*from == c->off && i && buf->chunks[i - 1].mapped)
+		*to = phx_max(*to, c->off + 2 * buf->chunks[i - 1].size);
+	*to = phx_min(*to, end);
+}
+
+int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+	unsigned int i;
 	int ret;
 
 	if (!len)
 		return 0;
-	i = phx_chunk_index(gran, m, off);
-	last = phx_chunk_index(gran, m, off + len - 1);
-	for (; i <= last && i < buf->nchunks; i++) {
-		struct phx_buf_chunk *c = &buf->chunks[i];
+	for (i = chunk_find(buf, off);
+	     i < buf->nchunks && buf->chunks[i].off < end; i++) {
+		uint64_t s, e, from, to;
 
-		if (c->mapped)
+		if (buf->chunks[i].mapped)
 			continue;
 		if (buf->imported)
 			return phx_err(EPERM,
 				       "cannot back a hole in an imported buffer: write it in the owning process");
-		ret = phx_device_charge(dev, c->size);
+		s = phx_max(off, buf->chunks[i].off);
+		e = phx_min(end, buf->chunks[i].off + buf->chunks[i].size);
+		back_span(buf, i, s, e, &from, &to);
+		ret = chunk_carve(buf, &i, from, to);
+		if (!ret)
+			ret = chunk_back(buf, &buf->chunks[i]);
 		if (ret)
 			return ret;
-		ret = dev->ops->chunk_create(dev, c->size, &c->handle);
-		if (ret) {
-			phx_device_uncharge(dev, c->size);
-			return ret;
-		}
-		ret = dev->ops->chunk_map(dev, buf->dptr + c->off, c->size,
-					  c->handle);
-		if (ret) {
-			dev->ops->chunk_release(dev, c->handle, c->size);
-			phx_device_uncharge(dev, c->size);
-			return ret;
-		}
-		c->mapped = true;
-		buf->committed += c->size;
 	}
 	return 0;
 }
@@ -392,6 +498,42 @@ PHX_EXPORT uint64_t phx_buf_committed(const struct phx_buf *buf)
 	return buf->committed;
 }
 
+PHX_EXPORT int phx_buf_next_data(struct phx_buf *buf, uint64_t off,
+				 uint64_t *data_off, uint64_t *data_len)
+{
+	uint64_t start = 0, end = 0;
+	unsigned int i;
+	int ret = -ENXIO;
+
+	pthread_mutex_lock(&buf->lock);
+	for (i = chunk_find(buf, off);
+	     i < buf->nchunks && buf->chunks[i].off < buf->size; i++) {
+		const struct phx_buf_chunk *c = &buf->chunks[i];
+
+		if (!c->mapped || c->off + c->size <= off) {
+			if (!ret)
+				break;
+			continue;
+		}
+		if (ret)
+			start = phx_max(off, c->off);
+		end = c->off + c->size;
+		ret = 0;
+	}
+	end = phx_min(end, buf->size);
+	if (!ret && start < end) {
+		*data_off = start;
+		*data_len = end - start;
+	} else {
+		ret = phx_err(ENXIO,
+			      "no data at or after offset %llu of the %llu-byte buffer",
+			      (unsigned long long)off,
+			      (unsigned long long)buf->size);
+	}
+	pthread_mutex_unlock(&buf->lock);
+	return ret;
+}
+
 PHX_EXPORT phx_dptr_t phx_buf_dptr(const struct phx_buf *buf)
 {
 	return buf->dptr;
@@ -414,14 +556,14 @@ int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst,
 		     uint64_t len, void *stream)
 {
 	struct phx_device *dev = buf->dev;
-	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran), end = off + len;
+	uint64_t end = off + len;
 	unsigned int i;
 	int ret = 0;
 
 	if (!len)
 		return 0;
 	pthread_mutex_lock(&buf->lock);
-	for (i = phx_chunk_index(gran, m, off); i < buf->nchunks && !ret; i++) {
+	for (i = chunk_find(buf, off); i < buf->nchunks && !ret; i++) {
 		struct phx_buf_chunk *c = &buf->chunks[i];
 		uint64_t s = phx_max(off, c->off);
 		uint64_t e = phx_min(end, c->off + c->size);
@@ -441,6 +583,7 @@ int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst,
 /* ---- sharing between processes -------------------------------------- */
 
 #define PHX_SHARE_MAGIC 0x50485842u /* "PHXB" */
+#define PHX_SHARE_VERSION 2 /* chunks sent as offset and size */
 #define PHX_FDS_PER_MSG 64
 
 struct share_hdr {
@@ -455,8 +598,8 @@ struct share_hdr {
 };
 
 struct share_chunk {
-	uint32_t idx;
-	uint32_t pad;
+	uint64_t off;
+	uint64_t size;
 };
 
 static int send_all(int sock, const void *data, size_t len, const int *fds,
@@ -558,7 +701,7 @@ PHX_EXPORT int phx_buf_send(struct phx_buf *buf, int sock)
 		return ret;
 	pthread_mutex_lock(&buf->lock);
 	hdr.magic = PHX_SHARE_MAGIC;
-	hdr.version = 1;
+	hdr.version = PHX_SHARE_VERSION;
 	hdr.size = buf->size;
 	hdr.reserved = buf->reserved;
 	hdr.granularity = buf_gran(buf);
@@ -575,8 +718,8 @@ PHX_EXPORT int phx_buf_send(struct phx_buf *buf, int sock)
 		ret = dev->ops->chunk_export(dev, c->handle, c->size, &fds[n]);
 		if (ret)
 			break;
-		idx[n].idx = i;
-		idx[n].pad = 0;
+		idx[n].off = c->off;
+		idx[n].size = c->size;
 		if (++n == PHX_FDS_PER_MSG) {
 			ret = send_all(sock, idx, n * sizeof(idx[0]), fds, n);
 			for (k = 0; k < n; k++)
@@ -589,6 +732,30 @@ PHX_EXPORT int phx_buf_send(struct phx_buf *buf, int sock)
 	for (k = 0; k < n; k++)
 		close(fds[k]);
 	pthread_mutex_unlock(&buf->lock);
+	return ret;
+}
+
+/* The table entry, carved out of a hole of @buf, for a received chunk. */
+static int share_place(struct phx_buf *buf, const struct share_chunk *sc,
+		       struct phx_buf_chunk **out)
+{
+	uint64_t gran = buf_gran(buf);
+	unsigned int i;
+	int ret;
+
+	i = chunk_find(buf, sc->off);
+	if (!sc->size || sc->off % gran || sc->size % gran ||
+	    sc->off + sc->size < sc->off ||
+	    sc->off + sc->size > buf->reserved || buf->chunks[i].mapped ||
+	    sc->off + sc->size >
+		    buf->chunks[i].off + buf->chunks[i].size)
+		return phx_err(EPROTO,
+			       "receiving a buffer: bad chunk %llu+%llu",
+			       (unsigned long long)sc->off,
+			       (unsigned long long)sc->size);
+	ret = chunk_carve(buf, &i, sc->off, sc->off + sc->size);
+	if (!ret)
+		*out = &buf->chunks[i];
 	return ret;
 }
 
@@ -608,7 +775,7 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 	ret = recv_all(sock, &hdr, sizeof(hdr), fds, 0, &got);
 	if (ret)
 		return ret;
-	if (hdr.magic != PHX_SHARE_MAGIC || hdr.version != 1)
+	if (hdr.magic != PHX_SHARE_MAGIC || hdr.version != PHX_SHARE_VERSION)
 		return phx_err(EPROTO, "receiving a buffer: not a libphoenix buffer message");
 	if (hdr.kind != (uint32_t)dev->ops->kind ||
 	    hdr.granularity != dev->granularity ||
@@ -632,14 +799,14 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 			goto out_destroy;
 		}
 		for (k = 0; k < n; k++) {
-			struct phx_buf_chunk *c;
+			struct phx_buf_chunk *c = NULL;
 
-			if (ret || idx[k].idx >= buf->nchunks) {
-				ret = ret ? ret : phx_err(EPROTO, "receiving a buffer: bad chunk index");
+			if (!ret)
+				ret = share_place(buf, &idx[k], &c);
+			if (ret) {
 				close(fds[k]);
 				continue;
 			}
-			c = &buf->chunks[idx[k].idx];
 			ret = dev->ops->chunk_import(dev, fds[k], c->size,
 						     &c->handle);
 			close(fds[k]);

@@ -61,7 +61,7 @@ Test(buf, out_of_device_memory)
 	cr_assert_eq(phx_device_set_limit(dev, 64 * MiB), 0);
 	cr_assert_eq(phx_buf_alloc(dev, 128 * MiB, 0, &a), -ENOSPC);
 	cr_assert(strstr(phx_strerror_last(), "out of device memory"));
-	cr_assert_eq(phx_buf_alloc(dev, 16 * MiB, 0, &a), 0);
+	cr_assert_eq(phx_buf_alloc(dev, 32 * MiB, 0, &a), 0);
 	cr_assert_eq(phx_buf_alloc(dev, 0, PHX_BUF_SPARSE, &b), 0);
 	cr_assert_eq(phx_buf_resize(b, 40 * MiB), 0, "sparse growth is free");
 	char one = 1;

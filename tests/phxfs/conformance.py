@@ -347,6 +347,45 @@ def seek_data_hole():
 
 
 @test
+def seek_holes_in_the_middle():
+    """A partly written sparse file reports its holes exactly: data where
+    it was written (to the device's granule), holes between and after."""
+    d, _ = T.fresh("seek-mid")
+    f = d + "/sparse"
+    size, a, b = 128 << 20, 40 << 20, 100 << 20
+    da, db = T.rand(4096, 21), T.rand(4096, 22)
+    with open(f, "wb") as fh:
+        fh.truncate(size)
+    fd = os.open(f, os.O_RDWR)
+    try:
+        os.pwrite(fd, da, a + 100)
+        os.pwrite(fd, db, b)
+        os.fsync(fd)
+        assert os.lseek(fd, 0, os.SEEK_HOLE) == 0
+        assert os.lseek(fd, 0, os.SEEK_DATA) == a
+        assert os.lseek(fd, a + 50, os.SEEK_DATA) == a + 50
+        end_a = os.lseek(fd, a, os.SEEK_HOLE)
+        assert a + 100 + 4096 <= end_a <= a + (2 << 20), end_a
+        assert os.lseek(fd, end_a, os.SEEK_DATA) == b
+        end_b = os.lseek(fd, b + 1, os.SEEK_HOLE)
+        assert b + 4096 <= end_b <= b + (2 << 20), end_b
+        expect_errno(errno.ENXIO, os.lseek, fd, end_b, os.SEEK_DATA)
+        assert os.lseek(fd, end_b, os.SEEK_HOLE) == end_b
+        expect_errno(errno.ENXIO, os.lseek, fd, size, os.SEEK_HOLE)
+        # the file holds about what was written, not what lies between
+        assert os.fstat(fd).st_blocks * 512 <= 2 * (2 << 20)
+        assert os.pread(fd, 4096, a + 100) == da
+        assert os.pread(fd, 4096, b) == db
+        assert os.pread(fd, 4096, a - 4096) == bytes(4096)
+    finally:
+        os.close(fd)
+    # what walks the holes copies the bytes exactly and keeps them sparse
+    sh("cp --sparse=always %s %s/copy" % (f, d))
+    assert read(d + "/copy") == read(f)
+    assert os.stat(d + "/copy").st_blocks * 512 <= 2 * (2 << 20)
+
+
+@test
 def shared_mmap_both_modes():
     """MAP_SHARED read-write mappings agree with read() and write() at
     once, in the default mode (libfuse 3.17: direct-io-allow-mmap) and

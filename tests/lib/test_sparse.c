@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_sparse.c - backing holes of sparse buffers: what a write commits
+ * (counted in bytes and chunks) and where the backed ranges are.
+ */
+#include "util.h"
+#include "../../lib/src/internal.h"
+
+static unsigned int mapped_chunks(const struct phx_buf *buf)
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < buf->nchunks; i++)
+		n += buf->chunks[i].mapped;
+	return n;
+}
+
+static struct phx_buf *sparse_buf(struct phx_device *dev, uint64_t size)
+{
+	struct phx_buf *buf;
+
+	cr_assert_eq(phx_buf_alloc(dev, size, PHX_BUF_SPARSE, &buf), 0, "%s",
+		     phx_strerror_last());
+	return buf;
+}
+
+Test(sparse, hole_write_commits_what_it_touches)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf = sparse_buf(dev, 256 * MiB);
+	uint64_t gran = buf->dev->granularity;
+	char data[4096], back[4096];
+
+	fill_random(data, sizeof(data), 7);
+	/* 4 KiB in the middle of the 64 MiB grid chunk [128, 192) MiB */
+	cr_assert_eq(phx_memcpy_to_buf(buf, 150 * MiB + 100, data, 4096), 0);
+	cr_assert_eq(phx_buf_committed(buf), gran,
+		     "a 4 KiB write into a hole backs one %llu-byte granule, not %llu bytes",
+		     (unsigned long long)gran,
+		     (unsigned long long)phx_buf_committed(buf));
+	cr_assert_eq(mapped_chunks(buf), 1);
+	/* one straddling two granules backs two, in one chunk */
+	cr_assert_eq(phx_memcpy_to_buf(buf, 3 * gran + 100 * MiB - 10, data,
+				       4096),
+		     0);
+	cr_assert_eq(phx_buf_committed(buf), 3 * gran);
+	cr_assert_eq(mapped_chunks(buf), 2);
+	/* writing where it is backed already commits nothing */
+	cr_assert_eq(phx_memcpy_to_buf(buf, 150 * MiB, data, 4096), 0);
+	cr_assert_eq(phx_buf_committed(buf), 3 * gran);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 150 * MiB, 4096), 0);
+	cr_assert(!memcmp(back, data, sizeof(back)));
+	/* the holes around still read as zeros */
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 150 * MiB + gran, 4096),
+		     0);
+	memset(data, 0, sizeof(data));
+	cr_assert(!memcmp(back, data, sizeof(back)));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
+Test(sparse, appends_keep_large_chunks)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf = sparse_buf(dev, 0);
+	uint64_t step = MiB, off;
+	unsigned int n;
+	char *data = xmalloc(step);
+
+	fill_random(data, step, 9);
+	for (off = 0; off < 256 * MiB; off += step) {
+		cr_assert_eq(phx_buf_resize(buf, off + step), 0);
+		cr_assert_eq(phx_memcpy_to_buf(buf, off, data, step), 0, "%s",
+			     phx_strerror_last());
+	}
+	n = mapped_chunks(buf);
+	/* the doubling grid: log2(64 MiB / gran) + 1 small ones, 3 of 64 MiB */
+	cr_assert_leq(n, 24, "appending 256 MiB made %u chunks", n);
+	cr_assert_leq(phx_buf_committed(buf), 256 * MiB);
+	free(data);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
+Test(sparse, sequential_fill_of_a_hole_grows_geometrically)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf = sparse_buf(dev, 256 * MiB);
+	uint64_t step = 256 << 10, off, start = 130 * MiB;
+	char *data = xmalloc(step);
+	unsigned int n;
+
+	fill_random(data, step, 11);
+	for (off = start; off < start + 48 * MiB; off += step)
+		cr_assert_eq(phx_memcpy_to_buf(buf, off, data, step), 0);
+	n = mapped_chunks(buf);
+	cr_assert_leq(n, 16, "filling 48 MiB of a hole made %u chunks", n);
+	cr_assert_leq(phx_buf_committed(buf), 2 * 48 * MiB);
+	free(data);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
+Test(sparse, next_data_reports_backed_ranges)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf = sparse_buf(dev, 256 * MiB);
+	uint64_t gran = buf->dev->granularity, d, l;
+	char one = 1;
+
+	cr_assert_eq(phx_buf_next_data(buf, 0, &d, &l), -ENXIO,
+		     "an empty buffer is one hole");
+	cr_assert(strstr(phx_strerror_last(), "no data"));
+	cr_assert_eq(phx_memcpy_to_buf(buf, 100 * MiB + 5, &one, 1), 0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 200 * MiB, &one, 1), 0);
+	cr_assert_eq(phx_buf_next_data(buf, 0, &d, &l), 0);
+	cr_assert_eq(d, 100 * MiB);
+	cr_assert_eq(l, gran);
+	cr_assert_eq(phx_buf_next_data(buf, 100 * MiB + 7, &d, &l), 0);
+	cr_assert_eq(d, 100 * MiB + 7, "inside data, data starts at off");
+	cr_assert_eq(l, gran - 7);
+	cr_assert_eq(phx_buf_next_data(buf, 100 * MiB + gran, &d, &l), 0);
+	cr_assert_eq(d, 200 * MiB);
+	cr_assert_eq(phx_buf_next_data(buf, 200 * MiB + gran, &d, &l), -ENXIO,
+		     "only hole after the last data");
+	cr_assert_eq(phx_buf_next_data(buf, 256 * MiB, &d, &l), -ENXIO,
+		     "past the end");
+	/*
+	 * adjacent backed chunks are one range (the write continuing the
+	 * granule before takes twice it); the size clips the last range
+	 */
+	cr_assert_eq(phx_memcpy_to_buf(buf, 100 * MiB + gran, &one, 1), 0);
+	cr_assert_eq(phx_buf_next_data(buf, 99 * MiB, &d, &l), 0);
+	cr_assert_eq(d, 100 * MiB);
+	cr_assert_eq(l, 3 * gran);
+	cr_assert_eq(phx_buf_resize(buf, 200 * MiB + 3), 0);
+	cr_assert_eq(phx_buf_next_data(buf, 150 * MiB, &d, &l), 0);
+	cr_assert_eq(d, 200 * MiB);
+	cr_assert_eq(l, 3);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
