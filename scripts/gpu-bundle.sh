@@ -38,7 +38,8 @@ mkdir -p "$OUT/bin" "$OUT/lib"
 
 cc ${CFLAGS:--O2 -g} -std=gnu11 -pthread -Wall -Wextra -Werror \
 	-D_GNU_SOURCE -Ilib/include -o "$OUT/bin/phx-bench" \
-	tests/bench/phx-bench.c "$BUILD/libphoenix.a" "$URING_A" -ldl -pthread ||
+	tests/bench/phx-bench.c tests/bench/benchlib.c "$BUILD/libphoenix.a" \
+	"$URING_A" -ldl -pthread -lm ||
 	fail "building phx-bench failed"
 
 # The executables and libraries the suites and benchmarks use.  The

@@ -141,6 +141,22 @@ static int slots_drain(struct phx_engine *e)
 }
 
 /*
+ * End a staged copy that returned @ret: wait for its slots, mark @e broken
+ * when they failed, give @e back.  Returns the first error.
+ */
+static int staged_end(struct phx_device *dev, struct phx_engine *e, int ret)
+{
+	int r = slots_drain(e);
+
+	if (r) {
+		ret = ret ? ret : r;
+		e->broken = true;
+	}
+	phx_engine_put(dev, e);
+	return ret;
+}
+
+/*
  * Host -> device through the staging of a pooled engine: each slot is
  * filled by the CPU while the device copies the slots before it.
  */
@@ -150,7 +166,7 @@ static int staged_copy_in(struct phx_device *dev, phx_dptr_t dptr,
 	struct phx_engine *e;
 	uint64_t done = 0, n;
 	unsigned int i = 0;
-	int ret, r;
+	int ret;
 
 	ret = phx_engine_get(dev, phx_shape_sync(0), true, &e);
 	if (ret)
@@ -175,13 +191,7 @@ static int staged_copy_in(struct phx_device *dev, phx_dptr_t dptr,
 			sl->state = SLOT_COPY;
 		done += n;
 	}
-	r = slots_drain(e);
-	if (r) {
-		ret = ret ? ret : r;
-		e->broken = true;
-	}
-	phx_engine_put(dev, e);
-	return ret;
+	return staged_end(dev, e, ret);
 }
 
 /* Device -> host, the mirror image: copies run ahead of the CPU's. */
@@ -192,7 +202,7 @@ static int staged_copy_out(struct phx_buf *buf, uint64_t off, char *dst,
 	struct phx_engine *e;
 	uint64_t issued = 0, drained = 0;
 	unsigned int head = 0, tail = 0;
-	int ret, r;
+	int ret;
 
 	ret = phx_engine_get(dev, phx_shape_sync(0), true, &e);
 	if (ret)
@@ -222,13 +232,7 @@ static int staged_copy_out(struct phx_buf *buf, uint64_t off, char *dst,
 			memcpy(dst + sl->foff, sl->mem, sl->copied);
 		drained += sl->copied;
 	}
-	r = slots_drain(e);
-	if (r) {
-		ret = ret ? ret : r;
-		e->broken = true;
-	}
-	phx_engine_put(dev, e);
-	return ret;
+	return staged_end(dev, e, ret);
 }
 
 /* Start a synchronous copy: this thread on @dev, a pooled stream. */

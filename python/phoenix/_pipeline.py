@@ -71,6 +71,16 @@ class Pipeline:
         if self.errors:
             raise self.errors[0]
 
+    def abort(self) -> None:
+        """On the way out of a failure: start nothing more and wait for
+        what is in flight, so the destinations may be freed.  The workers'
+        errors are dropped: the one being raised says what went wrong."""
+        self.cancel()
+        try:
+            self.finish()
+        except BaseException:
+            pass
+
     def _work(self) -> None:
         state = {"stop": False}
         b = ctypes.c_void_p()

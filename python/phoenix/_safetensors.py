@@ -325,11 +325,7 @@ def load(path: Any, device: Any = None, framework: str = "auto",
         return _wrap(plans, fw)
     except BaseException:
         if pipe is not None:
-            pipe.cancel()
-            try:
-                pipe.finish()
-            except BaseException:
-                pass
+            pipe.abort()
         for plan in plans:
             if plan.buf is not None:
                 plan.buf.free()

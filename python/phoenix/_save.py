@@ -217,11 +217,7 @@ def _write_all(shards: list[list], names: list[str],
         return tmps
     except BaseException:
         if pipe is not None:
-            pipe.cancel()
-            try:
-                pipe.finish()
-            except BaseException:
-                pass
+            pipe.abort()
         for tmp in tmps:
             try:
                 os.unlink(tmp)

@@ -3,10 +3,11 @@
 # Built with everything else so it always compiles; run on the GPU
 # machine by scripts/bench-kv.sh.
 
-KVBENCH_SRCS := $(wildcard tests/bench/kvbench-*.c)
+KVBENCH_SRCS := $(wildcard tests/bench/kvbench-*.c) tests/bench/benchlib.c
 KVBENCH := $(BUILD)/phx-kvbench
 
-$(KVBENCH): $(KVBENCH_SRCS) tests/bench/kvbench.h $(LIB_A)
+$(KVBENCH): $(KVBENCH_SRCS) tests/bench/kvbench.h tests/bench/benchlib.h \
+		$(LIB_A)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Itests/bench -o $@ $(KVBENCH_SRCS) \
 		$(LIB_A) $(URING_LIB) $(LDFLAGS) $(LDLIBS) -lm

@@ -71,22 +71,22 @@ static double run_phxfile(struct kv *k)
 	int ret;
 
 	if (!len || !foff || !boff || !done)
-		kb_die("out of host memory");
+		bl_die("out of host memory");
 	/* LMCache: handle at slab open, streams, regions; not timed */
 	ret = kbpf.HandleRegister(&fh, k->fd);
 	if (ret)
-		kb_die("phxFileHandleRegister: %s", strerror(-ret));
+		bl_die("phxFileHandleRegister: %s", strerror(-ret));
 	for (int s = 0; s < k->nstreams; s++)
 		if ((ret = kbpf.StreamRegister(k->streams[s])))
-			kb_die("phxFileStreamRegister: %s", strerror(-ret));
+			bl_die("phxFileStreamRegister: %s", strerror(-ret));
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
 		if ((ret = kbpf.BufRegister((void *)(uintptr_t)(k->dm.dptr + r),
 					    k->dm.size - r < KV_REGION ?
 						    k->dm.size - r :
 						    KV_REGION)))
-			kb_die("phxFileBufRegister: %s", strerror(-ret));
+			bl_die("phxFileBufRegister: %s", strerror(-ret));
 
-	t0 = kb_now();
+	t0 = bl_now();
 	for (int i = 0; i < k->n; i++) {
 		void *base;
 
@@ -98,17 +98,17 @@ static double run_phxfile(struct kv *k)
 			fh, base, &len[i], &foff[i], &boff[i], &done[i],
 			k->streams[i % k->nstreams]);
 		if (ret)
-			kb_die("phxFile%sAsync: %s",
+			bl_die("phxFile%sAsync: %s",
 			       k->write ? "Write" : "Read", strerror(-ret));
 	}
 	/* the wait libphxfile documents: everything queued on the stream */
 	for (int s = 0; s < k->nstreams; s++)
 		kbpf.StreamDeregister(k->streams[s]);
-	t = kb_now() - t0;
+	t = bl_now() - t0;
 
 	for (int i = 0; i < k->n; i++)
 		if (done[i] != (int64_t)k->chunk)
-			kb_die("phxFile async: bytes_done %" PRId64
+			bl_die("phxFile async: bytes_done %" PRId64
 			       " for %" PRIu64 " bytes at %" PRIu64,
 			       done[i], k->chunk, k->offs[i]);
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
@@ -145,7 +145,7 @@ static void *phx_sync_main(void *arg)
 		};
 
 		if (phx_io_run(k->b->dev, &io) != (int64_t)k->chunk)
-			kb_die("phx_io_run: %" PRId64 ": %s", io.result,
+			bl_die("phx_io_run: %" PRId64 ": %s", io.result,
 			       phx_strerror_last());
 	}
 	return NULL;
@@ -154,17 +154,17 @@ static void *phx_sync_main(void *arg)
 static double run_phx_sync(struct kv *k)
 {
 	struct kv_thread t[KV_MAX_STREAMS];
-	double t0 = kb_now();
+	double t0 = bl_now();
 
 	for (int s = 0; s < k->nstreams; s++) {
 		t[s].k = k;
 		t[s].idx = s;
 		if (pthread_create(&t[s].th, NULL, phx_sync_main, &t[s]))
-			kb_die("cannot start a thread");
+			bl_die("cannot start a thread");
 	}
 	for (int s = 0; s < k->nstreams; s++)
 		pthread_join(t[s].th, NULL);
-	return kb_now() - t0;
+	return bl_now() - t0;
 }
 
 /* ---- cuFile ------------------------------------------------------------- */
@@ -176,7 +176,7 @@ static void *cufile_handle(struct kv *k)
 	void *fh = NULL;
 
 	d.handle.fd = k->fd;
-	e = kbcf.cuFileHandleRegister(&fh, &d);
+	e = blcf.cuFileHandleRegister(&fh, &d);
 	if (e.err) {
 		snprintf(k->note, sizeof(k->note),
 			 "cuFileHandleRegister: error %d (CUDA %d)", e.err,
@@ -184,7 +184,7 @@ static void *cufile_handle(struct kv *k)
 		return NULL;
 	}
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
-		kbcf.cuFileBufRegister(
+		blcf.cuFileBufRegister(
 			(void *)(uintptr_t)(k->dm.dptr + r),
 			k->dm.size - r < KV_REGION ? k->dm.size - r : KV_REGION,
 			0);
@@ -194,8 +194,8 @@ static void *cufile_handle(struct kv *k)
 static void cufile_release(struct kv *k, void *fh)
 {
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
-		kbcf.cuFileBufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
-	kbcf.cuFileHandleDeregister(fh);
+		blcf.cuFileBufDeregister((void *)(uintptr_t)(k->dm.dptr + r));
+	blcf.cuFileHandleDeregister(fh);
 }
 
 static double run_cufile_async(struct kv *k)
@@ -209,12 +209,12 @@ static double run_cufile_async(struct kv *k)
 	CUfileError_t e;
 
 	if (!len || !foff || !boff || !done)
-		kb_die("out of host memory");
+		bl_die("out of host memory");
 	if (!fh)
 		goto out;
 	for (int s = 0; s < k->nstreams; s++)
-		kbcf.cuFileStreamRegister(k->streams[s], 0);
-	t0 = kb_now();
+		blcf.cuFileStreamRegister(k->streams[s], 0);
+	t0 = bl_now();
 	for (int i = 0; i < k->n; i++) {
 		void *base;
 		int64_t off;
@@ -224,7 +224,7 @@ static double run_cufile_async(struct kv *k)
 		foff[i] = (off_t)k->offs[i];
 		boff[i] = (off_t)off;
 		done[i] = -1;
-		e = (k->write ? kbcf.cuFileWriteAsync : kbcf.cuFileReadAsync)(
+		e = (k->write ? blcf.cuFileWriteAsync : blcf.cuFileReadAsync)(
 			fh, base, &len[i], &foff[i], &boff[i], &done[i],
 			k->streams[i % k->nstreams]);
 		if (e.err) {
@@ -235,14 +235,14 @@ static double run_cufile_async(struct kv *k)
 		}
 	}
 	for (int s = 0; s < k->nstreams; s++)
-		kbcu.cuStreamSynchronize(k->streams[s]);
+		blcu.cuStreamSynchronize(k->streams[s]);
 	if (!k->note[0])
-		t = kb_now() - t0;
+		t = bl_now() - t0;
 	for (int s = 0; s < k->nstreams; s++)
-		kbcf.cuFileStreamDeregister(k->streams[s]);
+		blcf.cuFileStreamDeregister(k->streams[s]);
 	for (int i = 0; t >= 0 && i < k->n; i++)
 		if (done[i] != (ssize_t)k->chunk)
-			kb_die("cuFile async: %zd bytes of %" PRIu64
+			bl_die("cuFile async: %zd bytes of %" PRIu64
 			       " at %" PRIu64,
 			       done[i], k->chunk, k->offs[i]);
 	cufile_release(k, fh);
@@ -266,14 +266,14 @@ static double run_cufile_batch(struct kv *k)
 
 	if (!fh)
 		return -1;
-	e = kbcf.cuFileBatchIOSetUp(&batch, qd);
+	e = blcf.cuFileBatchIOSetUp(&batch, qd);
 	if (e.err) {
 		snprintf(k->note, sizeof(k->note),
 			 "cuFileBatchIOSetUp: error %d (CUDA %d)", e.err,
 			 e.cu_err);
 		goto out;
 	}
-	t0 = kb_now();
+	t0 = bl_now();
 	while (done < k->n) {
 		unsigned int m = 0;
 
@@ -295,7 +295,7 @@ static double run_cufile_batch(struct kv *k)
 			next++;
 		}
 		if (m) {
-			e = kbcf.cuFileBatchIOSubmit(batch, m, p, 0);
+			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(k->note, sizeof(k->note),
 					 "cuFileBatchIOSubmit: error %d",
@@ -305,7 +305,7 @@ static double run_cufile_batch(struct kv *k)
 			inflight += m;
 		}
 		nr = inflight;
-		e = kbcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
+		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(k->note, sizeof(k->note),
 				 "cuFileBatchIOGetStatus: error %d", e.err);
@@ -314,9 +314,9 @@ static double run_cufile_batch(struct kv *k)
 		for (unsigned int i = 0; i < nr; i++) {
 			int idx = (int)(uintptr_t)ev[i].cookie;
 
-			if (ev[i].status != KB_CUFILE_COMPLETE ||
+			if (ev[i].status != BL_CUFILE_COMPLETE ||
 			    ev[i].ret != k->chunk)
-				kb_die("cuFile batch: status %d, %zu bytes of %" PRIu64
+				bl_die("cuFile batch: status %d, %zu bytes of %" PRIu64
 				       " at %" PRIu64,
 				       ev[i].status, ev[i].ret, k->chunk,
 				       k->offs[idx]);
@@ -324,9 +324,9 @@ static double run_cufile_batch(struct kv *k)
 		inflight -= nr;
 		done += (int)nr;
 	}
-	t = kb_now() - t0;
+	t = bl_now() - t0;
 out_batch:
-	kbcf.cuFileBatchIODestroy(batch);
+	blcf.cuFileBatchIODestroy(batch);
 out:
 	cufile_release(k, fh);
 	return t;
@@ -340,7 +340,7 @@ static double run_raw(struct kv *k)
 	double t;
 
 	if (!r)
-		kb_die("out of host memory");
+		bl_die("out of host memory");
 	for (int i = 0; i < k->n; i++) {
 		r[i].off = k->offs[i];
 		r[i].len = k->chunk;
@@ -371,10 +371,10 @@ static void scribble(struct kv *k)
 	for (int i = 0; i < k->n; i++)
 		if (pwrite(k->fd_cached, k->b->host, k->chunk, k->offs[i]) !=
 		    (ssize_t)k->chunk)
-			kb_die("scribbling %s: %s", k->b->path,
+			bl_die("scribbling %s: %s", k->b->path,
 			       strerror(errno));
 	if (fdatasync(k->fd_cached))
-		kb_die("fdatasync %s: %s", k->b->path, strerror(errno));
+		bl_die("fdatasync %s: %s", k->b->path, strerror(errno));
 }
 
 static void verify(struct kv *k, enum kv_peer p)
@@ -389,11 +389,11 @@ static void verify(struct kv *k, enum kv_peer p)
 		if (k->write) {
 			if (pread(k->fd_cached, k->b->host, k->chunk,
 				  k->offs[i]) != (ssize_t)k->chunk)
-				kb_die("%s: reading back: %s", what,
+				bl_die("%s: reading back: %s", what,
 				       strerror(errno));
-			bad = kb_check(k->b->host, k->offs[i], k->chunk);
+			bad = bl_check(k->b->host, k->offs[i], k->chunk);
 		} else if (p == KV_RAW) {
-			bad = kb_check((char *)k->b->host + i * k->chunk,
+			bad = bl_check((char *)k->b->host + i * k->chunk,
 				       k->offs[i], k->chunk);
 		} else {
 			kb_check_dmem(k->b, what, &k->dm, i * k->chunk,
@@ -401,7 +401,7 @@ static void verify(struct kv *k, enum kv_peer p)
 			bad = -1;
 		}
 		if (bad >= 0)
-			kb_die("%s: wrong bytes at file offset %" PRId64
+			bl_die("%s: wrong bytes at file offset %" PRId64
 			       "; the result does not count",
 			       what, bad);
 	}
@@ -481,12 +481,12 @@ static void measure(struct kv *k, enum kv_peer p, const char *group)
 		}
 		if (k->write) {
 			/* on disk, as an O_DIRECT write is when it returns */
-			double t0 = kb_now();
+			double t0 = bl_now();
 
 			if (fdatasync(k->fd))
-				kb_die("fdatasync %s: %s", k->b->path,
+				bl_die("fdatasync %s: %s", k->b->path,
 				       strerror(errno));
-			t += kb_now() - t0;
+			t += bl_now() - t0;
 		}
 		verify(k, p);
 		if (run >= 0)
@@ -536,7 +536,7 @@ void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 	k.fd = open(b->path, O_RDWR | O_DIRECT);
 	k.fd_cached = open(b->path, O_RDWR);
 	if (k.fd < 0 || k.fd_cached < 0)
-		kb_die("opening %s with O_DIRECT: %s (the slab must be on a disk file system)",
+		bl_die("opening %s with O_DIRECT: %s (the slab must be on a disk file system)",
 		       b->path, strerror(errno));
 	for (int s = 0; s < KV_MAX_STREAMS; s++)
 		k.streams[s] = NULL;
@@ -549,13 +549,13 @@ void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 							  o->ops);
 		k.offs = calloc(k.n, sizeof(*k.offs));
 		if (!k.offs)
-			kb_die("out of host memory");
+			bl_die("out of host memory");
 		random_offsets(&k, &seed);
 		kb_dmem_alloc(b, &k.dm, (uint64_t)k.n * k.chunk);
 		for (int ns = 0; ns < o->nstreams; ns++) {
 			k.nstreams = o->streams[ns];
 			if (k.nstreams > KV_MAX_STREAMS)
-				kb_die("at most %d streams", KV_MAX_STREAMS);
+				bl_die("at most %d streams", KV_MAX_STREAMS);
 			for (int s = 0; s < k.nstreams; s++)
 				if (!k.streams[s])
 					k.streams[s] = kb_stream_new(b);
@@ -571,7 +571,7 @@ void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 					 k.write ? "write" :
 					 k.hot	 ? "read hot" :
 						   "read cold");
-				kb_note("%s: %d chunks at random offsets...",
+				bl_note("%s: %d chunks at random offsets...",
 					group, k.n);
 				for (size_t p = 0;
 				     p < sizeof(peers) / sizeof(peers[0]); p++)

@@ -39,7 +39,7 @@ static void usage(void)
 		"               small: reads per run (default 2000, at least 64 x QD)\n"
 		"  DIR          a directory on the disk to measure (not tmpfs)\n"
 		"libphxfile.so is taken from beside the program or PHX_PHXFILE_LIBRARY.\n",
-		KB_MAX_RUNS);
+		BL_MAX_RUNS);
 	exit(2);
 }
 
@@ -67,16 +67,11 @@ static int parse_list(const char *s, bool sizes, uint64_t *out, int max)
 
 static void print_versions(struct kb *b, const char *mode)
 {
-	static const char *const waits[] = { "auto", "host", "device",
-					     "kernel" };
-	struct phx_settings set;
 	struct utsname u;
-	time_t t = time(NULL);
 	char date[64];
 
 	uname(&u);
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", localtime(&t));
-	phx_settings_get(&set);
+	bl_date(date, sizeof(date));
 	printf("phx-kvbench %s: %s, libphoenix %s, %s, kernel %s\n", mode, date,
 	       phx_version(), b->gpu, u.release);
 	printf("file %s: %" PRIu64
@@ -84,7 +79,7 @@ static void print_versions(struct kb *b, const char *mode)
 	       b->path, b->size / MiB, b->runs,
 	       b->root ? "drop_caches + fadvise" :
 			 "fadvise(DONTNEED) (not root)",
-	       waits[set.stream_wait + 1]);
+	       bl_stream_wait());
 	printf("libphxfile: %s; cuFile: %s\n",
 	       b->phxfile_why ? b->phxfile_why : b->phxfile_path,
 	       b->cufile_why ? b->cufile_why : "loaded");
@@ -115,20 +110,17 @@ int main(int argc, char **argv)
 	while ((c = getopt(argc, argv, "s:r:b:q:n:o:")) != -1) {
 		switch (c) {
 		case 's':
-			if (phx_parse_size(optarg, &b->size) ||
-			    b->size < 64 * MiB || b->size % MiB)
-				kb_die("bad size %s: use a multiple of 1M, at least 64M",
-				       optarg);
+			b->size = bl_opt_size(optarg, 64 * MiB);
 			break;
 		case 'r':
-			b->runs = atoi(optarg);
-			if (b->runs < 1 || b->runs > KB_MAX_RUNS)
+			b->runs = bl_opt_runs(optarg);
+			if (b->runs < 0)
 				usage();
 			break;
 		case 'b':
 			n = parse_list(optarg, true, list, 8);
 			if (n <= 0)
-				kb_die("bad block sizes %s: multiples of 4K, comma separated",
+				bl_die("bad block sizes %s: multiples of 4K, comma separated",
 				       optarg);
 			memcpy(kv.sizes, list, n * sizeof(*list));
 			memcpy(sm.sizes, list, n * sizeof(*list));
@@ -138,10 +130,10 @@ int main(int argc, char **argv)
 		case 'q':
 			n = parse_list(optarg, false, list, 8);
 			if (n <= 0)
-				kb_die("bad queue depths %s", optarg);
+				bl_die("bad queue depths %s", optarg);
 			for (int i = 0; i < n; i++) {
 				if (list[i] > KB_MAX_QD)
-					kb_die("queue depth %" PRIu64
+					bl_die("queue depth %" PRIu64
 					       " is over %d",
 					       list[i], KB_MAX_QD);
 				sm.qds[i] = (unsigned int)list[i];
@@ -151,7 +143,7 @@ int main(int argc, char **argv)
 		case 'n':
 			n = parse_list(optarg, false, list, 4);
 			if (n <= 0)
-				kb_die("bad stream counts %s", optarg);
+				bl_die("bad stream counts %s", optarg);
 			for (int i = 0; i < n; i++)
 				kv.streams[i] = (int)list[i];
 			kv.nstreams = n;
@@ -180,7 +172,7 @@ int main(int argc, char **argv)
 		/* the parent stays off the GPU: CUDA does not survive fork */
 		b->host = aligned_alloc(4096, KB_HOST);
 		if (!b->host)
-			kb_die("out of host memory");
+			bl_die("out of host memory");
 		snprintf(b->gpu, sizeof(b->gpu), "(set-up runs in children)");
 		b->phxfile_path = "beside the program";
 		b->cufile_why = "loaded in each child";
@@ -193,7 +185,7 @@ int main(int argc, char **argv)
 	kb_load_cufile(b);
 	kb_load_phxfile(b, argv[0]);
 	if (!b->cufile_why) {
-		CUfileError_t e = kbcf.cuFileDriverOpen();
+		CUfileError_t e = blcf.cuFileDriverOpen();
 
 		if (e.err)
 			b->cufile_why = "cuFileDriverOpen failed";

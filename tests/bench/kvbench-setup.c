@@ -68,14 +68,14 @@ static uint64_t mem_alloc(bool cuda, uint64_t size)
 	void *h;
 
 	if (cuda) {
-		if (kbcu.cuMemAlloc_v2(&p, size))
-			kb_die("cuMemAlloc(%" PRIu64 " MiB) failed",
+		if (blcu.cuMemAlloc_v2(&p, size))
+			bl_die("cuMemAlloc(%" PRIu64 " MiB) failed",
 			       size / MiB);
 		return p;
 	}
 	h = aligned_alloc(4096, size);
 	if (!h)
-		kb_die("out of host memory");
+		bl_die("out of host memory");
 	return (uint64_t)(uintptr_t)h;
 }
 
@@ -84,11 +84,11 @@ static void check_first(bool cuda, uint64_t dst)
 	uint64_t host[512];
 
 	if (cuda)
-		kbcu.cuMemcpyDtoH_v2(host, dst, sizeof(host));
+		blcu.cuMemcpyDtoH_v2(host, dst, sizeof(host));
 	else
 		memcpy(host, (void *)(uintptr_t)dst, sizeof(host));
-	if (kb_check(host, 0, sizeof(host)) >= 0)
-		kb_die("the first 4 KiB read moved wrong bytes");
+	if (bl_check(host, 0, sizeof(host)) >= 0)
+		bl_die("the first 4 KiB read moved wrong bytes");
 }
 
 /* Steps of the cuFile stack. */
@@ -102,55 +102,55 @@ static void stack_cufile(struct kb *b, struct child_out *o, bool cuda)
 	ssize_t r;
 
 	if (!cuda)
-		kb_die("cuFile needs a CUDA device");
-	t = kb_now();
+		bl_die("cuFile needs a CUDA device");
+	t = bl_now();
 	kb_load_cufile(b);
 	if (b->cufile_why)
-		kb_die("%s", b->cufile_why);
-	o->t[ST_LOAD] = kb_now() - t;
-	t = kb_now();
-	e = kbcf.cuFileDriverOpen();
-	o->t[ST_OPEN] = kb_now() - t;
+		bl_die("%s", b->cufile_why);
+	o->t[ST_LOAD] = bl_now() - t;
+	t = bl_now();
+	e = blcf.cuFileDriverOpen();
+	o->t[ST_OPEN] = bl_now() - t;
 	if (e.err)
-		kb_die("cuFileDriverOpen: error %d", e.err);
-	t = kb_now();
-	e = kbcf.cuFileBufRegister((void *)(uintptr_t)m16, 16 * MiB, 0);
-	o->t[ST_REG16] = kb_now() - t;
+		bl_die("cuFileDriverOpen: error %d", e.err);
+	t = bl_now();
+	e = blcf.cuFileBufRegister((void *)(uintptr_t)m16, 16 * MiB, 0);
+	o->t[ST_REG16] = bl_now() - t;
 	if (e.err)
-		kb_die("cuFileBufRegister(16 MiB): error %d", e.err);
-	t = kb_now();
-	e = kbcf.cuFileBufRegister((void *)(uintptr_t)m1g, GiB, 0);
-	o->t[ST_REG1G] = kb_now() - t;
+		bl_die("cuFileBufRegister(16 MiB): error %d", e.err);
+	t = bl_now();
+	e = blcf.cuFileBufRegister((void *)(uintptr_t)m1g, GiB, 0);
+	o->t[ST_REG1G] = bl_now() - t;
 	if (e.err)
 		snprintf(o->err, sizeof(o->err),
 			 "cuFileBufRegister(1 GiB): error %d", e.err);
 	d.handle.fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (d.handle.fd < 0)
-		kb_die("open %s: %s", b->path, strerror(errno));
-	t = kb_now();
-	e = kbcf.cuFileHandleRegister(&fh, &d);
-	o->t[ST_HANDLE] = kb_now() - t;
+		bl_die("open %s: %s", b->path, strerror(errno));
+	t = bl_now();
+	e = blcf.cuFileHandleRegister(&fh, &d);
+	o->t[ST_HANDLE] = bl_now() - t;
 	if (e.err)
-		kb_die("cuFileHandleRegister: error %d (run bench-kv.sh as root for the udev data)",
+		bl_die("cuFileHandleRegister: error %d (run bench-kv.sh as root for the udev data)",
 		       e.err);
-	t = kb_now();
-	r = kbcf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 0, 0);
-	o->t[ST_FIRST] = kb_now() - t;
+	t = bl_now();
+	r = blcf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 0, 0);
+	o->t[ST_FIRST] = bl_now() - t;
 	if (r != 4096)
-		kb_die("first cuFileRead returned %zd", r);
+		bl_die("first cuFileRead returned %zd", r);
 	check_first(true, m16);
-	t = kb_now();
-	r = kbcf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 1 * MiB, 4096);
-	o->t[ST_NEXT] = kb_now() - t;
+	t = bl_now();
+	r = blcf.cuFileRead(fh, (void *)(uintptr_t)m16, 4096, 1 * MiB, 4096);
+	o->t[ST_NEXT] = bl_now() - t;
 	if (r != 4096)
-		kb_die("cuFileRead returned %zd", r);
-	t = kb_now();
-	kbcf.cuFileBufDeregister((void *)(uintptr_t)m16);
+		bl_die("cuFileRead returned %zd", r);
+	t = bl_now();
+	blcf.cuFileBufDeregister((void *)(uintptr_t)m16);
 	if (!o->err[0])
-		kbcf.cuFileBufDeregister((void *)(uintptr_t)m1g);
-	kbcf.cuFileHandleDeregister(fh);
-	kbcf.cuFileDriverClose();
-	o->t[ST_CLOSE] = kb_now() - t;
+		blcf.cuFileBufDeregister((void *)(uintptr_t)m1g);
+	blcf.cuFileHandleDeregister(fh);
+	blcf.cuFileDriverClose();
+	o->t[ST_CLOSE] = bl_now() - t;
 	close(d.handle.fd);
 }
 
@@ -165,61 +165,61 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	double t;
 	int fd, ret;
 
-	t = kb_now();
+	t = bl_now();
 	kb_load_phxfile(b, argv0);
 	if (b->phxfile_why)
-		kb_die("%s", b->phxfile_why);
-	o->t[ST_LOAD] = kb_now() - t;
-	t = kb_now();
+		bl_die("%s", b->phxfile_why);
+	o->t[ST_LOAD] = bl_now() - t;
+	t = bl_now();
 	ret = kbpf.DriverOpen();
-	o->t[ST_OPEN] = kb_now() - t;
+	o->t[ST_OPEN] = bl_now() - t;
 	if (ret)
-		kb_die("phxFileDriverOpen: %s", strerror(-ret));
-	t = kb_now();
+		bl_die("phxFileDriverOpen: %s", strerror(-ret));
+	t = bl_now();
 	ret = kbpf.BufRegister((void *)(uintptr_t)m16, 16 * MiB);
-	o->t[ST_REG16] = kb_now() - t;
+	o->t[ST_REG16] = bl_now() - t;
 	if (ret)
-		kb_die("phxFileBufRegister(16 MiB): %s", strerror(-ret));
-	t = kb_now();
+		bl_die("phxFileBufRegister(16 MiB): %s", strerror(-ret));
+	t = bl_now();
 	ret = kbpf.BufRegister((void *)(uintptr_t)m1g, GiB);
-	o->t[ST_REG1G] = kb_now() - t;
+	o->t[ST_REG1G] = bl_now() - t;
 	if (ret)
-		kb_die("phxFileBufRegister(1 GiB): %s", strerror(-ret));
+		bl_die("phxFileBufRegister(1 GiB): %s", strerror(-ret));
 	fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (fd < 0)
-		kb_die("open %s: %s", b->path, strerror(errno));
-	t = kb_now();
+		bl_die("open %s: %s", b->path, strerror(errno));
+	t = bl_now();
 	ret = kbpf.HandleRegister(&fh, fd);
-	o->t[ST_HANDLE] = kb_now() - t;
+	o->t[ST_HANDLE] = bl_now() - t;
 	if (ret)
-		kb_die("phxFileHandleRegister: %s", strerror(-ret));
+		bl_die("phxFileHandleRegister: %s", strerror(-ret));
 	/* a stream-ordered read on the default stream, and its wait */
-	t = kb_now();
+	t = bl_now();
 	ret = kbpf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
 			     &done, NULL);
 	if (!ret)
 		ret = kbpf.StreamDeregister(NULL);
-	o->t[ST_FIRST] = kb_now() - t;
+	o->t[ST_FIRST] = bl_now() - t;
 	if (ret || done != 4096)
-		kb_die("first phxFileReadAsync: %d, bytes_done %" PRId64, ret,
+		bl_die("first phxFileReadAsync: %d, bytes_done %" PRId64, ret,
 		       done);
 	check_first(cuda, m16);
 	foff = 1 * MiB;
 	boff = 4096;
-	t = kb_now();
+	t = bl_now();
 	ret = kbpf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
 			     &done, NULL);
 	if (!ret)
 		ret = kbpf.StreamDeregister(NULL);
-	o->t[ST_NEXT] = kb_now() - t;
+	o->t[ST_NEXT] = bl_now() - t;
 	if (ret || done != 4096)
-		kb_die("phxFileReadAsync: %d, bytes_done %" PRId64, ret, done);
-	t = kb_now();
+		bl_die("phxFileReadAsync: %d, bytes_done %" PRId64, ret, done);
+	t = bl_now();
 	kbpf.BufDeregister((void *)(uintptr_t)m16);
 	kbpf.BufDeregister((void *)(uintptr_t)m1g);
 	kbpf.HandleDeregister(fh);
 	kbpf.DriverClose();
-	o->t[ST_CLOSE] = kb_now() - t;
+	o->t[ST_CLOSE] = bl_now() - t;
 	close(fd);
 }
 
@@ -231,28 +231,28 @@ static void stack_phx(struct kb *b, struct child_out *o, bool cuda)
 	struct phx_io io = { .op = PHX_OP_READ, .len = 4096 };
 	double t;
 
-	t = kb_now();
+	t = bl_now();
 	if (phx_device_open(NULL, &dev))
-		kb_die("phx_device_open: %s", phx_strerror_last());
-	o->t[ST_OPEN] = kb_now() - t;
+		bl_die("phx_device_open: %s", phx_strerror_last());
+	o->t[ST_OPEN] = bl_now() - t;
 	io.fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (io.fd < 0)
-		kb_die("open %s: %s", b->path, strerror(errno));
+		bl_die("open %s: %s", b->path, strerror(errno));
 	io.dptr = m16;
-	t = kb_now();
+	t = bl_now();
 	phx_io_run(dev, &io);
-	o->t[ST_FIRST] = kb_now() - t;
+	o->t[ST_FIRST] = bl_now() - t;
 	if (io.result != 4096)
-		kb_die("first phx_io_run: %" PRId64 ": %s", io.result,
+		bl_die("first phx_io_run: %" PRId64 ": %s", io.result,
 		       phx_strerror_last());
 	check_first(cuda, m16);
 	io.file_off = 1 * MiB;
-	t = kb_now();
+	t = bl_now();
 	phx_io_run(dev, &io);
-	o->t[ST_NEXT] = kb_now() - t;
-	t = kb_now();
+	o->t[ST_NEXT] = bl_now() - t;
+	t = bl_now();
 	phx_device_close(dev);
-	o->t[ST_CLOSE] = kb_now() - t;
+	o->t[ST_CLOSE] = bl_now() - t;
 	close(io.fd);
 }
 
@@ -268,7 +268,7 @@ static bool child_cuda(struct child_out *o)
 	const char *env = getenv("PHX_DEVICE");
 	CUcontext ctx;
 	CUdevice dev;
-	double t = kb_now();
+	double t = bl_now();
 	void *lib;
 
 	if (env && strcmp(env, "cuda"))
@@ -281,18 +281,18 @@ static bool child_cuda(struct child_out *o)
 
 		if (!sym)
 			return false;
-		memcpy((char *)&kbcu + i * sizeof(void *), &sym, sizeof(sym));
+		memcpy((char *)&blcu + i * sizeof(void *), &sym, sizeof(sym));
 	}
-	kbcu.cuMemAlloc_v2 =
+	blcu.cuMemAlloc_v2 =
 		(CUresult(*)(CUdeviceptr *, size_t))dlsym(lib, "cuMemAlloc_v2");
-	kbcu.cuMemcpyDtoH_v2 = (CUresult(*)(void *, CUdeviceptr, size_t))dlsym(
+	blcu.cuMemcpyDtoH_v2 = (CUresult(*)(void *, CUdeviceptr, size_t))dlsym(
 		lib, "cuMemcpyDtoH_v2");
-	if (!kbcu.cuMemAlloc_v2 || !kbcu.cuMemcpyDtoH_v2 || kbcu.cuInit(0) ||
-	    kbcu.cuDeviceGet(&dev, 0) ||
-	    kbcu.cuDevicePrimaryCtxRetain(&ctx, dev) ||
-	    kbcu.cuCtxSetCurrent(ctx))
+	if (!blcu.cuMemAlloc_v2 || !blcu.cuMemcpyDtoH_v2 || blcu.cuInit(0) ||
+	    blcu.cuDeviceGet(&dev, 0) ||
+	    blcu.cuDevicePrimaryCtxRetain(&ctx, dev) ||
+	    blcu.cuCtxSetCurrent(ctx))
 		return false;
-	o->t[ST_CTX] = kb_now() - t;
+	o->t[ST_CTX] = bl_now() - t;
 	return true;
 }
 
@@ -304,11 +304,11 @@ static int run_child(struct kb *b, enum stack sk, const char *argv0,
 	ssize_t got;
 
 	if (pipe(pfd))
-		kb_die("pipe: %s", strerror(errno));
+		bl_die("pipe: %s", strerror(errno));
 	kb_cold(b);
 	pid = fork();
 	if (pid < 0)
-		kb_die("fork: %s", strerror(errno));
+		bl_die("fork: %s", strerror(errno));
 	if (!pid) {
 		struct child_out o;
 		bool cuda;
@@ -356,16 +356,16 @@ static void print_us(double v)
 void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 {
 	static char argv0[4096];
-	double med[SK_N][ST_N], runs[KB_MAX_RUNS];
+	double med[SK_N][ST_N], runs[BL_MAX_RUNS];
 	const char *why[SK_N] = { NULL };
-	struct child_out out[SK_N][KB_MAX_RUNS];
+	struct child_out out[SK_N][BL_MAX_RUNS];
 	int n[SK_N] = { 0 };
 	ssize_t l;
 
 	(void)o;
 	l = readlink("/proc/self/exe", argv0, sizeof(argv0) - 1);
 	if (l <= 0)
-		kb_die("readlink /proc/self/exe: %s", strerror(errno));
+		bl_die("readlink /proc/self/exe: %s", strerror(errno));
 	argv0[l] = 0;
 	for (int sk = 0; sk < SK_N; sk++) {
 		for (int r = 0; r < b->runs; r++) {
@@ -385,7 +385,7 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 		for (int st = 0; st < ST_N; st++) {
 			for (int r = 0; r < n[sk]; r++)
 				runs[r] = out[sk][r].t[st];
-			med[sk][st] = n[sk] ? kb_median(runs, n[sk]) : NAN;
+			med[sk][st] = n[sk] ? bl_median(runs, n[sk]) : NAN;
 		}
 	}
 

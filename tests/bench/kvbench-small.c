@@ -62,9 +62,9 @@ static double run_batch(struct sm *s, bool poll)
 				   &batch);
 
 	if (ret)
-		kb_die("phx_batch_create(depth %u): %s", s->qd,
+		bl_die("phx_batch_create(depth %u): %s", s->qd,
 		       phx_strerror_last());
-	t0 = kb_now();
+	t0 = bl_now();
 	for (unsigned int q = 0; q < s->qd && next < s->n; q++, next++) {
 		ios[q] = (struct phx_io){
 			.op = PHX_OP_READ,
@@ -75,39 +75,39 @@ static double run_batch(struct sm *s, bool poll)
 			.user_data = (void *)(uintptr_t)next,
 		};
 		s->slot_of[next] = (int)q;
-		start[q] = kb_now();
+		start[q] = bl_now();
 		if (phx_batch_submit(batch, &ios[q], 1) != 1)
-			kb_die("phx_batch_submit: %s", phx_strerror_last());
+			bl_die("phx_batch_submit: %s", phx_strerror_last());
 	}
 	while (finished < s->n) {
 		int m = phx_batch_wait(batch, 1, done, s->qd, -1);
 
 		if (m < 0)
-			kb_die("phx_batch_wait: %s", phx_strerror_last());
+			bl_die("phx_batch_wait: %s", phx_strerror_last());
 		for (int i = 0; i < m; i++) {
 			struct phx_io *io = done[i];
 			unsigned int q = (unsigned int)(io - ios);
 			int idx = (int)(uintptr_t)io->user_data;
 
 			if (io->result != (int64_t)s->bs)
-				kb_die("phx batch read at %" PRIu64
+				bl_die("phx batch read at %" PRIu64
 				       ": %" PRId64,
 				       s->reqs[idx].off, io->result);
-			s->lat[idx] = kb_now() - start[q];
+			s->lat[idx] = bl_now() - start[q];
 			finished++;
 			if (next == s->n)
 				continue;
 			io->file_off = (int64_t)s->reqs[next].off;
 			io->user_data = (void *)(uintptr_t)next;
 			s->slot_of[next] = (int)q;
-			start[q] = kb_now();
+			start[q] = bl_now();
 			next++;
 			if (phx_batch_submit(batch, io, 1) != 1)
-				kb_die("phx_batch_submit: %s",
+				bl_die("phx_batch_submit: %s",
 				       phx_strerror_last());
 		}
 	}
-	t0 = kb_now() - t0;
+	t0 = bl_now() - t0;
 	phx_batch_destroy(batch);
 	return t0;
 }
@@ -129,11 +129,11 @@ static void *sync_main(void *arg)
 
 	kb_thread_ctx();
 	for (int i = (int)t->idx; i < s->n; i += (int)s->qd) {
-		double t0 = kb_now();
+		double t0 = bl_now();
 		int64_t got;
 
 		if (t->cufile) {
-			got = kbcf.cuFileRead(
+			got = blcf.cuFileRead(
 				s->cufh, (void *)(uintptr_t)s->dm.dptr, s->bs,
 				(off_t)s->reqs[i].off, (off_t)(t->idx * s->bs));
 		} else {
@@ -151,7 +151,7 @@ static void *sync_main(void *arg)
 			t->err = (int)got;
 			return NULL;
 		}
-		s->lat[i] = kb_now() - t0;
+		s->lat[i] = bl_now() - t0;
 		s->slot_of[i] = (int)t->idx;
 	}
 	return NULL;
@@ -160,21 +160,21 @@ static void *sync_main(void *arg)
 static double run_threads(struct sm *s, bool cufile)
 {
 	struct sm_thread *t = calloc(s->qd, sizeof(*t));
-	double t0 = kb_now();
+	double t0 = bl_now();
 
 	if (!t)
-		kb_die("out of host memory");
+		bl_die("out of host memory");
 	for (unsigned int q = 0; q < s->qd; q++) {
 		t[q] = (struct sm_thread){ .s = s, .idx = q, .cufile = cufile };
 		if (pthread_create(&t[q].th, NULL, sync_main, &t[q]))
-			kb_die("cannot start thread %u of %u", q, s->qd);
+			bl_die("cannot start thread %u of %u", q, s->qd);
 	}
 	for (unsigned int q = 0; q < s->qd; q++)
 		pthread_join(t[q].th, NULL);
-	t0 = kb_now() - t0;
+	t0 = bl_now() - t0;
 	for (unsigned int q = 0; q < s->qd; q++)
 		if (t[q].err)
-			kb_die("%s returned %d: %s",
+			bl_die("%s returned %d: %s",
 			       cufile ? "cuFileRead" : "phx_io_run", t[q].err,
 			       cufile ? "" : phx_strerror_last());
 	free(t);
@@ -191,7 +191,7 @@ static double run_cubatch(struct sm *s)
 	unsigned int free_slots[KB_MAX_QD], nfree = 0, inflight = 0, nr;
 	int next = 0, finished = 0;
 	void *batch = NULL;
-	CUfileError_t e = kbcf.cuFileBatchIOSetUp(&batch, s->qd);
+	CUfileError_t e = blcf.cuFileBatchIOSetUp(&batch, s->qd);
 
 	if (e.err) {
 		snprintf(s->note, sizeof(s->note),
@@ -200,7 +200,7 @@ static double run_cubatch(struct sm *s)
 	}
 	for (unsigned int q = 0; q < s->qd; q++)
 		free_slots[nfree++] = s->qd - 1 - q;
-	t0 = kb_now();
+	t0 = bl_now();
 	while (finished < s->n) {
 		unsigned int m = 0;
 
@@ -219,12 +219,12 @@ static double run_cubatch(struct sm *s)
 			p[m].cookie =
 				(void *)(uintptr_t)((uint64_t)next << 16 | q);
 			s->slot_of[next] = (int)q;
-			start[q] = kb_now();
+			start[q] = bl_now();
 			m++;
 			next++;
 		}
 		if (m) {
-			e = kbcf.cuFileBatchIOSubmit(batch, m, p, 0);
+			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(s->note, sizeof(s->note),
 					 "cuFileBatchIOSubmit: error %d",
@@ -234,7 +234,7 @@ static double run_cubatch(struct sm *s)
 			inflight += m;
 		}
 		nr = inflight;
-		e = kbcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
+		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(s->note, sizeof(s->note),
 				 "cuFileBatchIOGetStatus: error %d", e.err);
@@ -245,21 +245,21 @@ static double run_cubatch(struct sm *s)
 			unsigned int q = c & 0xffff;
 			int idx = (int)(c >> 16);
 
-			if (ev[i].status != KB_CUFILE_COMPLETE ||
+			if (ev[i].status != BL_CUFILE_COMPLETE ||
 			    ev[i].ret != s->bs)
-				kb_die("cuFile batch read at %" PRIu64
+				bl_die("cuFile batch read at %" PRIu64
 				       ": status %d, %zu bytes",
 				       s->reqs[idx].off, ev[i].status,
 				       ev[i].ret);
-			s->lat[idx] = kb_now() - start[q];
+			s->lat[idx] = bl_now() - start[q];
 			free_slots[nfree++] = q;
 		}
 		inflight -= nr;
 		finished += (int)nr;
 	}
-	t = kb_now() - t0;
+	t = bl_now() - t0;
 out:
-	kbcf.cuFileBatchIODestroy(batch);
+	blcf.cuFileBatchIODestroy(batch);
 	return t;
 }
 
@@ -279,11 +279,11 @@ static void verify(struct sm *s, enum sm_peer p)
 		if (i < 0)
 			continue;
 		if (p == SM_RAW) {
-			int64_t bad = kb_check((char *)s->b->host + q * s->bs,
+			int64_t bad = bl_check((char *)s->b->host + q * s->bs,
 					       s->reqs[i].off, s->bs);
 
 			if (bad >= 0)
-				kb_die("%s: wrong bytes at file offset %" PRId64,
+				bl_die("%s: wrong bytes at file offset %" PRId64,
 				       sm_names[p], bad);
 		} else {
 			kb_check_dmem(s->b, sm_names[p], &s->dm, q * s->bs,
@@ -340,8 +340,8 @@ static void measure(struct sm *s, enum sm_peer p, const char *group)
 		if (run < 0)
 			continue;
 		r->v[r->n] = s->n / t;
-		r->p50[r->n] = 1e6 * kb_percentile(s->lat, s->n, 0.50);
-		r->p99[r->n] = 1e6 * kb_percentile(s->lat, s->n, 0.99);
+		r->p50[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.50);
+		r->p99[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.99);
 		r->n++;
 	}
 }
@@ -353,14 +353,14 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 
 	s.fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (s.fd < 0)
-		kb_die("opening %s with O_DIRECT: %s", b->path,
+		bl_die("opening %s with O_DIRECT: %s", b->path,
 		       strerror(errno));
 	if (!b->cufile_why) {
 		CUfileDescr_t d = { .type = 1 };
 		CUfileError_t e;
 
 		d.handle.fd = s.fd;
-		e = kbcf.cuFileHandleRegister(&s.cufh, &d);
+		e = blcf.cuFileHandleRegister(&s.cufh, &d);
 		if (e.err) {
 			snprintf(s.note, sizeof(s.note),
 				 "cuFileHandleRegister: error %d (CUDA %d)",
@@ -375,7 +375,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 
 			s.qd = o->qds[qi];
 			if (s.qd > KB_MAX_QD || s.qd * s.bs > KB_HOST)
-				kb_die("queue depth %u of %" PRIu64
+				bl_die("queue depth %u of %" PRIu64
 				       " KiB is too much",
 				       s.qd, s.bs / KiB);
 			s.n = (int)(o->ops > s.qd * 64ULL ? o->ops :
@@ -384,7 +384,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 			s.lat = calloc(s.n, sizeof(*s.lat));
 			s.slot_of = calloc(s.n, sizeof(*s.slot_of));
 			if (!s.reqs || !s.lat || !s.slot_of)
-				kb_die("out of host memory");
+				bl_die("out of host memory");
 			for (int i = 0; i < s.n; i++) {
 				uint64_t slots = b->size / s.bs;
 
@@ -399,7 +399,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 			snprintf(group, sizeof(group),
 				 "rand %" PRIu64 "K QD%u cold", s.bs / KiB,
 				 s.qd);
-			kb_note("%s: %d reads...", group, s.n);
+			bl_note("%s: %d reads...", group, s.n);
 			for (int p = SM_RAW; p <= SM_CUSYNC; p++)
 				measure(&s, (enum sm_peer)p, group);
 			kb_dmem_free(b, &s.dm);
@@ -409,7 +409,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 		}
 	}
 	if (s.cufh)
-		kbcf.cuFileHandleDeregister(s.cufh);
+		blcf.cuFileHandleDeregister(s.cufh);
 	close(s.fd);
 	kb_print_table(
 		"Small random reads, cold (IOPS; x us = against phx batch)",

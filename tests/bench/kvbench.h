@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvbench.h - shared parts of phx-kvbench: the peers' libraries loaded at
- * run time (CUDA driver, cuFile, libphxfile), device memory that every
- * peer can use, the data file and its checks, raw io_uring, the results.
+ * kvbench.h - shared parts of phx-kvbench: libphxfile loaded at run time,
+ * device memory that every peer can use, the data file and its checks, raw
+ * io_uring, the results (what phx-bench shares too is in benchlib.h).
  *
  * The three modes are one file each: kvbench-kv.c (LMCache's slab
  * pattern), kvbench-small.c (small random reads), kvbench-setup.c (set-up
@@ -12,111 +12,12 @@
 #define KVBENCH_H
 
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <sys/types.h>
-#include <time.h>
 
+#include "benchlib.h"
 #include "phoenix.h"
 
-#define KiB ((uint64_t)1 << 10)
-#define MiB ((uint64_t)1 << 20)
-#define GiB ((uint64_t)1 << 30)
-#define KB_MAX_RUNS 9
 #define KB_MAX_QD 256
-
-/* ---- the CUDA driver (dlopen) ----------------------------------------- */
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext;
-typedef void *CUstream;
-typedef unsigned long long CUdeviceptr;
-
-struct kb_cuda {
-	CUresult (*cuInit)(unsigned int);
-	CUresult (*cuDriverGetVersion)(int *);
-	CUresult (*cuGetErrorName)(CUresult, const char **);
-	CUresult (*cuDeviceGet)(CUdevice *, int);
-	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-	CUresult (*cuCtxSetCurrent)(CUcontext);
-	CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
-	CUresult (*cuMemFree_v2)(CUdeviceptr);
-	CUresult (*cuMemAllocHost_v2)(void **, size_t);
-	CUresult (*cuMemFreeHost)(void *);
-	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
-	CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
-	CUresult (*cuMemsetD8_v2)(CUdeviceptr, unsigned char, size_t);
-	CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-	CUresult (*cuStreamDestroy_v2)(CUstream);
-	CUresult (*cuStreamSynchronize)(CUstream);
-};
-
-/* ---- cuFile (dlopen; declarations after the cuFile API reference) ----- */
-
-typedef struct {
-	int err; /* CUfileOpError: 0 success */
-	int cu_err;
-} CUfileError_t;
-
-typedef struct {
-	int type; /* 1: CU_FILE_HANDLE_TYPE_OPAQUE_FD */
-	union {
-		int fd;
-		void *handle;
-	} handle;
-	const void *fs_ops;
-} CUfileDescr_t;
-
-typedef struct {
-	int mode; /* CUFILE_BATCH = 1 */
-	union {
-		struct {
-			void *devPtr_base;
-			off_t file_offset;
-			off_t devPtr_offset;
-			size_t size;
-		} batch;
-	} u;
-	void *fh;
-	int opcode; /* CUFILE_READ 0, CUFILE_WRITE 1 */
-	void *cookie;
-} CUfileIOParams_t;
-
-typedef struct {
-	void *cookie;
-	int status; /* CUfileStatus_t: bit flags, 16 complete, 64 failed */
-	size_t ret;
-} CUfileIOEvents_t;
-
-#define KB_CUFILE_COMPLETE 16
-#define KB_CUFILE_FAILED 64
-
-struct kb_cufile {
-	CUfileError_t (*cuFileDriverOpen)(void);
-	CUfileError_t (*cuFileDriverClose)(void);
-	CUfileError_t (*cuFileHandleRegister)(void **, CUfileDescr_t *);
-	void (*cuFileHandleDeregister)(void *);
-	CUfileError_t (*cuFileBufRegister)(const void *, size_t, int);
-	CUfileError_t (*cuFileBufDeregister)(const void *);
-	ssize_t (*cuFileRead)(void *, void *, size_t, off_t, off_t);
-	ssize_t (*cuFileWrite)(void *, const void *, size_t, off_t, off_t);
-	CUfileError_t (*cuFileReadAsync)(void *, void *, size_t *, off_t *,
-					 off_t *, ssize_t *, CUstream);
-	CUfileError_t (*cuFileWriteAsync)(void *, void *, size_t *, off_t *,
-					  off_t *, ssize_t *, CUstream);
-	CUfileError_t (*cuFileStreamRegister)(CUstream, unsigned int);
-	CUfileError_t (*cuFileStreamDeregister)(CUstream);
-	CUfileError_t (*cuFileBatchIOSetUp)(void **, unsigned int);
-	CUfileError_t (*cuFileBatchIOSubmit)(void *, unsigned int,
-					     CUfileIOParams_t *, unsigned int);
-	CUfileError_t (*cuFileBatchIOGetStatus)(void *, unsigned int,
-						unsigned int *,
-						CUfileIOEvents_t *,
-						struct timespec *);
-	void (*cuFileBatchIODestroy)(void *);
-};
 
 /* ---- libphxfile (dlopen: the library LMCache loads) ------------------- */
 
@@ -135,8 +36,6 @@ struct kb_phxfile {
 			  int64_t *, void *);
 };
 
-extern struct kb_cuda kbcu;
-extern struct kb_cufile kbcf;
 extern struct kb_phxfile kbpf;
 
 /* ---- the run ------------------------------------------------------------ */
@@ -165,12 +64,6 @@ struct kb_dmem {
 	struct phx_buf *buf; /* sim only */
 };
 
-void kb_die(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2), noreturn));
-void kb_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-double kb_now(void);
-const char *kb_cu_err(CUresult r);
-
 void kb_load_cuda(struct kb *b);
 void kb_thread_ctx(void);
 void kb_load_cufile(struct kb *b);
@@ -186,9 +79,7 @@ void kb_dmem_from_host(struct kb *b, struct kb_dmem *m, uint64_t off,
 void *kb_stream_new(struct kb *b);
 void kb_stream_free(struct kb *b, void *native);
 
-uint64_t kb_gen_word(uint64_t i);
 void kb_fill(void *p, uint64_t file_off, uint64_t len);
-int64_t kb_check(const void *p, uint64_t file_off, uint64_t len);
 void kb_check_dmem(struct kb *b, const char *what, const struct kb_dmem *m,
 		   uint64_t off, uint64_t file_off, uint64_t len);
 void kb_make_file(struct kb *b);
@@ -217,8 +108,8 @@ struct kb_result {
 	char group[48]; /* "kv read 4M, 1 stream, hot" */
 	char peer[40]; /* "phxFile async" */
 	const char *unit; /* "GB/s", "IOPS", "us" */
-	double v[KB_MAX_RUNS];
-	double p50[KB_MAX_RUNS], p99[KB_MAX_RUNS]; /* latencies, us */
+	double v[BL_MAX_RUNS];
+	double p50[BL_MAX_RUNS], p99[BL_MAX_RUNS]; /* latencies, us */
 	int n;
 	bool limit; /* the group's limit */
 	bool ours; /* the group's reference for "x us" */
@@ -227,8 +118,6 @@ struct kb_result {
 
 struct kb_result *kb_result(const char *group, const char *peer,
 			    const char *unit, bool limit, bool ours);
-double kb_median(const double *v, int n);
-double kb_percentile(double *v, int n, double p);
 void kb_print_table(const char *title, bool latency);
 void kb_results_reset(void);
 

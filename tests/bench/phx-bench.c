@@ -14,14 +14,12 @@
  * The CUDA driver and cuFile are loaded with dlopen(), so the program
  * builds without them and says so, clearly, where there is no GPU.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <liburing.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -33,96 +31,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchlib.h"
 #include "phoenix.h"
 
-#define MiB ((uint64_t)1 << 20)
-#define GiB ((uint64_t)1 << 30)
-#define MAX_RUNS 9
 #define PIECE (64 * MiB) /* host buffer of the naive peers */
 #define PINNED (256 * MiB) /* pinned buffer: copies and checks */
 #define URING_BS (4 * MiB) /* raw disk block */
 #define URING_QD 32 /* raw disk queue depth */
 #define CUFILE_IO (1 * GiB) /* bytes per cuFileRead/cuFileWrite */
-#define SEED 0x9e3779b97f4a7c15ULL
-
-/* ---- the CUDA driver, loaded at run time ----------------------------- */
-
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext;
-typedef void *CUstream;
-typedef unsigned long long CUdeviceptr;
-
-static struct {
-	CUresult (*cuInit)(unsigned int);
-	CUresult (*cuDriverGetVersion)(int *);
-	CUresult (*cuGetErrorName)(CUresult, const char **);
-	CUresult (*cuDeviceGet)(CUdevice *, int);
-	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-	CUresult (*cuCtxSetCurrent)(CUcontext);
-	CUresult (*cuCtxSynchronize)(void);
-	CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
-	CUresult (*cuMemAllocHost_v2)(void **, size_t);
-	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
-	CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
-	CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr, const void *, size_t,
-					 CUstream);
-	CUresult (*cuMemsetD8_v2)(CUdeviceptr, unsigned char, size_t);
-	CUresult (*cuStreamCreate)(CUstream *, unsigned int);
-	CUresult (*cuStreamSynchronize)(CUstream);
-} cu;
-
-static const char *const cu_names[] = {
-	"cuInit",
-	"cuDriverGetVersion",
-	"cuGetErrorName",
-	"cuDeviceGet",
-	"cuDeviceGetName",
-	"cuDevicePrimaryCtxRetain",
-	"cuCtxSetCurrent",
-	"cuCtxSynchronize",
-	"cuMemAlloc_v2",
-	"cuMemAllocHost_v2",
-	"cuMemcpyHtoD_v2",
-	"cuMemcpyDtoH_v2",
-	"cuMemcpyHtoDAsync_v2",
-	"cuMemsetD8_v2",
-	"cuStreamCreate",
-	"cuStreamSynchronize",
-};
-
-/* ---- cuFile, loaded at run time --------------------------------------- */
-
-typedef struct {
-	int err; /* CUfileOpError, 0 on success */
-	int cu_err; /* CUresult */
-} CUfileError_t;
-
-typedef struct {
-	int type; /* CU_FILE_HANDLE_TYPE_OPAQUE_FD */
-	union {
-		int fd;
-		void *handle;
-	} handle;
-	const void *fs_ops;
-} CUfileDescr_t;
-
-#define CU_FILE_HANDLE_TYPE_OPAQUE_FD 1
-
-static struct {
-	CUfileError_t (*cuFileDriverOpen)(void);
-	CUfileError_t (*cuFileHandleRegister)(void **, CUfileDescr_t *);
-	void (*cuFileHandleDeregister)(void *);
-	CUfileError_t (*cuFileBufRegister)(const void *, size_t, int);
-	ssize_t (*cuFileRead)(void *, void *, size_t, off_t, off_t);
-	ssize_t (*cuFileWrite)(void *, const void *, size_t, off_t, off_t);
-} cf;
-
-static const char *const cf_names[] = {
-	"cuFileDriverOpen",  "cuFileHandleRegister", "cuFileHandleDeregister",
-	"cuFileBufRegister", "cuFileRead",	     "cuFileWrite",
-};
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -157,7 +73,7 @@ struct bench {
 struct result {
 	const char *casename;
 	const char *peer;
-	double v[MAX_RUNS];
+	double v[BL_MAX_RUNS];
 	int n;
 	bool limit; /* the case's limit (or one candidate) */
 	bool ours;
@@ -168,61 +84,12 @@ struct result {
 static struct result results[64];
 static int nresults;
 
-static void die(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("phx-bench: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static const char *cu_name(CUresult r)
-{
-	const char *s = NULL;
-
-	if (cu.cuGetErrorName && cu.cuGetErrorName(r, &s) == 0 && s)
-		return s;
-	return "unknown CUDA error";
-}
-
-#define CU_CHECK(call)                                            \
-	do {                                                      \
-		CUresult r_ = (call);                             \
-		if (r_)                                           \
-			die("%s failed: %s", #call, cu_name(r_)); \
-	} while (0)
-
 static int parse_size(const char *s, uint64_t *out)
 {
 	return phx_parse_size(s, out) == 0 && *out ? 0 : -1;
 }
 
 /* ---- the random file -------------------------------------------------- */
-
-/* The 8 bytes at file offset 8 * @i: any range can be made and checked. */
-static inline uint64_t gen_word(uint64_t i)
-{
-	uint64_t z = i * SEED + SEED;
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
 
 struct par {
 	void *p;
@@ -243,8 +110,8 @@ static void *par_main(void *arg)
 
 	for (uint64_t i = lo; i < hi; i++) {
 		if (job->fill) {
-			w[i] = gen_word(base + i);
-		} else if (w[i] != gen_word(base + i)) {
+			w[i] = bl_gen_word(base + i);
+		} else if (w[i] != bl_gen_word(base + i)) {
 			uint_fast64_t zero = 0;
 
 			atomic_compare_exchange_strong(&job->bad, &zero,
@@ -277,7 +144,7 @@ static int64_t par_gen(struct bench *b, void *p, uint64_t file_off,
 		args[i][0] = jp;
 		args[i][1] = (void *)(intptr_t)i;
 		if (pthread_create(&th[i], NULL, par_main, args[i]))
-			die("cannot start a thread");
+			bl_die("cannot start a thread");
 	}
 	for (i = 0; i < job.n; i++)
 		pthread_join(th[i], NULL);
@@ -289,15 +156,25 @@ static void fill_expected(struct bench *b, void *p, uint64_t off, uint64_t len)
 	par_gen(b, p, off, len, true);
 }
 
+static void fill_file(void *arg, void *p, uint64_t off, uint64_t len)
+{
+	fill_expected(arg, p, off, len);
+}
+
+static void make_data_file(struct bench *b)
+{
+	bl_make_file(b->data, b->size, b->pinned, PINNED, fill_file, b);
+}
+
 static void check_host(struct bench *b, const char *what, const void *p,
 		       uint64_t off, uint64_t len)
 {
 	int64_t bad = par_gen(b, (void *)p, off, len, false);
 
 	if (bad >= 0)
-		die("%s: wrong bytes at file offset %" PRId64
-		    "; the result does not count",
-		    what, bad);
+		bl_die("%s: wrong bytes at file offset %" PRId64
+		       "; the result does not count",
+		       what, bad);
 }
 
 /* Copy @len device bytes at @d back and check them as file bytes at 0. */
@@ -307,7 +184,7 @@ static void check_device(struct bench *b, const char *what, CUdeviceptr d,
 	for (uint64_t off = 0; off < len; off += PINNED) {
 		uint64_t n = len - off < PINNED ? len - off : PINNED;
 
-		CU_CHECK(cu.cuMemcpyDtoH_v2(b->pinned, d + off, n));
+		CU_CHECK(blcu.cuMemcpyDtoH_v2(b->pinned, d + off, n));
 		check_host(b, what, b->pinned, off, n);
 	}
 }
@@ -319,7 +196,7 @@ static void check_file(struct bench *b, const char *what, const char *path)
 	int fd = open(path, O_RDONLY);
 
 	if (fd < 0 || fstat(fd, &st) || (uint64_t)st.st_size != b->size)
-		die("%s: %s is missing or has the wrong size", what, path);
+		bl_die("%s: %s is missing or has the wrong size", what, path);
 	for (uint64_t off = 0; off < b->size; off += PINNED) {
 		uint64_t n = b->size - off < PINNED ? b->size - off : PINNED;
 
@@ -327,62 +204,14 @@ static void check_file(struct bench *b, const char *what, const char *path)
 			ssize_t r = pread(fd, (char *)b->pinned + got, n - got,
 					  off + got);
 			if (r <= 0)
-				die("%s: reading %s back failed: %s", what,
-				    path, r ? strerror(errno) : "short file");
+				bl_die("%s: reading %s back failed: %s", what,
+				       path,
+				       r ? strerror(errno) : "short file");
 			got += r;
 		}
 		check_host(b, what, b->pinned, off, n);
 	}
 	close(fd);
-}
-
-static bool data_file_ok(struct bench *b)
-{
-	struct stat st;
-	uint64_t probe[8];
-	int fd = open(b->data, O_RDONLY);
-	bool ok;
-
-	if (fd < 0)
-		return false;
-	ok = !fstat(fd, &st) && (uint64_t)st.st_size == b->size;
-	/* Spot checks; every benchmark run checks all of it anyway. */
-	for (int i = 0; ok && i < 16; i++) {
-		uint64_t off = (b->size - sizeof(probe)) / 15 * i & ~7ULL;
-
-		ok = pread(fd, probe, sizeof(probe), off) == sizeof(probe);
-		for (int j = 0; ok && j < 8; j++)
-			ok = probe[j] == gen_word(off / 8 + j);
-	}
-	close(fd);
-	return ok;
-}
-
-static void make_data_file(struct bench *b)
-{
-	double t0 = now();
-	int fd;
-
-	if (data_file_ok(b))
-		return;
-	printf("creating %s (%" PRIu64 " MiB of random bytes)...\n", b->data,
-	       b->size / MiB);
-	fflush(stdout);
-	fd = open(b->data, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		die("cannot create %s: %s; pass a writable directory", b->data,
-		    strerror(errno));
-	for (uint64_t off = 0; off < b->size; off += PINNED) {
-		uint64_t n = b->size - off < PINNED ? b->size - off : PINNED;
-
-		fill_expected(b, b->pinned, off, n);
-		if (pwrite(fd, b->pinned, n, off) != (ssize_t)n)
-			die("writing %s failed: %s (disk full?)", b->data,
-			    strerror(errno));
-	}
-	if (fsync(fd) || close(fd))
-		die("writing %s failed: %s", b->data, strerror(errno));
-	printf("created in %.1f s\n", now() - t0);
 }
 
 /* ---- cache control ---------------------------------------------------- */
@@ -414,10 +243,11 @@ static void warm_cache(struct bench *b)
 	int fd = open(b->data, O_RDONLY);
 
 	if (fd < 0)
-		die("cannot open %s: %s", b->data, strerror(errno));
+		bl_die("cannot open %s: %s", b->data, strerror(errno));
 	for (uint64_t off = 0; off < b->size; off += PIECE)
 		if (pread(fd, b->piece, PIECE, off) < 0)
-			die("reading %s failed: %s", b->data, strerror(errno));
+			bl_die("reading %s failed: %s", b->data,
+			       strerror(errno));
 	close(fd);
 }
 
@@ -429,9 +259,9 @@ static void check_block(const void *p, uint64_t off, const char *what)
 	const uint64_t *w = p;
 
 	for (int i = 0; i < 8; i++)
-		if (w[i] != gen_word(off / 8 + i))
-			die("%s: wrong bytes at file offset %" PRIu64, what,
-			    off);
+		if (w[i] != bl_gen_word(off / 8 + i))
+			bl_die("%s: wrong bytes at file offset %" PRIu64, what,
+			       off);
 }
 
 /* io_uring O_DIRECT at queue depth URING_QD; @src NULL reads. */
@@ -449,10 +279,10 @@ static void raw_uring(struct bench *b, const char *path, const void *src)
 	fd = src ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644) :
 		   open(path, O_RDONLY | O_DIRECT);
 	if (fd < 0)
-		die("%s: open %s: %s", what, path, strerror(errno));
+		bl_die("%s: open %s: %s", what, path, strerror(errno));
 	ret = io_uring_queue_init(URING_QD, &ring, 0);
 	if (ret)
-		die("%s: io_uring_queue_init: %s", what, strerror(-ret));
+		bl_die("%s: io_uring_queue_init: %s", what, strerror(-ret));
 	while (done < b->size) {
 		while (inflight < URING_QD && next < b->size) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
@@ -485,10 +315,10 @@ static void raw_uring(struct bench *b, const char *path, const void *src)
 						URING_BS;
 
 			if (cqe->res != (int)want)
-				die("%s of %s at %" PRIu64 ": %s", what, path,
-				    off,
-				    cqe->res < 0 ? strerror(-cqe->res) :
-						   "short transfer");
+				bl_die("%s of %s at %" PRIu64 ": %s", what,
+				       path, off,
+				       cqe->res < 0 ? strerror(-cqe->res) :
+						      "short transfer");
 			if (!src)
 				check_block((char *)b->direct + slot * URING_BS,
 					    off, what);
@@ -500,7 +330,7 @@ static void raw_uring(struct bench *b, const char *path, const void *src)
 	}
 	io_uring_queue_exit(&ring);
 	if (src && fsync(fd))
-		die("%s: fsync: %s", what, strerror(errno));
+		bl_die("%s: fsync: %s", what, strerror(errno));
 	close(fd);
 }
 
@@ -516,14 +346,14 @@ static void peer_raw_buffered(struct bench *b, uint64_t dst)
 
 	(void)dst;
 	if (fd < 0)
-		die("buffered read: open %s: %s", b->data, strerror(errno));
+		bl_die("buffered read: open %s: %s", b->data, strerror(errno));
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	for (uint64_t off = 0; off < b->size;) {
 		ssize_t r = read(fd, b->piece, PIECE);
 
 		if (r <= 0)
-			die("buffered read of %s: %s", b->data,
-			    r ? strerror(errno) : "short file");
+			bl_die("buffered read of %s: %s", b->data,
+			       r ? strerror(errno) : "short file");
 		check_block(b->piece, off, "buffered read");
 		off += r;
 	}
@@ -539,8 +369,8 @@ static void pread_full(int fd, void *p, uint64_t n, uint64_t off,
 		ssize_t r = pread(fd, (char *)p + got, n - got, off + got);
 
 		if (r <= 0)
-			die("%s: pread: %s", what,
-			    r ? strerror(errno) : "short file");
+			bl_die("%s: pread: %s", what,
+			       r ? strerror(errno) : "short file");
 		got += r;
 	}
 }
@@ -551,12 +381,12 @@ static void pread_copy(struct bench *b, uint64_t dst, void *host,
 	int fd = open(b->data, O_RDONLY);
 
 	if (fd < 0)
-		die("%s: open %s: %s", what, b->data, strerror(errno));
+		bl_die("%s: open %s: %s", what, b->data, strerror(errno));
 	for (uint64_t off = 0; off < b->size; off += PIECE) {
 		uint64_t n = b->size - off < PIECE ? b->size - off : PIECE;
 
 		pread_full(fd, host, n, off, what);
-		CU_CHECK(cu.cuMemcpyHtoD_v2(dst + off, host, n));
+		CU_CHECK(blcu.cuMemcpyHtoD_v2(dst + off, host, n));
 	}
 	close(fd);
 }
@@ -576,40 +406,23 @@ static void peer_pinned_copy(struct bench *b, uint64_t dst)
 	for (uint64_t off = 0; off < b->size; off += PINNED) {
 		uint64_t n = b->size - off < PINNED ? b->size - off : PINNED;
 
-		CU_CHECK(cu.cuMemcpyHtoDAsync_v2(dst + off, b->pinned, n,
-						 b->stream));
+		CU_CHECK(blcu.cuMemcpyHtoDAsync_v2(dst + off, b->pinned, n,
+						   b->stream));
 	}
-	CU_CHECK(cu.cuStreamSynchronize(b->stream));
+	CU_CHECK(blcu.cuStreamSynchronize(b->stream));
 }
 
 static const char *cufile_load(struct bench *b)
 {
-	static const char *const names[] = {
-		"libcufile.so.0",
-		"libcufile.so",
-		"/usr/local/cuda/lib64/libcufile.so.0",
-		"/usr/local/cuda/lib64/libcufile.so",
-		"/usr/local/cuda/targets/x86_64-linux/lib/libcufile.so.0",
-		"/usr/local/cuda/targets/x86_64-linux/lib/libcufile.so",
-	};
 	CUfileError_t e;
-	void *lib = NULL;
 
 	if (b->cufile_loaded)
 		return b->cufile_why;
 	b->cufile_loaded = true;
-	for (size_t i = 0; !lib && i < sizeof(names) / sizeof(names[0]); i++)
-		lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (!lib)
-		return b->cufile_why = "libcufile.so not found";
-	for (size_t i = 0; i < sizeof(cf_names) / sizeof(cf_names[0]); i++) {
-		void *sym = dlsym(lib, cf_names[i]);
-
-		if (!sym)
-			return b->cufile_why = "libcufile.so lacks a symbol";
-		memcpy((char *)&cf + i * sizeof(void *), &sym, sizeof(sym));
-	}
-	e = cf.cuFileDriverOpen();
+	b->cufile_why = bl_cufile_load();
+	if (b->cufile_why)
+		return b->cufile_why;
+	e = blcf.cuFileDriverOpen();
 	if (e.err)
 		return b->cufile_why = "cuFileDriverOpen failed";
 	return NULL;
@@ -623,14 +436,14 @@ static void *cufile_handle(const char *path, int flags, int *fdp)
 	int fd = open(path, flags | O_DIRECT, 0644);
 
 	if (fd < 0)
-		die("cuFile: open %s: %s", path, strerror(errno));
+		bl_die("cuFile: open %s: %s", path, strerror(errno));
 	memset(&d, 0, sizeof(d));
 	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
 	d.handle.fd = fd;
-	e = cf.cuFileHandleRegister(&fh, &d);
+	e = blcf.cuFileHandleRegister(&fh, &d);
 	if (e.err)
-		die("cuFileHandleRegister(%s) failed: error %d (CUDA %d); on a machine without udev data, run scripts/bench-gpu.sh as root",
-		    path, e.err, e.cu_err);
+		bl_die("cuFileHandleRegister(%s) failed: error %d (CUDA %d); on a machine without udev data, run scripts/bench-gpu.sh as root",
+		       path, e.err, e.cu_err);
 	*fdp = fd;
 	return fh;
 }
@@ -643,13 +456,14 @@ static void peer_cufile_read(struct bench *b, uint64_t dst)
 	for (uint64_t off = 0; off < b->size; off += CUFILE_IO) {
 		uint64_t n =
 			b->size - off < CUFILE_IO ? b->size - off : CUFILE_IO;
-		ssize_t r =
-			cf.cuFileRead(fh, (void *)(uintptr_t)dst, n, off, off);
+		ssize_t r = blcf.cuFileRead(fh, (void *)(uintptr_t)dst, n, off,
+					    off);
 
 		if (r != (ssize_t)n)
-			die("cuFileRead at %" PRIu64 " returned %zd", off, r);
+			bl_die("cuFileRead at %" PRIu64 " returned %zd", off,
+			       r);
 	}
-	cf.cuFileHandleDeregister(fh);
+	blcf.cuFileHandleDeregister(fh);
 	close(fd);
 }
 
@@ -663,10 +477,10 @@ static void peer_phx_read(struct bench *b, uint64_t dst_off)
 
 	io.fd = open(b->data, O_RDONLY);
 	if (io.fd < 0)
-		die("libphoenix: open %s: %s", b->data, strerror(errno));
+		bl_die("libphoenix: open %s: %s", b->data, strerror(errno));
 	if (phx_io_run(b->pdev, &io) != (int64_t)b->size)
-		die("libphoenix read failed (%" PRId64 "): %s", io.result,
-		    phx_strerror_last());
+		bl_die("libphoenix read failed (%" PRId64 "): %s", io.result,
+		       phx_strerror_last());
 	b->phx_path = phx_path_name(io.path);
 	close(io.fd);
 }
@@ -680,16 +494,16 @@ static void peer_phx_enqueue(struct bench *b, uint64_t dst_off)
 	int fd = open(b->data, O_RDONLY);
 
 	if (fd < 0)
-		die("libphoenix: open %s: %s", b->data, strerror(errno));
+		bl_die("libphoenix: open %s: %s", b->data, strerror(errno));
 	if (phx_stream_create(b->pdev, &st))
-		die("phx_stream_create: %s", phx_strerror_last());
+		bl_die("phx_stream_create: %s", phx_strerror_last());
 	if (phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(b->pbuf), &len,
 			   &foff, &boff, &done))
-		die("phx_io_enqueue: %s", phx_strerror_last());
+		bl_die("phx_io_enqueue: %s", phx_strerror_last());
 	if (phx_stream_sync(st))
-		die("phx_stream_sync: %s", phx_strerror_last());
+		bl_die("phx_stream_sync: %s", phx_strerror_last());
 	if (done != (int64_t)b->size)
-		die("stream-ordered read returned %" PRId64, done);
+		bl_die("stream-ordered read returned %" PRId64, done);
 	phx_stream_destroy(st);
 	close(fd);
 }
@@ -708,16 +522,16 @@ static void peer_raw_buffered_write(struct bench *b, uint64_t src)
 
 	(void)src;
 	if (fd < 0)
-		die("buffered write: open %s: %s", b->out, strerror(errno));
+		bl_die("buffered write: open %s: %s", b->out, strerror(errno));
 	for (uint64_t off = 0; off < b->size; off += PIECE) {
 		uint64_t n = b->size - off < PIECE ? b->size - off : PIECE;
 
 		if (pwrite(fd, (char *)b->image + off, n, off) != (ssize_t)n)
-			die("buffered write of %s: %s", b->out,
-			    strerror(errno));
+			bl_die("buffered write of %s: %s", b->out,
+			       strerror(errno));
 	}
 	if (fsync(fd))
-		die("buffered write: fsync: %s", strerror(errno));
+		bl_die("buffered write: fsync: %s", strerror(errno));
 	close(fd);
 }
 
@@ -729,15 +543,16 @@ static void peer_cufile_write(struct bench *b, uint64_t src)
 	for (uint64_t off = 0; off < b->size; off += CUFILE_IO) {
 		uint64_t n =
 			b->size - off < CUFILE_IO ? b->size - off : CUFILE_IO;
-		ssize_t r = cf.cuFileWrite(fh, (const void *)(uintptr_t)src, n,
-					   off, off);
+		ssize_t r = blcf.cuFileWrite(fh, (const void *)(uintptr_t)src,
+					     n, off, off);
 
 		if (r != (ssize_t)n)
-			die("cuFileWrite at %" PRIu64 " returned %zd", off, r);
+			bl_die("cuFileWrite at %" PRIu64 " returned %zd", off,
+			       r);
 	}
-	cf.cuFileHandleDeregister(fh);
+	blcf.cuFileHandleDeregister(fh);
 	if (fsync(fd))
-		die("cuFile write: fsync: %s", strerror(errno));
+		bl_die("cuFile write: fsync: %s", strerror(errno));
 	close(fd);
 }
 
@@ -746,17 +561,17 @@ static void peer_copy_pwrite(struct bench *b, uint64_t src)
 	int fd = open(b->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
 	if (fd < 0)
-		die("cuMemcpyDtoH + pwrite: open %s: %s", b->out,
-		    strerror(errno));
+		bl_die("cuMemcpyDtoH + pwrite: open %s: %s", b->out,
+		       strerror(errno));
 	for (uint64_t off = 0; off < b->size; off += PIECE) {
 		uint64_t n = b->size - off < PIECE ? b->size - off : PIECE;
 
-		CU_CHECK(cu.cuMemcpyDtoH_v2(b->piece, src + off, n));
+		CU_CHECK(blcu.cuMemcpyDtoH_v2(b->piece, src + off, n));
 		if (pwrite(fd, b->piece, n, off) != (ssize_t)n)
-			die("pwrite of %s: %s", b->out, strerror(errno));
+			bl_die("pwrite of %s: %s", b->out, strerror(errno));
 	}
 	if (fsync(fd))
-		die("cuMemcpyDtoH + pwrite: fsync: %s", strerror(errno));
+		bl_die("cuMemcpyDtoH + pwrite: fsync: %s", strerror(errno));
 	close(fd);
 }
 
@@ -770,12 +585,12 @@ static void peer_phx_write(struct bench *b, uint64_t src_off)
 
 	io.fd = open(b->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (io.fd < 0)
-		die("libphoenix: open %s: %s", b->out, strerror(errno));
+		bl_die("libphoenix: open %s: %s", b->out, strerror(errno));
 	if (phx_io_run(b->pdev, &io) != (int64_t)b->size)
-		die("libphoenix write failed (%" PRId64 "): %s", io.result,
-		    phx_strerror_last());
+		bl_die("libphoenix write failed (%" PRId64 "): %s", io.result,
+		       phx_strerror_last());
 	if (fsync(io.fd))
-		die("libphoenix write: fsync: %s", strerror(errno));
+		bl_die("libphoenix write: fsync: %s", strerror(errno));
 	b->phx_path = phx_path_name(io.path);
 	close(io.fd);
 }
@@ -826,8 +641,8 @@ static void clear_dest(struct bench *b, const struct peer *p)
 	uint64_t d = dest_addr(b, p->dest);
 
 	if (p->dest == TO_DBUF || p->dest == TO_PBUF) {
-		CU_CHECK(cu.cuMemsetD8_v2(d, 0, b->size));
-		CU_CHECK(cu.cuCtxSynchronize());
+		CU_CHECK(blcu.cuMemsetD8_v2(d, 0, b->size));
+		CU_CHECK(blcu.cuCtxSynchronize());
 	}
 	if (p->dest >= FROM_HOST)
 		unlink(b->out);
@@ -840,8 +655,8 @@ static void verify(struct bench *b, const struct peer *p)
 			uint64_t n =
 				b->size - off < PIECE ? b->size - off : PIECE;
 
-			CU_CHECK(
-				cu.cuMemcpyDtoH_v2(b->piece, b->dbuf + off, n));
+			CU_CHECK(blcu.cuMemcpyDtoH_v2(b->piece, b->dbuf + off,
+						      n));
 			check_host(b, p->name, b->piece, off % PINNED, n);
 		}
 		return;
@@ -888,9 +703,9 @@ static void measure(struct bench *b, const char *casename, const struct peer *p,
 		clear_dest(b, p);
 		if (cold)
 			drop_caches(b, b->data);
-		t = now();
+		t = bl_now();
 		p->run(b, where);
-		t = now() - t;
+		t = bl_now() - t;
 		verify(b, p);
 		if (i >= 0) {
 			r->v[r->n++] = b->size / t / 1e9;
@@ -903,22 +718,9 @@ static void measure(struct bench *b, const char *casename, const struct peer *p,
 	printf("\n");
 }
 
-static int cmp_double(const void *a, const void *c)
-{
-	double x = *(const double *)a, y = *(const double *)c;
-
-	return x < y ? -1 : x > y;
-}
-
 static double median(const struct result *r)
 {
-	double v[MAX_RUNS];
-
-	if (!r->n)
-		return 0;
-	memcpy(v, r->v, r->n * sizeof(double));
-	qsort(v, r->n, sizeof(double), cmp_double);
-	return r->n % 2 ? v[r->n / 2] : (v[r->n / 2 - 1] + v[r->n / 2]) / 2;
+	return r->n ? bl_median(r->v, r->n) : 0;
 }
 
 static double spread(const struct result *r)
@@ -1022,9 +824,9 @@ static int mem_child(struct bench *b, const char *peer)
 	cuda_init(b);
 	if (!strcmp(peer, "libphoenix")) {
 		if (phx_buf_alloc(b->pdev, b->mem_total, 0, &b->pbuf))
-			die("phx_buf_alloc: %s", phx_strerror_last());
+			bl_die("phx_buf_alloc: %s", phx_strerror_last());
 	} else {
-		CU_CHECK(cu.cuMemAlloc_v2(&dbig, b->mem_total));
+		CU_CHECK(blcu.cuMemAlloc_v2(&dbig, b->mem_total));
 		if (!strcmp(peer, "cuFile") && cufile_load(b)) {
 			printf("MEM n/a %s\n", b->cufile_why);
 			return 0;
@@ -1034,12 +836,12 @@ static int mem_child(struct bench *b, const char *peer)
 	/* Reset VmHWM to the current RSS: only the transfers count. */
 	fd = open("/proc/self/clear_refs", O_WRONLY);
 	if (fd < 0 || write(fd, "5", 1) != 1)
-		die("cannot reset the peak RSS (/proc/self/clear_refs)");
+		bl_die("cannot reset the peak RSS (/proc/self/clear_refs)");
 	close(fd);
 	base = status_kib("VmRSS:");
 	atomic_store(&sampling, true);
 	pthread_create(&th, NULL, sampler, b);
-	t = now();
+	t = bl_now();
 	for (dst = 0; dst + b->size <= b->mem_total; dst += b->size) {
 		if (!strcmp(peer, "libphoenix"))
 			peer_phx_read(b, dst);
@@ -1048,7 +850,7 @@ static int mem_child(struct bench *b, const char *peer)
 		else
 			peer_pread_pinned(b, dbig + dst);
 	}
-	t = now() - t;
+	t = bl_now() - t;
 	atomic_store(&sampling, false);
 	pthread_join(th, NULL);
 	hwm = status_kib("VmHWM:");
@@ -1108,38 +910,30 @@ static void cuda_init(struct bench *b)
 	const char *why = "";
 	CUcontext ctx;
 	CUdevice dev;
+	const char *err = bl_cuda_load();
 	CUresult r;
-	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 
-	if (!lib)
-		die("no GPU here: libcuda.so.1 not found (%s); run scripts/bench-gpu.sh on a machine with an NVIDIA GPU and driver",
-		    dlerror());
-	for (size_t i = 0; i < sizeof(cu_names) / sizeof(cu_names[0]); i++) {
-		void *sym = dlsym(lib, cu_names[i]);
-
-		if (!sym)
-			die("libcuda.so.1 lacks %s: the driver is too old",
-			    cu_names[i]);
-		memcpy((char *)&cu + i * sizeof(void *), &sym, sizeof(sym));
-	}
-	r = cu.cuInit(0);
+	if (err)
+		bl_die("no GPU here: libcuda.so.1 not found (%s); run scripts/bench-gpu.sh on a machine with an NVIDIA GPU and driver",
+		       err);
+	r = blcu.cuInit(0);
 	if (r)
-		die("no usable GPU: cuInit failed: %s", cu_name(r));
-	CU_CHECK(cu.cuDeviceGet(&dev, 0));
-	CU_CHECK(cu.cuDeviceGetName(b->gpu, sizeof(b->gpu), dev));
-	CU_CHECK(cu.cuDriverGetVersion(&b->driver));
+		bl_die("no usable GPU: cuInit failed: %s", bl_cu_err(r));
+	CU_CHECK(blcu.cuDeviceGet(&dev, 0));
+	CU_CHECK(blcu.cuDeviceGetName(b->gpu, sizeof(b->gpu), dev));
+	CU_CHECK(blcu.cuDriverGetVersion(&b->driver));
 	/* The primary context: the one libphoenix uses too. */
-	CU_CHECK(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
-	CU_CHECK(cu.cuCtxSetCurrent(ctx));
-	CU_CHECK(cu.cuStreamCreate(&b->stream, 1 /* non-blocking */));
-	CU_CHECK(cu.cuMemAllocHost_v2(&b->pinned, PINNED));
+	CU_CHECK(blcu.cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU_CHECK(blcu.cuCtxSetCurrent(ctx));
+	CU_CHECK(blcu.cuStreamCreate(&b->stream, 1 /* non-blocking */));
+	CU_CHECK(blcu.cuMemAllocHost_v2(&b->pinned, PINNED));
 
 	if (phx_default_kind(&why) != PHX_DEVICE_CUDA)
-		die("libphoenix would not use the GPU (%s); unset PHX_DEVICE or fix the driver",
-		    why ? why : "?");
+		bl_die("libphoenix would not use the GPU (%s); unset PHX_DEVICE or fix the driver",
+		       why ? why : "?");
 	if (phx_device_open("gpu0", &b->pdev))
-		die("phx_device_open(gpu0): %s", phx_strerror_last());
-	CU_CHECK(cu.cuCtxSetCurrent(ctx));
+		bl_die("phx_device_open(gpu0): %s", phx_strerror_last());
+	CU_CHECK(blcu.cuCtxSetCurrent(ctx));
 }
 
 static void usage(void)
@@ -1151,27 +945,21 @@ static void usage(void)
 		"  -m BYTES  bytes moved while host memory is measured (default 16G)\n"
 		"  -C        skip the cold-cache case\n"
 		"  DIR       a directory on the disk to measure (not tmpfs)\n",
-		MAX_RUNS);
+		BL_MAX_RUNS);
 	exit(2);
 }
 
 static void print_versions(struct bench *b)
 {
-	static const char *const waits[] = { "auto", "host", "device",
-					     "kernel" };
-	struct phx_settings set;
 	struct utsname u;
-	time_t t = time(NULL);
 	char date[64];
 
 	uname(&u);
-	strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", localtime(&t));
+	bl_date(date, sizeof(date));
 	printf("phx-bench: %s, libphoenix %s, %s, CUDA driver %d.%d, kernel %s, %d threads\n",
 	       date, phx_version(), b->gpu, b->driver / 1000,
 	       b->driver % 1000 / 10, u.release, b->nthreads);
-	phx_settings_get(&set);
-	printf("stream-ordered reads: PHX_STREAM_WAIT=%s\n",
-	       waits[set.stream_wait + 1]);
+	printf("stream-ordered reads: PHX_STREAM_WAIT=%s\n", bl_stream_wait());
 	printf("file %s: %" PRIu64 " MiB; %d timed runs per peer; cold = %s\n",
 	       b->data, b->size / MiB, b->runs,
 	       !b->cold	  ? "skipped" :
@@ -1197,18 +985,16 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "s:r:m:C", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (parse_size(optarg, &b->size) || b->size % MiB)
-				die("bad size %s: use a multiple of 1M",
-				    optarg);
+			b->size = bl_opt_size(optarg, MiB);
 			break;
 		case 'r':
-			b->runs = atoi(optarg);
-			if (b->runs < 1 || b->runs > MAX_RUNS)
+			b->runs = bl_opt_runs(optarg);
+			if (b->runs < 0)
 				usage();
 			break;
 		case 'm':
 			if (parse_size(optarg, &b->mem_total))
-				die("bad size %s", optarg);
+				bl_die("bad size %s", optarg);
 			break;
 		case 'C':
 			b->cold = false;
@@ -1232,7 +1018,7 @@ int main(int argc, char **argv)
 	b->piece = aligned_alloc(4096, PIECE);
 	b->direct = aligned_alloc(4096, URING_QD * URING_BS);
 	if (!b->piece || !b->direct)
-		die("out of host memory");
+		bl_die("out of host memory");
 
 	if (mem_child_peer)
 		return mem_child(b, mem_child_peer);
@@ -1241,10 +1027,10 @@ int main(int argc, char **argv)
 	cuda_init(b);
 	print_versions(b);
 	make_data_file(b);
-	CU_CHECK(cu.cuMemAlloc_v2(&b->dbuf, b->size));
+	CU_CHECK(blcu.cuMemAlloc_v2(&b->dbuf, b->size));
 	if (phx_buf_alloc(b->pdev, b->size, 0, &b->pbuf))
-		die("phx_buf_alloc(%" PRIu64 " MiB): %s", b->size / MiB,
-		    phx_strerror_last());
+		bl_die("phx_buf_alloc(%" PRIu64 " MiB): %s", b->size / MiB,
+		       phx_strerror_last());
 	/* The pinned copy peer sends the file's first bytes everywhere. */
 	fill_expected(b, b->pinned, 0, PINNED);
 
@@ -1333,8 +1119,8 @@ int main(int argc, char **argv)
 
 	b->image = aligned_alloc(4096, b->size);
 	if (!b->image)
-		die("out of host memory for the %" PRIu64 " MiB write image",
-		    b->size / MiB);
+		bl_die("out of host memory for the %" PRIu64 " MiB write image",
+		       b->size / MiB);
 	fill_expected(b, b->image, 0, b->size);
 	/* The read cases left the file's bytes in both GPU buffers. */
 	check_device(b, "GPU buffer before writes", b->dbuf, b->size);

@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * benchlib.c - what phx-bench and phx-kvbench share: errors and timing,
+ * the CUDA driver and cuFile loaded at run time, the generated data file,
+ * and the statistics of the timed runs.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "benchlib.h"
+#include "phoenix.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+struct bl_cuda blcu;
+struct bl_cufile blcf;
+
+void bl_die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "%s: ", program_invocation_short_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+void bl_note(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+double bl_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+uint64_t bl_opt_size(const char *s, uint64_t min)
+{
+	uint64_t v;
+
+	if (phx_parse_size(s, &v) || v < min || v % MiB)
+		bl_die("bad size %s: use a multiple of 1M, at least %" PRIu64
+		       "M",
+		       s, min / MiB);
+	return v;
+}
+
+int bl_opt_runs(const char *s)
+{
+	int n = atoi(s);
+
+	return n < 1 || n > BL_MAX_RUNS ? -1 : n;
+}
+
+const char *bl_load_syms(void *lib, void *table, const char *const *names,
+			 size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		void *sym = dlsym(lib, names[i]);
+
+		if (!sym)
+			return names[i];
+		memcpy((char *)table + i * sizeof(void *), &sym, sizeof(sym));
+	}
+	return NULL;
+}
+
+/* ---- the CUDA driver ---------------------------------------------------- */
+
+const char *bl_cuda_load(void)
+{
+	static const char *const names[] = {
+		"cuInit",
+		"cuDriverGetVersion",
+		"cuGetErrorName",
+		"cuDeviceGet",
+		"cuDeviceGetName",
+		"cuDevicePrimaryCtxRetain",
+		"cuCtxSetCurrent",
+		"cuCtxSynchronize",
+		"cuMemAlloc_v2",
+		"cuMemFree_v2",
+		"cuMemAllocHost_v2",
+		"cuMemFreeHost",
+		"cuMemcpyHtoD_v2",
+		"cuMemcpyDtoH_v2",
+		"cuMemcpyHtoDAsync_v2",
+		"cuMemsetD8_v2",
+		"cuStreamCreate",
+		"cuStreamDestroy_v2",
+		"cuStreamSynchronize",
+	};
+	const char *missing;
+	void *lib;
+
+	_Static_assert(ARRAY_LEN(names) == sizeof(blcu) / sizeof(void *),
+		       "one name per CUDA entry point");
+	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		return dlerror();
+	missing = bl_load_syms(lib, &blcu, names, ARRAY_LEN(names));
+	if (missing)
+		bl_die("libcuda.so.1 lacks %s: the driver is too old", missing);
+	return NULL;
+}
+
+const char *bl_cu_err(CUresult r)
+{
+	const char *s = NULL;
+
+	if (blcu.cuGetErrorName && !blcu.cuGetErrorName(r, &s) && s)
+		return s;
+	return "unknown CUDA error";
+}
+
+/* ---- cuFile ------------------------------------------------------------- */
+
+const char *bl_cufile_load(void)
+{
+	static const char *const libs[] = {
+		"libcufile.so.0",
+		"libcufile.so",
+		"/usr/local/cuda/lib64/libcufile.so.0",
+		"/usr/local/cuda/lib64/libcufile.so",
+		"/usr/local/cuda/targets/x86_64-linux/lib/libcufile.so.0",
+		"/usr/local/cuda/targets/x86_64-linux/lib/libcufile.so",
+	};
+	static const char *const names[] = {
+		"cuFileDriverOpen",
+		"cuFileDriverClose_v2",
+		"cuFileHandleRegister",
+		"cuFileHandleDeregister",
+		"cuFileBufRegister",
+		"cuFileBufDeregister",
+		"cuFileRead",
+		"cuFileWrite",
+		"cuFileReadAsync",
+		"cuFileWriteAsync",
+		"cuFileStreamRegister",
+		"cuFileStreamDeregister",
+		"cuFileBatchIOSetUp",
+		"cuFileBatchIOSubmit",
+		"cuFileBatchIOGetStatus",
+		"cuFileBatchIODestroy",
+	};
+	static char why[160];
+	const char *missing;
+	void *lib = NULL;
+
+	_Static_assert(ARRAY_LEN(names) == sizeof(blcf) / sizeof(void *),
+		       "one name per cuFile entry point");
+	for (size_t i = 0; !lib && i < ARRAY_LEN(libs); i++)
+		lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		return "libcufile.so not found";
+	missing = bl_load_syms(lib, &blcf, names, ARRAY_LEN(names));
+	if (missing) {
+		snprintf(why, sizeof(why), "libcufile.so lacks %s", missing);
+		return why;
+	}
+	return NULL;
+}
+
+/* ---- the data file ------------------------------------------------------ */
+
+int64_t bl_check(const void *p, uint64_t file_off, uint64_t len)
+{
+	const uint64_t *w = p;
+
+	for (uint64_t i = 0; i < len / 8; i++)
+		if (w[i] != bl_gen_word(file_off / 8 + i))
+			return (int64_t)(file_off + i * 8);
+	return -1;
+}
+
+/* Spot checks; every benchmark run checks what it moved anyway. */
+static bool file_ok(const char *path, uint64_t size)
+{
+	uint64_t probe[512];
+	struct stat st;
+	int fd = open(path, O_RDONLY);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = !fstat(fd, &st) && (uint64_t)st.st_size == size;
+	for (int i = 0; ok && i < 16; i++) {
+		uint64_t off = (size - sizeof(probe)) / 15 * i & ~4095ULL;
+
+		ok = pread(fd, probe, sizeof(probe), off) == sizeof(probe) &&
+		     bl_check(probe, off, sizeof(probe)) < 0;
+	}
+	close(fd);
+	return ok;
+}
+
+void bl_make_file(const char *path, uint64_t size, void *buf, uint64_t buf_size,
+		  bl_fill_fn *fill, void *arg)
+{
+	double t0 = bl_now();
+	int fd;
+
+	if (file_ok(path, size))
+		return;
+	bl_note("creating %s (%" PRIu64 " MiB of generated bytes)...", path,
+		size / MiB);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		bl_die("cannot create %s: %s; pass a writable directory", path,
+		       strerror(errno));
+	for (uint64_t off = 0; off < size; off += buf_size) {
+		uint64_t n = size - off < buf_size ? size - off : buf_size;
+
+		fill(arg, buf, off, n);
+		if (pwrite(fd, buf, n, off) != (ssize_t)n)
+			bl_die("writing %s failed: %s (disk full?)", path,
+			       strerror(errno));
+	}
+	if (fsync(fd) || close(fd))
+		bl_die("writing %s failed: %s", path, strerror(errno));
+	bl_note("created in %.1f s", bl_now() - t0);
+}
+
+/* ---- the timed runs ----------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *c)
+{
+	double x = *(const double *)a, y = *(const double *)c;
+
+	return x < y ? -1 : x > y;
+}
+
+double bl_median(const double *v, int n)
+{
+	double s[BL_MAX_RUNS];
+
+	if (!n)
+		return NAN;
+	memcpy(s, v, n * sizeof(*v));
+	qsort(s, n, sizeof(*s), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+double bl_percentile(double *v, int n, double p)
+{
+	int i;
+
+	if (!n)
+		return NAN;
+	qsort(v, n, sizeof(*v), cmp_double);
+	i = (int)ceil(p * n) - 1;
+	return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+void bl_date(char *buf, size_t size)
+{
+	time_t t = time(NULL);
+
+	strftime(buf, size, "%Y-%m-%d %H:%M %Z", localtime(&t));
+}
+
+const char *bl_stream_wait(void)
+{
+	static const char *const waits[] = { "auto", "host", "device",
+					     "kernel" };
+	struct phx_settings set;
+
+	phx_settings_get(&set);
+	return waits[set.stream_wait + 1];
+}
