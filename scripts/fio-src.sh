@@ -14,6 +14,7 @@
 # config-host.h the headers include).  Result: BUILD_DIR/fio/src/tree.
 # Cached: a second run does nothing.
 set -eu
+. "$(dirname "$0")/debsrc.sh"
 
 BUILD=${1:-build}
 DIR=$BUILD/fio
@@ -28,30 +29,15 @@ if [ -z "$ver" ]; then
 	echo "fio-src: fio is not installed; run scripts/deps.sh (as root)" >&2
 	exit 1
 fi
-mkdir -p "$APT/lists/partial" "$SRC"
-apt=$(cd "$APT" && pwd)
 upstream=${ver%-*}
 upstream=${upstream#*:}
 if ! ls "$SRC/fio_$upstream.orig.tar."* >/dev/null 2>&1; then
-	echo "deb-src http://deb.debian.org/debian bookworm main" \
-		>"$APT/sources.list"
-	aptopts="-o Dir::Etc::SourceList=$apt/sources.list \
--o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$apt/lists \
--o APT::Sandbox::User=root"
-	# shellcheck disable=SC2086
-	apt-get -q $aptopts update
-	# shellcheck disable=SC2086
-	(cd "$SRC" && apt-get -q $aptopts source --download-only "fio=$ver") || {
+	debsrc_fetch bookworm "fio=$ver" "$APT" "$SRC" || {
 		echo "fio-src: cannot download the source of fio $ver from bookworm" >&2
 		exit 1
 	}
 fi
-
-# The upstream tarball only: Debian's patches concern its packaging.
-rm -rf "$TREE"
-mkdir -p "$TREE"
-tar -xf "$(ls "$SRC/fio_$upstream".orig.tar.* | grep -v '\.asc$' | head -n 1)" \
-	-C "$TREE" --strip-components=1
+debsrc_unpack "$SRC/fio_$upstream" "$TREE"
 # Debian configures with --disable-native; the structures an engine sees
 # do not depend on the optional libraries configure finds.
 (cd "$TREE" && ./configure --disable-native >configure.out 2>&1) || {

@@ -11,6 +11,7 @@
 # ninja.  Result: BUILD_DIR/libfuse/prefix/{include,lib}.  Cached: a second
 # run does nothing.
 set -eu
+. "$(dirname "$0")/debsrc.sh"
 
 BUILD=${1:-build}
 DIR=$BUILD/libfuse
@@ -35,25 +36,13 @@ if [ -n "$missing" ]; then
 	apt-get install -y -q --no-install-recommends $missing
 fi
 
-mkdir -p "$APT/lists/partial" "$SRC"
-apt=$(cd "$APT" && pwd)
 if ! ls "$SRC"/fuse3_3.1[7-9]*.dsc >/dev/null 2>&1; then
-	echo "deb-src http://deb.debian.org/debian trixie main" \
-		>"$APT/sources.list"
-	aptopts="-o Dir::Etc::SourceList=$apt/sources.list \
--o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$apt/lists \
--o APT::Sandbox::User=root"
-	# shellcheck disable=SC2086
-	apt-get -q $aptopts update
-	# shellcheck disable=SC2086
-	(cd "$SRC" && apt-get -q $aptopts source --download-only fuse3)
+	debsrc_fetch trixie fuse3 "$APT" "$SRC" || {
+		echo "libfuse: cannot download the source of fuse3 from trixie" >&2
+		exit 1
+	}
 fi
-
-# Unpack the upstream tarball only: Debian's patches concern packaging.
-rm -rf "$SRC/tree"
-mkdir -p "$SRC/tree"
-tar -xf "$(ls "$SRC"/fuse3_*.orig.tar.* | grep -v '\.asc$' | head -n 1)" \
-	-C "$SRC/tree" --strip-components=1
+debsrc_unpack "$SRC/fuse3_" "$SRC/tree"
 
 prefix=$(mkdir -p "$PREFIX" && cd "$PREFIX" && pwd)
 (cd "$SRC/tree" &&
