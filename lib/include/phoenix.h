@@ -612,34 +612,63 @@ int phx_stream_sync(struct phx_stream *stream);
  */
 void phx_stream_destroy(struct phx_stream *stream);
 
+/*
+ * What a stream's owner promises about the parameters of its transfers
+ * (phx_stream_set_flags(); the values of cuFileStreamRegister()'s flags):
+ * the value behind each pointer is final when phx_io_enqueue() is called.
+ */
+#define PHX_STREAM_FIXED_BUF_OFFSET 0x1u
+#define PHX_STREAM_FIXED_FILE_OFFSET 0x2u
+#define PHX_STREAM_FIXED_SIZE 0x4u
+#define PHX_STREAM_FIXED                                            \
+	(PHX_STREAM_FIXED_BUF_OFFSET | PHX_STREAM_FIXED_FILE_OFFSET | \
+	 PHX_STREAM_FIXED_SIZE)
+
+/**
+ * phx_stream_set_flags() - set @stream's PHX_STREAM_FIXED_* flags.
+ *
+ * With all three (PHX_STREAM_FIXED), phx_io_enqueue() reads the values
+ * when it is called and queues the transfer's copies on the stream
+ * itself: the copy engine moves the bytes, at phx_read()'s speed.
+ * Without them the values are read when the stream gets there, which
+ * only the copy kernel can follow (slower; see phx_io_enqueue()).
+ * Returns 0, or -EINVAL for unknown flags.
+ */
+int phx_stream_set_flags(struct phx_stream *stream, unsigned int flags);
+
 /**
  * phx_io_enqueue() - a stream-ordered transfer.
  * @stream: the transfer starts when @stream reaches this point, and work
  *	    queued after it waits until it is done.
  * @op: PHX_OP_READ or PHX_OP_WRITE.
  * @dptr: device address of the buffer base.
- * @len, @file_off, @buf_off: read when the stream reaches the transfer
- *	    (not when it is queued), as cuFileReadAsync does.
+ * @len, @file_off, @buf_off: read when the stream reaches the transfer,
+ *	    as cuFileReadAsync does, or now on a stream with
+ *	    PHX_STREAM_FIXED (phx_stream_set_flags()).
  * @bytes_done: written with the bytes moved or a negative errno when the
  *	    transfer completes.
  *
  * All pointers must stay valid until then.  Returns 0 when queued.  Blocks
  * while the driver's queue for @stream is full (CUDA takes about a
- * thousand operations on a stream; a transfer is one, or three in device
- * mode below), as any launch on that stream would.
+ * thousand operations on a stream), as any launch on that stream would.
  *
  * How the stream is held while a worker thread moves the bytes
- * (PHX_STREAM_WAIT): "host", a host function on the stream waits for the
- * worker; "device", a host function only hands the transfer over and the
- * stream waits on the device for a flag the worker sets (CUDA:
- * cuStreamWaitValue32 on mapped host memory); "kernel", a copy kernel on
- * the stream announces that the stream reached it and copies the bytes
- * the worker stages in mapped host memory, so the worker makes no driver
- * call while the stream waits (not on phx.ko devices).  "auto" is kernel,
- * or device on phx.ko devices.  On CUDA host and device can hang while
- * another thread is in a driver call that waits for the GPU (README,
- * "Known problems").  In device and kernel modes at most 4096 transfers
- * can be queued on a device at once; past that, -EBUSY.
+ * (PHX_STREAM_WAIT): "copy" (the default on CUDA and the simulated
+ * device), the transfer's copies are queued on the stream between waits
+ * on words of mapped host memory (cuStreamWaitValue32) that the worker
+ * sets as it reads the file into, or writes it from, a ring of pinned
+ * slots; the worker makes no driver call while the stream waits, and no
+ * kernel occupies the GPU.  This needs the values fixed (above); other
+ * transfers, and reads past the end of the file as it is when queued,
+ * take the copy kernel.  "kernel", a copy kernel on the stream announces
+ * that the stream reached it and copies the bytes the worker stages in
+ * mapped host memory (slower: the kernel's loads cross PCIe).  "device",
+ * a host function hands the transfer over and the stream waits on a
+ * flag (the default on phx.ko devices); "host", a host function waits
+ * for the worker.  On CUDA host and device can hang while another thread
+ * is in a driver call that waits for the GPU (README, "Known problems").
+ * At most 4096 transfers (1024 per worker in copy mode) can be queued on
+ * a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		   phx_dptr_t dptr, const uint64_t *len,
@@ -657,10 +686,11 @@ enum phx_direct {
 
 /* How a stream is held during a stream-ordered transfer (PHX_STREAM_WAIT). */
 enum phx_stream_wait {
-	PHX_STREAM_WAIT_AUTO = -1,  /* kernel, or device on phx.ko devices */
+	PHX_STREAM_WAIT_AUTO = -1,  /* copy, or device on phx.ko devices */
 	PHX_STREAM_WAIT_HOST = 0,   /* a host function waits for the worker */
 	PHX_STREAM_WAIT_DEVICE = 1, /* the stream waits on a flag */
 	PHX_STREAM_WAIT_KERNEL = 2, /* the copy kernel holds the stream */
+	PHX_STREAM_WAIT_COPY = 3,   /* the stream's own copies, between waits */
 };
 
 /*
