@@ -59,11 +59,11 @@ enum phx_device_kind {
 
 /* The data path that moved (the bulk of) a transfer's bytes. */
 enum phx_path {
-	PHX_PATH_NONE = 0,     /* nothing moved (length 0, or EOF) */
-	PHX_PATH_STAGED = 1,   /* O_DIRECT io_uring into pinned staging */
+	PHX_PATH_NONE = 0, /* nothing moved (length 0, or EOF) */
+	PHX_PATH_STAGED = 1, /* O_DIRECT io_uring into pinned staging */
 	PHX_PATH_BUFFERED = 2, /* page-cache io_uring into pinned staging */
-	PHX_PATH_P2P = 3,      /* straight between disk and device memory */
-	PHX_PATH_MEMCPY = 4,   /* host memory <-> device copy, no file */
+	PHX_PATH_P2P = 3, /* straight between disk and device memory */
+	PHX_PATH_MEMCPY = 4, /* host memory <-> device copy, no file */
 	/*
 	 * phxfs: the kernel serves the file from its backing file (FUSE
 	 * passthrough); these bytes never pass through the library.
@@ -73,14 +73,14 @@ enum phx_path {
 };
 
 struct phx_device_info {
-	char name[16];		   /* "gpu0", "sim0", "phx0": phxfs's dir */
+	char name[16]; /* "gpu0", "sim0", "phx0": phxfs's dir */
 	enum phx_device_kind kind; /* backend */
-	int index;		   /* ordinal within the backend */
-	char model[64];		   /* "NVIDIA H200", "simulated" */
-	uint64_t capacity;	   /* bytes of device memory */
-	uint64_t used;		   /* bytes held by libphoenix buffers */
-	uint64_t free;		   /* bytes the device reports free */
-	int numa_node;		   /* host NUMA node closest to it, or -1 */
+	int index; /* ordinal within the backend */
+	char model[64]; /* "NVIDIA H200", "simulated" */
+	uint64_t capacity; /* bytes of device memory */
+	uint64_t used; /* bytes held by libphoenix buffers */
+	uint64_t free; /* bytes the device reports free */
+	int numa_node; /* host NUMA node closest to it, or -1 */
 };
 
 /* ---- library -------------------------------------------------------- */
@@ -347,7 +347,7 @@ int phx_buf_recv(struct phx_device *dev, int sock, struct phx_buf **out);
 /* ---- transfers ------------------------------------------------------ */
 
 enum phx_op {
-	PHX_OP_READ = 0,  /* file -> device */
+	PHX_OP_READ = 0, /* file -> device */
 	PHX_OP_WRITE = 1, /* device -> file */
 };
 
@@ -358,16 +358,16 @@ enum phx_op {
  */
 struct phx_io {
 	enum phx_op op;
-	int fd;		      /* any readable/writable fd, O_DIRECT or not */
-	int64_t file_off;     /* >= 0, any alignment */
-	struct phx_buf *buf;  /* or NULL and @dptr */
-	uint64_t buf_off;     /* offset in @buf */
-	phx_dptr_t dptr;      /* used when @buf is NULL */
-	uint64_t len;	      /* bytes */
+	int fd; /* any readable/writable fd, O_DIRECT or not */
+	int64_t file_off; /* >= 0, any alignment */
+	struct phx_buf *buf; /* or NULL and @dptr */
+	uint64_t buf_off; /* offset in @buf */
+	phx_dptr_t dptr; /* used when @buf is NULL */
+	uint64_t len; /* bytes */
 	/* filled in on completion */
-	int64_t result;	      /* bytes moved or negative errno */
-	enum phx_path path;   /* data path that moved the bulk of them */
-	void *user_data;      /* untouched */
+	int64_t result; /* bytes moved or negative errno */
+	enum phx_path path; /* data path that moved the bulk of them */
+	void *user_data; /* untouched */
 };
 
 /**
@@ -443,9 +443,9 @@ int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off, struct phx_buf *src,
 struct phx_backing;
 
 struct phx_backing_info {
-	uint64_t size;	   /* bytes of the file now */
+	uint64_t size; /* bytes of the file now */
 	uint64_t capacity; /* bytes of device memory it holds */
-	int mapped;	   /* 1 while a process maps it (phx.ko only) */
+	int mapped; /* 1 while a process maps it (phx.ko only) */
 };
 
 /**
@@ -620,7 +620,7 @@ void phx_stream_destroy(struct phx_stream *stream);
 #define PHX_STREAM_FIXED_BUF_OFFSET 0x1u
 #define PHX_STREAM_FIXED_FILE_OFFSET 0x2u
 #define PHX_STREAM_FIXED_SIZE 0x4u
-#define PHX_STREAM_FIXED                                            \
+#define PHX_STREAM_FIXED                                              \
 	(PHX_STREAM_FIXED_BUF_OFFSET | PHX_STREAM_FIXED_FILE_OFFSET | \
 	 PHX_STREAM_FIXED_SIZE)
 
@@ -686,11 +686,11 @@ enum phx_direct {
 
 /* How a stream is held during a stream-ordered transfer (PHX_STREAM_WAIT). */
 enum phx_stream_wait {
-	PHX_STREAM_WAIT_AUTO = -1,  /* copy, or device on phx.ko devices */
-	PHX_STREAM_WAIT_HOST = 0,   /* a host function waits for the worker */
+	PHX_STREAM_WAIT_AUTO = -1, /* copy, or device on phx.ko devices */
+	PHX_STREAM_WAIT_HOST = 0, /* a host function waits for the worker */
 	PHX_STREAM_WAIT_DEVICE = 1, /* the stream waits on a flag */
 	PHX_STREAM_WAIT_KERNEL = 2, /* the copy kernel holds the stream */
-	PHX_STREAM_WAIT_COPY = 3,   /* the stream's own copies, between waits */
+	PHX_STREAM_WAIT_COPY = 3, /* the stream's own copies, between waits */
 };
 
 /*
@@ -734,8 +734,8 @@ int phx_parse_size(const char *s, uint64_t *out);
 struct phx_stats {
 	/* bytes moved, by enum phx_path (passthrough bytes never pass by) */
 	uint64_t bytes[PHX_PATH_PASSTHROUGH];
-	uint64_t ios;	   /* transfers completed */
-	uint64_t errors;   /* transfers that failed */
+	uint64_t ios; /* transfers completed */
+	uint64_t errors; /* transfers that failed */
 	uint64_t pinned_bytes; /* staging memory pinned now */
 };
 
@@ -751,9 +751,9 @@ void phx_stats_get(struct phx_device *dev, struct phx_stats *out);
  * call none of them builds one; stream-ordered transfers have their own.
  */
 struct phx_engine_stats {
-	uint64_t built;		/* engines built since the device opened */
-	unsigned int alive;	/* engines of the pool now, idle or lent */
-	unsigned int idle;	/* of those, waiting in the pool */
+	uint64_t built; /* engines built since the device opened */
+	unsigned int alive; /* engines of the pool now, idle or lent */
+	unsigned int idle; /* of those, waiting in the pool */
 	uint64_t staging_bytes; /* host staging memory all engines hold */
 };
 

@@ -735,7 +735,8 @@ static void cuda_host_unmap(struct phx_device *dev, void *p)
 }
 
 static int cuda_stream_wait_value(struct phx_device *dev, void *stream,
-				  uint32_t *word, uint64_t daddr, uint32_t value)
+				  uint32_t *word, uint64_t daddr,
+				  uint32_t value)
 {
 	CUresult res;
 	int ret = cuda_bind(dev);

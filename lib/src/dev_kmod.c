@@ -320,7 +320,8 @@ static int kmod_launch_host_fn(struct phx_device *dev, void *stream,
 
 /* Streams here are synchronous: a wait is the caller's own. */
 static int kmod_stream_wait_value(struct phx_device *dev, void *stream,
-				  uint32_t *word, uint64_t daddr, uint32_t value)
+				  uint32_t *word, uint64_t daddr,
+				  uint32_t value)
 {
 	phx_word_wait(word, value);
 	return 0;

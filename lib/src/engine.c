@@ -669,12 +669,13 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 			phx_slot_prep_io(e, sl);
 			return;
 		} else {
-			slot_fail(e, sl,
-				  phx_err(EIO,
-					  "writing fd %d: no progress at offset %llu",
-					  j->fde->user_fd,
-					  (unsigned long long)(sl->foff +
-							       sl->done)));
+			slot_fail(
+				e, sl,
+				phx_err(EIO,
+					"writing fd %d: no progress at offset %llu",
+					j->fde->user_fd,
+					(unsigned long long)(sl->foff +
+							     sl->done)));
 			return;
 		}
 	}

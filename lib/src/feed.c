@@ -291,7 +291,8 @@ int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 	pthread_mutex_lock(&w->spawn_lock);
 	if (w->ctls)
 		goto out;
-	ret = phx_mapped_alloc(dev, PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl),
+	ret = phx_mapped_alloc(dev,
+			       PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl),
 			       &ctls, &w->ctls_daddr);
 	if (ret)
 		goto out;
@@ -304,7 +305,7 @@ int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 		void *ring;
 
 		ret = phx_mapped_alloc(dev, slot * PHX_FEED_SLOTS, &ring,
-				   &t->ring_daddr);
+				       &t->ring_daddr);
 		if (ret)
 			break;
 		t->ring = ring;

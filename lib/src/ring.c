@@ -253,8 +253,9 @@ struct async_req *phx_ring_claim_locked(struct async_thread *t)
 
 	if (!r)
 		return NULL;
-	if (!r->skip && __atomic_load_n(&t->words->reached[r->t % PHX_RING_XFERS],
-					__ATOMIC_ACQUIRE) != r->t)
+	if (!r->skip &&
+	    __atomic_load_n(&t->words->reached[r->t % PHX_RING_XFERS],
+			    __ATOMIC_ACQUIRE) != r->t)
 		return NULL;
 	t->ring_head = r->next;
 	if (!t->ring_head)

@@ -58,7 +58,7 @@ int phx_sink_plan(struct phx_engine *e, struct job *j)
 	}
 	j->direct = direct;
 	j->nsegs = (unsigned int)phx_sink_nsegs(j->start, j->end - j->start,
-						 e->chunk);
+						e->chunk);
 	j->nregions = 1; /* something to move: see phx_engine_queue() */
 	return 0;
 }
@@ -170,7 +170,8 @@ void phx_sink_drain(struct phx_engine *e, const struct phx_io *io,
 			uint64_t p = k - e->nslots;
 			uint32_t q = sink->seq + (uint32_t)p;
 
-			while (p < __atomic_load_n(sink->live, __ATOMIC_ACQUIRE) &&
+			while (p < __atomic_load_n(sink->live,
+						   __ATOMIC_ACQUIRE) &&
 			       !phx_word_reached(&sink->freed[q % e->nslots],
 						 q + 1))
 				phx_poll_backoff(polls++);

@@ -137,8 +137,7 @@ PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
 /* ---- async workers -------------------------------------------------- */
 
 /* The end of a transfer's life: its flag or control block back, one less queued. */
-void phx_async_release_locked(struct phx_async_worker *w,
-			      struct async_req *r)
+void phx_async_release_locked(struct phx_async_worker *w, struct async_req *r)
 {
 	if (r->flag && !r->keep_flag)
 		w->free_flags[w->nfree_flags++] =
@@ -442,7 +441,7 @@ static int async_flags(struct phx_device *dev, struct phx_async_worker *w)
 	if (w->flags)
 		goto out;
 	ret = phx_mapped_alloc(dev, PHX_ASYNC_FLAGS * sizeof(uint32_t), &flags,
-			   &w->flags_daddr);
+			       &w->flags_daddr);
 	if (ret)
 		goto out;
 	pthread_mutex_lock(&w->lock);

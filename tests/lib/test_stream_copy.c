@@ -53,8 +53,8 @@ static int64_t xfer(struct phx_stream *st, enum phx_op op, int fd,
 	uint64_t before = counted(dev);
 	int64_t done = -12345;
 
-	cr_assert_eq(phx_io_enqueue(st, op, fd, phx_buf_dptr(buf), &len,
-				    &foff, &boff, &done),
+	cr_assert_eq(phx_io_enqueue(st, op, fd, phx_buf_dptr(buf), &len, &foff,
+				    &boff, &done),
 		     0, "%s", phx_strerror_last());
 	cr_assert_eq(phx_stream_sync(st), 0);
 	if (done > 0)
@@ -72,7 +72,7 @@ static int64_t xfer(struct phx_stream *st, enum phx_op op, int fd,
  */
 static void round_trips(void)
 {
-	static const uint64_t sizes[] = { 1,	  4095,	       4096 + 7,
+	static const uint64_t sizes[] = { 1,	   4095,	  4096 + 7,
 					  2 << 20, (2 << 20) + 1, 37 << 20 };
 	static const int64_t foffs[] = { 0, 4096, 12345 };
 	static const int64_t boffs[] = { 0, 999 };
@@ -169,8 +169,7 @@ Test(copy, many_transfers_on_four_streams)
 	size_t total = (size_t)NS * NX * PIECE;
 	unsigned char *data = xmalloc(total);
 	static uint64_t len[NS][NX];
-	static int64_t foff[NS][NX], boff[NS][NX], wdone[NS][NX],
-		rdone[NS][NX];
+	static int64_t foff[NS][NX], boff[NS][NX], wdone[NS][NX], rdone[NS][NX];
 	int fd = empty_file(dir_tmpfs());
 
 	fill_random(data, total, 83);
