@@ -152,6 +152,17 @@ extern struct bl_cufile blcf;
 const char *bl_cufile_load(void);
 
 /*
+ * Words for cuFile's error @e, "CU_FILE_DRIVER_NOT_INITIALIZED (5001),
+ * CUDA CUDA_SUCCESS", and, when @errnum is not 0, errno's: into @buf.
+ */
+const char *bl_cufile_err(CUfileError_t e, int errnum, char *buf, size_t n);
+/*
+ * Words for what cuFileRead/Write returned: -1 with errno, a negative
+ * CUfileOpError, a negative errno, or a short count; into @buf.
+ */
+const char *bl_cufile_ret(ssize_t ret, int errnum, char *buf, size_t n);
+
+/*
  * Resolve @n names of @lib into the function-pointer table at @table.
  * Returns NULL, or the first name @lib lacks.
  */

@@ -48,7 +48,7 @@ struct kv {
 	int fd; /* O_RDWR | O_DIRECT, LMCache's descriptor */
 	int fd_cached; /* O_RDWR, for the raw peer when hot */
 	void *streams[KV_MAX_STREAMS];
-	char note[80];
+	char note[160];
 };
 
 /* LMCache's (base, offset) for staging-buffer byte @pos. */
@@ -178,9 +178,8 @@ static void *cufile_handle(struct kv *k)
 	d.handle.fd = k->fd;
 	e = blcf.cuFileHandleRegister(&fh, &d);
 	if (e.err) {
-		snprintf(k->note, sizeof(k->note),
-			 "cuFileHandleRegister: error %d (CUDA %d)", e.err,
-			 e.cu_err);
+		snprintf(k->note, sizeof(k->note), "cuFileHandleRegister: %s",
+			 kb_cferr(e));
 		return NULL;
 	}
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
@@ -228,9 +227,8 @@ static double run_cufile_async(struct kv *k)
 			fh, base, &len[i], &foff[i], &boff[i], &done[i],
 			k->streams[i % k->nstreams]);
 		if (e.err) {
-			snprintf(k->note, sizeof(k->note),
-				 "cuFile%sAsync: error %d (CUDA %d)",
-				 k->write ? "Write" : "Read", e.err, e.cu_err);
+			snprintf(k->note, sizeof(k->note), "cuFile%sAsync: %s",
+				 k->write ? "Write" : "Read", kb_cferr(e));
 			break;
 		}
 	}
@@ -268,9 +266,8 @@ static double run_cufile_batch(struct kv *k)
 		return -1;
 	e = blcf.cuFileBatchIOSetUp(&batch, qd);
 	if (e.err) {
-		snprintf(k->note, sizeof(k->note),
-			 "cuFileBatchIOSetUp: error %d (CUDA %d)", e.err,
-			 e.cu_err);
+		snprintf(k->note, sizeof(k->note), "cuFileBatchIOSetUp: %s",
+			 kb_cferr(e));
 		goto out;
 	}
 	t0 = bl_now();
@@ -298,8 +295,8 @@ static double run_cufile_batch(struct kv *k)
 			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(k->note, sizeof(k->note),
-					 "cuFileBatchIOSubmit: error %d",
-					 e.err);
+					 "cuFileBatchIOSubmit: %s",
+					 kb_cferr(e));
 				goto out_batch;
 			}
 			inflight += m;
@@ -308,7 +305,7 @@ static double run_cufile_batch(struct kv *k)
 		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(k->note, sizeof(k->note),
-				 "cuFileBatchIOGetStatus: error %d", e.err);
+				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
 			goto out_batch;
 		}
 		for (unsigned int i = 0; i < nr; i++) {

@@ -187,8 +187,13 @@ int main(int argc, char **argv)
 	if (!b->cufile_why) {
 		CUfileError_t e = blcf.cuFileDriverOpen();
 
-		if (e.err)
-			b->cufile_why = "cuFileDriverOpen failed";
+		static char why[240];
+
+		if (e.err) {
+			snprintf(why, sizeof(why), "cuFileDriverOpen: %s",
+				 kb_cferr(e));
+			b->cufile_why = why;
+		}
 	}
 	print_versions(b, mode);
 	kb_make_file(b);

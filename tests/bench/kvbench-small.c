@@ -36,7 +36,7 @@ struct sm {
 	struct kb_dmem dm; /* qd slots of bs */
 	int fd; /* O_RDONLY | O_DIRECT */
 	void *cufh;
-	char note[80];
+	char note[160];
 };
 
 enum sm_peer { SM_RAW, SM_BATCH, SM_POLL, SM_PHX, SM_CUBATCH, SM_CUSYNC };
@@ -119,6 +119,7 @@ struct sm_thread {
 	unsigned int idx;
 	bool cufile;
 	int err;
+	int errnum; /* errno after a failed cuFileRead */
 	pthread_t th;
 };
 
@@ -149,6 +150,7 @@ static void *sync_main(void *arg)
 		}
 		if (got != (int64_t)s->bs) {
 			t->err = (int)got;
+			t->errnum = errno;
 			return NULL;
 		}
 		s->lat[i] = bl_now() - t0;
@@ -172,11 +174,18 @@ static double run_threads(struct sm *s, bool cufile)
 	for (unsigned int q = 0; q < s->qd; q++)
 		pthread_join(t[q].th, NULL);
 	t0 = bl_now() - t0;
-	for (unsigned int q = 0; q < s->qd; q++)
+	for (unsigned int q = 0; q < s->qd; q++) {
+		char why[200];
+
+		if (t[q].err && cufile)
+			bl_die("cuFileRead of %" PRIu64 " bytes returned %s",
+			       s->bs,
+			       bl_cufile_ret(t[q].err, t[q].errnum, why,
+					     sizeof(why)));
 		if (t[q].err)
-			bl_die("%s returned %d: %s",
-			       cufile ? "cuFileRead" : "phx_io_run", t[q].err,
-			       cufile ? "" : phx_strerror_last());
+			bl_die("phx_io_run returned %d: %s", t[q].err,
+			       phx_strerror_last());
+	}
 	free(t);
 	return t0;
 }
@@ -194,8 +203,8 @@ static double run_cubatch(struct sm *s)
 	CUfileError_t e = blcf.cuFileBatchIOSetUp(&batch, s->qd);
 
 	if (e.err) {
-		snprintf(s->note, sizeof(s->note),
-			 "cuFileBatchIOSetUp(%u): error %d", s->qd, e.err);
+		snprintf(s->note, sizeof(s->note), "cuFileBatchIOSetUp(%u): %s",
+			 s->qd, kb_cferr(e));
 		return -1;
 	}
 	for (unsigned int q = 0; q < s->qd; q++)
@@ -227,8 +236,8 @@ static double run_cubatch(struct sm *s)
 			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(s->note, sizeof(s->note),
-					 "cuFileBatchIOSubmit: error %d",
-					 e.err);
+					 "cuFileBatchIOSubmit: %s",
+					 kb_cferr(e));
 				goto out;
 			}
 			inflight += m;
@@ -237,7 +246,7 @@ static double run_cubatch(struct sm *s)
 		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(s->note, sizeof(s->note),
-				 "cuFileBatchIOGetStatus: error %d", e.err);
+				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
 			goto out;
 		}
 		for (unsigned int i = 0; i < nr; i++) {
@@ -363,8 +372,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 		e = blcf.cuFileHandleRegister(&s.cufh, &d);
 		if (e.err) {
 			snprintf(s.note, sizeof(s.note),
-				 "cuFileHandleRegister: error %d (CUDA %d)",
-				 e.err, e.cu_err);
+				 "cuFileHandleRegister: %s", kb_cferr(e));
 			s.cufh = NULL;
 		}
 	}
