@@ -18,6 +18,7 @@
 #include "phoenix.h"
 
 #define KB_MAX_QD 256
+#define KV_MAX_STREAMS 16 /* kv: streams at the most */
 
 /* ---- libphxfile (dlopen: the library LMCache loads) ------------------- */
 
