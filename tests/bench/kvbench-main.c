@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -112,7 +113,8 @@ int main(int argc, char **argv)
 			      .ops = 2000 };
 	uint64_t list[8];
 	const char *mode;
-	bool sizes_set = false;
+	bool size_set = false;
+	struct stat st;
 	int c, n;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -121,6 +123,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's':
 			b->size = bl_opt_size(optarg, 64 * MiB);
+			size_set = true;
 			break;
 		case 'r':
 			b->runs = bl_opt_runs(optarg);
@@ -136,7 +139,6 @@ int main(int argc, char **argv)
 			memcpy(kv.sizes, list, n * sizeof(*list));
 			memcpy(sm.sizes, list, n * sizeof(*list));
 			kv.nsizes = sm.nsizes = n;
-			sizes_set = true;
 			break;
 		case 'q':
 			n = parse_list(optarg, false, list, 8);
@@ -180,7 +182,6 @@ int main(int argc, char **argv)
 			       optopt);
 		}
 	}
-	(void)sizes_set;
 	if (optind != argc - 2)
 		usage("expected a mode and a directory after the options");
 	mode = argv[optind];
@@ -192,6 +193,14 @@ int main(int argc, char **argv)
 	b->root = access("/proc/sys/vm/drop_caches", W_OK) == 0;
 
 	if (!strcmp(mode, "setup")) {
+		/*
+		 * Set-up reads the first MiB: a data file an earlier mode
+		 * made is kept whatever its size (it is checked as usual),
+		 * rather than rewritten at the default size.
+		 */
+		if (!size_set && !stat(b->path, &st) &&
+		    st.st_size >= (off_t)(64 * MiB) && st.st_size % MiB == 0)
+			b->size = (uint64_t)st.st_size;
 		/* the parent stays off the GPU: CUDA does not survive fork */
 		b->host = aligned_alloc(4096, KB_HOST);
 		if (!b->host)

@@ -73,7 +73,7 @@ struct child_out {
 	char note[200]; /* what did not stop it */
 };
 
-#define CHILD_LIMIT_S 120 /* a child still running then is killed */
+#define CHILD_LIMIT_S 30 /* a child still running then is killed */
 #define CHILD_NODEV 3 /* exit status: no CUDA device */
 
 static struct child_out *cur; /* the child's own report */
