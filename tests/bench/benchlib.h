@@ -118,6 +118,23 @@ typedef struct {
 	size_t ret;
 } CUfileIOEvents_t;
 
+/* The layouts of cufile.h (CUDA 12 and 13), checked against it. */
+_Static_assert(sizeof(CUfileError_t) == 8, "CUfileError_t: two ints, in rax");
+_Static_assert(sizeof(CUfileDescr_t) == 24 &&
+		       offsetof(CUfileDescr_t, handle) == 8 &&
+		       offsetof(CUfileDescr_t, fs_ops) == 16,
+	       "CUfileDescr_t layout");
+_Static_assert(sizeof(CUfileIOParams_t) == 64 &&
+		       offsetof(CUfileIOParams_t, u) == 8 &&
+		       offsetof(CUfileIOParams_t, fh) == 40 &&
+		       offsetof(CUfileIOParams_t, opcode) == 48 &&
+		       offsetof(CUfileIOParams_t, cookie) == 56,
+	       "CUfileIOParams_t layout");
+_Static_assert(sizeof(CUfileIOEvents_t) == 24 &&
+		       offsetof(CUfileIOEvents_t, status) == 8 &&
+		       offsetof(CUfileIOEvents_t, ret) == 16,
+	       "CUfileIOEvents_t layout");
+
 #define BL_CUFILE_COMPLETE 16
 #define BL_CUFILE_FAILED 64
 

@@ -563,7 +563,6 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 	const char *why[SK_N] = { NULL };
 	struct child_out(*out)[BL_MAX_RUNS];
 	int n[SK_N] = { 0 };
-	bool cufile_failed = false;
 	ssize_t l;
 
 	(void)o;
@@ -593,7 +592,6 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 				printf("%s, run %d: %s\n", stack_names[sk],
 				       r + 1, c->err);
 				why[sk] = c->err;
-				cufile_failed |= sk == SK_CUFILE;
 				break;
 			}
 			n[sk]++;
@@ -605,6 +603,10 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 		}
 	}
 
+	/* what cuFile said about itself (its mode) and about a failure */
+	print_cufile_log(getenv("CUFILE_LOGFILE_PATH") ?
+				 getenv("CUFILE_LOGFILE_PATH") :
+				 cflog);
 	printf("\nSet-up latency (median of %d fresh processes each; file cold before each)\n",
 	       b->runs);
 	printf("%-30s", "step");
@@ -622,10 +624,6 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 			printf("%s: %s\n", stack_names[sk], why[sk]);
 		else if (n[sk] && out[sk][0].note[0])
 			printf("%s: %s\n", stack_names[sk], out[sk][0].note);
-	if (cufile_failed)
-		print_cufile_log(getenv("CUFILE_LOGFILE_PATH") ?
-					 getenv("CUFILE_LOGFILE_PATH") :
-					 cflog);
 	if (n[SK_PHXFILE] && n[SK_CUFILE]) {
 		double ours = med[SK_PHXFILE][ST_OPEN] +
 			      med[SK_PHXFILE][ST_REG1G] +
