@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,7 +302,8 @@ static void verify(struct sm *s, enum sm_peer p)
 	}
 }
 
-static void measure(struct sm *s, enum sm_peer p, const char *group)
+static struct kb_result *measure(struct sm *s, enum sm_peer p,
+				 const char *group)
 {
 	struct kb_result *r = kb_result(group, sm_names[p], "IOPS", p == SM_RAW,
 					p == SM_BATCH);
@@ -309,7 +311,7 @@ static void measure(struct sm *s, enum sm_peer p, const char *group)
 	if ((p == SM_CUBATCH || p == SM_CUSYNC) && !s->cufh) {
 		snprintf(r->note, sizeof(r->note), "%s",
 			 s->b->cufile_why ? s->b->cufile_why : s->note);
-		return;
+		return r;
 	}
 	for (int run = -1; run < s->b->runs; run++) {
 		double t;
@@ -343,7 +345,7 @@ static void measure(struct sm *s, enum sm_peer p, const char *group)
 		if (t < 0) {
 			snprintf(r->note, sizeof(r->note), "%s", s->note);
 			r->n = 0;
-			return;
+			return r;
 		}
 		verify(s, p);
 		if (run < 0)
@@ -353,12 +355,71 @@ static void measure(struct sm *s, enum sm_peer p, const char *group)
 		r->p99[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.99);
 		r->n++;
 	}
+	return r;
+}
+
+#define SM_PEERS (SM_CUSYNC + 1)
+
+static const char *const sm_short[SM_PEERS] = {
+	"io_uring (limit)", "phx batch",    "phx batch, polled",
+	"phx_io_run x QD",  "cuFile batch", "cuFileRead x QD",
+};
+
+typedef struct kb_result *sm_table[8][8][SM_PEERS];
+
+/*
+ * One row per block size and queue depth, the peers side by side:
+ * thousands of IOPS, the ratio to raw io_uring, p50/p99 latency in us.
+ */
+static void print_side_by_side(sm_table res, const struct kb_opts *o)
+{
+	printf("\nSmall random reads side by side: kIOPS (x io_uring) p50/p99 us\n");
+	printf("%-5s %4s", "size", "QD");
+	for (int p = 0; p < SM_PEERS; p++)
+		printf(" %-25s", sm_short[p]);
+	printf("\n");
+	for (int si = 0; si < o->nsizes; si++) {
+		for (int qi = 0; qi < o->nqds; qi++) {
+			struct kb_result **row = res[si][qi];
+			double lim = row[SM_RAW] && row[SM_RAW]->n ?
+					     bl_median(row[SM_RAW]->v,
+						       row[SM_RAW]->n) :
+					     NAN;
+			char size[24];
+
+			snprintf(size, sizeof(size), "%" PRIu64 "K",
+				 o->sizes[si] / KiB);
+			printf("%-5s %4u", size, o->qds[qi]);
+			for (int p = 0; p < SM_PEERS; p++) {
+				struct kb_result *r = row[p];
+				char cell[64], ratio[16] = "";
+				double v;
+
+				if (!r || !r->n) {
+					printf(" %-25s", "n/a");
+					continue;
+				}
+				v = bl_median(r->v, r->n);
+				if (p != SM_RAW && lim > 0)
+					snprintf(ratio, sizeof(ratio),
+						 " (%.2fx)", v / lim);
+				snprintf(cell, sizeof(cell),
+					 "%.1fk%s %.0f/%.0f", v / 1e3, ratio,
+					 bl_median(r->p50, r->n),
+					 bl_median(r->p99, r->n));
+				printf(" %-25s", cell);
+			}
+			printf("\n");
+		}
+	}
+	fflush(stdout);
 }
 
 void kb_mode_small(struct kb *b, const struct kb_opts *o)
 {
 	unsigned int seed = 4096;
 	struct sm s = { .b = b };
+	static sm_table res;
 
 	s.fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (s.fd < 0)
@@ -409,7 +470,8 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 				 s.qd);
 			bl_note("%s: %d reads...", group, s.n);
 			for (int p = SM_RAW; p <= SM_CUSYNC; p++)
-				measure(&s, (enum sm_peer)p, group);
+				res[si][qi][p] =
+					measure(&s, (enum sm_peer)p, group);
 			kb_dmem_free(b, &s.dm);
 			free(s.reqs);
 			free(s.lat);
@@ -422,4 +484,5 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 	kb_print_table(
 		"Small random reads, cold (IOPS; x us = against phx batch)",
 		true);
+	print_side_by_side(res, o);
 }

@@ -77,6 +77,9 @@ grep -Eq "^16K +read cold +1 +[0-9.]+ +$num +$num" "$dir/out" &&
 run "small: 4K reads at QD 1 and 4, every peer but cuFile" \
 	"^rand 4K QD4 cold +phx batch, polled +[0-9.e+]+ IOPS" \
 	-s 64M -r 1 -b 4K -q 1,4 -o 256 small "$dir"
+grep -Eq "^4K +4 +[0-9.]+k [0-9]+/[0-9]+ +[0-9.]+k \([0-9.]+x\) [0-9]+/[0-9]+ " "$dir/out" &&
+	ok "small: the side-by-side table has each queue depth" ||
+	bad "small: the side-by-side table has each queue depth"
 run "setup: phxFile and libphoenix each in fresh processes" \
 	"^first 4 KiB read \(cold\) +[0-9.]+ [mu]s +[0-9.]+ [mu]s +-$" \
 	-r 2 setup "$dir"
