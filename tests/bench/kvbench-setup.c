@@ -181,7 +181,7 @@ static int cufile_register(struct kb *b, void **fh, double *took)
 	e2 = blcf.cuFileHandleRegister(fh, &d);
 	if (e2.err)
 		child_fail(
-			"cuFileHandleRegister(%s): %s with O_DIRECT, %s without; as root bench-kv.sh writes the udev data cuFile reads (/run/udev/data), see cufile.log below",
+			"cuFileHandleRegister(%s): %s with O_DIRECT, %s without; as root bench-kv.sh writes the udev data cuFile reads (/run/udev/data); cuFile's log of the run comes before the table",
 			b->path, cf_err(e, errnum), cf_err(e2, errno));
 	snprintf(
 		cur->note, sizeof(cur->note),
