@@ -69,7 +69,7 @@ struct child_out {
 	double t[ST_N]; /* seconds; NAN: not part of this stack */
 	int cuda;
 	char call[64]; /* the call under way */
-	char err[320]; /* why the child failed */
+	char err[512]; /* why the child failed */
 	char note[200]; /* what did not stop it */
 };
 
