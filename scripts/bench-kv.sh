@@ -26,6 +26,8 @@ cd "$(dirname "$0")/.."
 dir=/var/tmp/phx-bench
 case "${1:-}" in
 kv|small|setup|fio|'') ;;
+-*) echo "bench-kv: options go after the mode: scripts/bench-kv.sh [DIR] kv|small|setup|fio [options]" >&2
+	exit 1 ;;
 *) dir=$1; shift ;;
 esac
 mode=${1:-}
@@ -36,7 +38,7 @@ fail() { echo "bench-kv: $*" >&2; exit 1; }
 
 case "$mode" in
 kv|small|setup|fio) ;;
-*) fail "usage: scripts/bench-kv.sh [DIR] kv|small|setup|fio [options]" ;;
+*) fail "unknown mode \"$mode\": scripts/bench-kv.sh [DIR] kv|small|setup|fio [options]" ;;
 esac
 [ -x "$bin/phx-kvbench" ] ||
 	fail "$bin/phx-kvbench not found; run scripts/gpu-bundle.sh where the project builds, then bring .gpu here (or set BIN)"
