@@ -69,6 +69,7 @@ struct child_out {
 	double t[ST_N]; /* seconds; NAN: not part of this stack */
 	int cuda;
 	char call[64]; /* the call under way */
+	bool closing; /* every step but the close is measured */
 	char err[512]; /* why the child failed */
 	char note[200]; /* what did not stop it */
 };
@@ -246,6 +247,7 @@ static void stack_cufile(struct kb *b, struct child_out *o, bool cuda)
 	if (r != 4096)
 		child_fail("cuFileRead(4 KiB at 1 MiB) returned %s",
 			   bl_cufile_ret(r, errno, why, sizeof(why)));
+	cur->closing = true;
 	t = child_call("cuFileBufDeregister(16 MiB)");
 	e = blcf.cuFileBufDeregister((void *)(uintptr_t)m16);
 	if (e.err)
@@ -329,6 +331,7 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	if (ret || done != 4096)
 		child_fail("phxFileReadAsync: %s, bytes_done %" PRId64,
 			   ret ? strerror(-ret) : "0", done);
+	cur->closing = true;
 	t = child_call("phxFile deregistration and close");
 	kbpf.BufDeregister((void *)(uintptr_t)m16);
 	kbpf.BufDeregister((void *)(uintptr_t)m1g);
@@ -369,6 +372,7 @@ static void stack_phx(struct kb *b, struct child_out *o, bool cuda)
 	if (io.result != 4096)
 		child_fail("phx_io_run: %" PRId64 ": %s", io.result,
 			   phx_strerror_last());
+	cur->closing = true;
 	t = child_call("phx_device_close");
 	phx_device_close(dev);
 	o->t[ST_CLOSE] = bl_now() - t;
@@ -477,8 +481,9 @@ static void child_main(struct kb *b, enum stack sk, const char *argv0,
 
 /*
  * One fresh process for stack @sk; @out is shared with it.  Returns 0,
- * -ENODEV (no CUDA device: out->err may say why) or -EIO with out->err
- * saying what failed, in which call.
+ * -ENODEV (no CUDA device: out->err may say why), -EIO with out->err
+ * saying what failed, in which call, or 1 when only the close failed
+ * (out->err says how): the steps before it were measured.
  */
 static int run_child(struct kb *b, enum stack sk, const char *argv0,
 		     struct child_out *out, const char *cufile_log)
@@ -517,7 +522,7 @@ static int run_child(struct kb *b, enum stack sk, const char *argv0,
 			 WEXITSTATUS(status),
 			 out->call[0] ? out->call : "its start");
 	}
-	return -EIO;
+	return out->closing ? 1 : -EIO;
 }
 
 /* The last lines cuFile logged, if it logged any, under the table. */
@@ -560,7 +565,7 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 	static char argv0[4096];
 	char tmpdir[] = "/tmp/phx-kvbench-XXXXXX", cflog[64];
 	double med[SK_N][ST_N], runs[BL_MAX_RUNS];
-	const char *why[SK_N] = { NULL };
+	const char *why[SK_N] = { NULL }, *close_why[SK_N] = { NULL };
 	struct child_out(*out)[BL_MAX_RUNS];
 	int n[SK_N] = { 0 };
 	ssize_t l;
@@ -591,15 +596,23 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 			if (ret) {
 				printf("%s, run %d: %s\n", stack_names[sk],
 				       r + 1, c->err);
-				why[sk] = c->err;
-				break;
+				if (ret < 0) {
+					why[sk] = c->err;
+					break;
+				}
+				/* the close failed: the other steps count */
+				if (!close_why[sk])
+					close_why[sk] = c->err;
 			}
 			n[sk]++;
 		}
 		for (int st = 0; st < ST_N; st++) {
+			int m = 0;
+
 			for (int r = 0; r < n[sk]; r++)
-				runs[r] = out[sk][r].t[st];
-			med[sk][st] = n[sk] ? bl_median(runs, n[sk]) : NAN;
+				if (!isnan(out[sk][r].t[st]))
+					runs[m++] = out[sk][r].t[st];
+			med[sk][st] = m ? bl_median(runs, m) : NAN;
 		}
 	}
 
@@ -624,6 +637,10 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 			printf("%s: %s\n", stack_names[sk], why[sk]);
 		else if (n[sk] && out[sk][0].note[0])
 			printf("%s: %s\n", stack_names[sk], out[sk][0].note);
+	for (int sk = 0; sk < SK_N; sk++)
+		if (close_why[sk])
+			printf("%s: its close failed (the other steps count): %s\n",
+			       stack_names[sk], close_why[sk]);
 	if (n[SK_PHXFILE] && n[SK_CUFILE]) {
 		double ours = med[SK_PHXFILE][ST_OPEN] +
 			      med[SK_PHXFILE][ST_REG1G] +
