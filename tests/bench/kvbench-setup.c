@@ -600,9 +600,14 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 					why[sk] = c->err;
 					break;
 				}
-				/* the close failed: the other steps count */
-				if (!close_why[sk])
-					close_why[sk] = c->err;
+				/*
+				 * The close failed: the other steps count;
+				 * no more runs (a hung close costs the
+				 * child's whole time limit each run).
+				 */
+				close_why[sk] = c->err;
+				n[sk]++;
+				break;
 			}
 			n[sk]++;
 		}
@@ -632,6 +637,10 @@ void kb_mode_setup(struct kb *b, const struct kb_opts *o)
 			print_us(med[sk][st]);
 		printf("\n");
 	}
+	printf("%-30s", "runs measured");
+	for (int sk = 0; sk < SK_N; sk++)
+		printf(" %14d", n[sk]);
+	printf("\n");
 	for (int sk = 0; sk < SK_N; sk++)
 		if (why[sk])
 			printf("%s: %s\n", stack_names[sk], why[sk]);
