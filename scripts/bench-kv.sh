@@ -42,13 +42,16 @@ kv|small|setup|fio) ;;
 esac
 [ -x "$bin/phx-kvbench" ] ||
 	fail "$bin/phx-kvbench not found; run scripts/gpu-bundle.sh where the project builds, then bring .gpu here (or set BIN)"
+bin=$(cd "$bin" && pwd)
+[ "$mode" = fio ] && [ $# -gt 0 ] &&
+	fail "fio takes no options ($*): set FIO_SIZE, FIO_RUNTIME or FIO_QDS"
 mkdir -p "$dir" || fail "cannot create $dir"
 
 . scripts/bench-disk.sh
 bench_disk bench-kv
 echo "bench-kv: $dir on $fstype ($majmin), $(nproc) CPUs, $(uname -r)"
 
-export LD_LIBRARY_PATH="$PWD/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ "$mode" != fio ]; then
 	exec timeout --foreground 580 "$bin/phx-kvbench" "$@" "$mode" "$dir"
 fi
@@ -64,7 +67,7 @@ fio=$bin/fio
 	fail "$fio does not run here: $("$fio" --version 2>&1 | head -n 1)"
 [ -f "$bin/libphxfio.so" ] ||
 	fail "$bin/libphxfio.so not found; run scripts/gpu-bundle.sh (or make fio-gpu and set BIN)"
-engine=$(cd "$bin" && pwd)/libphxfio.so
+engine=$bin/libphxfio.so
 data=$dir/phx-fio.dat
 size=${FIO_SIZE:-4G}
 runtime=${FIO_RUNTIME:-5}
