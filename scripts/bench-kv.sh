@@ -59,7 +59,10 @@ fi
 # ---- fio: the same job through io_uring and through the Phoenix engine --
 # The bundle's fio (built from Debian's fio 3.33 source by make fio-gpu)
 # needs libz, which the bundle carries in lib/ beside bin/.
-[ -d "$bin/../lib" ] && export LD_LIBRARY_PATH="$(cd "$bin/../lib" && pwd):$LD_LIBRARY_PATH"
+if [ -d "$bin/../lib" ]; then
+	lib=$(cd "$bin/../lib" && pwd)
+	export LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH"
+fi
 fio=$bin/fio
 [ -f "$fio" ] && [ -x "$fio" ] || fio=$(command -v fio || true)
 [ -n "$fio" ] || fail "no fio: carry the one make fio-gpu builds (scripts/gpu-bundle.sh puts it in .gpu/bin)"
