@@ -918,6 +918,7 @@ def main():
     # the case modules import this one by name: give them this instance
     sys.modules["test_phxfs"] = sys.modules[__name__]
     import conformance  # noqa: F401  (registers its tests)
+    import posix_vs_tmpfs  # noqa: F401
     import fsx  # noqa: F401
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
