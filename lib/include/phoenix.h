@@ -319,6 +319,25 @@ int phx_host_register(struct phx_device *dev, void *p, size_t len);
 void phx_host_unregister(struct phx_device *dev, void *p);
 
 /**
+ * phx_host_alloc() - pinned host memory for copies to and from @dev.
+ * @len: bytes (rounded up to pages).
+ *
+ * Given back with phx_host_free(), a buffer stays pinned in a pool of the
+ * device and the next phx_host_alloc() of the same size takes it, so a
+ * program copying through a few buffers (a FUSE server's replies) pins
+ * nothing per copy.  At most 64 MiB per device are pinned this way at
+ * once: past that -EBUSY (use other memory).  Where pinning is refused
+ * (memlock limit) the memory comes unpinned: copies are staged, still
+ * right.  Returns 0, -EINVAL (0 bytes), -EBUSY or -ENOMEM.
+ */
+int phx_host_alloc(struct phx_device *dev, size_t len, void **out);
+
+/**
+ * phx_host_free() - give back @p from phx_host_alloc(@len).
+ */
+void phx_host_free(struct phx_device *dev, void *p, size_t len);
+
+/**
  * phx_buf_device() - the device a buffer lives on (no new reference).
  */
 struct phx_device *phx_buf_device(const struct phx_buf *buf);

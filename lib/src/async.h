@@ -23,8 +23,14 @@ struct phx_stream {
 	unsigned int flags; /* PHX_STREAM_FIXED_* */
 };
 
-/* Slots of a copy-mode ring, and transfers one ring can have queued. */
-#define PHX_RING_SLOTS 8
+/*
+ * Copy mode: the first PHX_RINGS workers own a ring each, which splits
+ * the staging budget into PHX_RING_SLOTS slots (16 of 2 MiB by default:
+ * as many requests in flight as phx_read() has); transfers a ring can
+ * have queued.
+ */
+#define PHX_RINGS 2
+#define PHX_RING_SLOTS 16
 #define PHX_RING_XFERS 1024
 
 /*

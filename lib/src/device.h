@@ -239,6 +239,16 @@ struct phx_device {
 		size_t len;
 	} * pinned_ranges;
 	unsigned int npinned_ranges;
+	/*
+	 * phx_host_alloc()'s pool: buffers given back and kept pinned, and
+	 * the bytes pinned through it (kept and lent); under pool_lock.
+	 */
+	struct phx_host_buf {
+		void *p;
+		size_t len;
+	} host_pool[16];
+	unsigned int nhost_pool;
+	size_t host_pool_bytes;
 
 	/* stream-ordered transfers, see stream.c */
 	struct phx_async_worker *async;

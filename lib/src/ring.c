@@ -46,8 +46,8 @@ int phx_ring_setup(struct phx_device *dev, struct phx_async_worker *w)
 		struct async_thread *t = &w->threads[i];
 		void *p;
 
-		if (t->words)
-			continue;
+		if (t->words || !t->engine)
+			continue; /* mapped already, or no ring */
 		ret = phx_mapped_alloc(dev, sizeof(struct phx_ring_words), &p,
 				       &t->words_daddr);
 		if (ret)

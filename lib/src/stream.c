@@ -266,19 +266,31 @@ static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
 	size_t staging;
 	int ret;
 
-	/* The workers share one engine's worth of staging between them. */
-	staging = phx_max(s->staging_size / PHX_ASYNC_WORKERS, s->chunk_size);
-	if (phx_stream_mode(dev) == PHX_STREAM_WAIT_COPY)
+	/*
+	 * The workers share one engine's worth of staging between them: in
+	 * copy mode the rings do; the other workers serve the copy kernel,
+	 * which has rings of its own, and need none.
+	 */
+	if (phx_stream_mode(dev) != PHX_STREAM_WAIT_COPY) {
+		staging = phx_max(s->staging_size / PHX_ASYNC_WORKERS,
+				  s->chunk_size);
+		ret = phx_engine_new(dev, staging, &t->engine);
+	} else if (index < PHX_RINGS) {
+		/* slots of 64 KiB at least, whatever PHX_STAGING_SIZE says */
+		staging = phx_max(s->staging_size / PHX_RINGS,
+				  PHX_RING_SLOTS * (64u << 10));
 		ret = phx_engine_new_ring(dev, staging, PHX_RING_SLOTS,
 					  &t->engine);
-	else
-		ret = phx_engine_new(dev, staging, &t->engine);
+	} else {
+		ret = 0;
+	}
 	if (ret)
 		return ret;
 	t->w = w;
 	ret = pthread_create(&t->thread, NULL, async_main, t);
 	if (ret) {
-		phx_engine_free(t->engine);
+		if (t->engine)
+			phx_engine_free(t->engine);
 		t->engine = NULL;
 		return phx_err(ret, "%s: cannot start a transfer thread: %s",
 			       dev->name, strerror(ret));
@@ -653,7 +665,8 @@ void phx_async_destroy(struct phx_device *dev)
 	pthread_mutex_unlock(&w->lock);
 	for (i = 0; i < w->nthreads; i++) {
 		pthread_join(w->threads[i].thread, NULL);
-		phx_engine_free(w->threads[i].engine);
+		if (w->threads[i].engine)
+			phx_engine_free(w->threads[i].engine);
 	}
 	phx_feed_teardown(dev, w, w->ctls);
 	phx_ring_teardown(dev, w);

@@ -67,7 +67,7 @@ static int64_t xfer(struct phx_stream *st, enum phx_op op, int fd,
 
 /*
  * Every size around the ring's slots (2 MiB with the default 64 MiB of
- * staging: four rings of eight) and past the ring, at aligned and
+ * staging: two rings of sixteen) and past the ring, at aligned and
  * unaligned file and buffer offsets, both ways.
  */
 static void round_trips(void)
