@@ -369,8 +369,28 @@ out:
 }
 
 /*
+ * Where the next bytes to push from @inode lie: the data run at or after
+ * *@done (holes are skipped and count as done) and its length, or 0 when
+ * only hole is left.  A range file is all data.
+ */
+static uint64_t next_run(struct phxfs_inode *inode, uint64_t total,
+			 uint64_t *done)
+{
+	uint64_t off, len;
+
+	if (phxfs_ranged(inode))
+		return total - *done;
+	if (phx_buf_next_data(inode->buf, *done, &off, &len) || off >= total)
+		return 0;
+	*done = off;
+	return len < total - off ? len : total - off;
+}
+
+/*
  * Push @inode's bytes into @dst through the engine (device -> file, as
- * phx_write() moves them); a range file's from its backing file.
+ * phx_write() moves them); a range file's from its backing file.  Only
+ * the data runs are written, in steps of up to CP_STEP: the holes stay
+ * holes in @dst (a new file), which gets the size at the end.
  * Shared io_lock: readers go on, writers wait for the copy.
  */
 static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
@@ -383,21 +403,20 @@ static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 	pthread_rwlock_rdlock(&inode->io_lock);
 	total = phxfs_data_size(inode);
 	ranged = phxfs_ranged(inode);
-	/* The engine reads backed memory only: back the holes (zeros). */
-	if (!ranged && inode->buf && total)
-		ret = phx_buf_commit(inode->buf, 0, total);
 	send_line(c->fd, "PROGRESS 0 %llu", (unsigned long long)total);
 	while (!ret && *done < total && (ranged || inode->buf)) {
 		struct phx_io io = {
 			.op = PHX_OP_WRITE,
 			.fd = dst,
-			.file_off = (int64_t)*done,
 			.buf = ranged ? NULL : inode->buf,
-			.buf_off = *done,
-			.len = total - *done < CP_STEP ? total - *done :
-							 CP_STEP,
 		};
+		uint64_t run = next_run(inode, total, done);
 
+		if (!run)
+			break;
+		io.file_off = (int64_t)*done;
+		io.buf_off = *done;
+		io.len = run < CP_STEP ? run : CP_STEP;
 		ret = cp_step(c, inode, &io, total, done, path);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);

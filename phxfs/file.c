@@ -189,16 +189,23 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	struct phxfs_inode *inode = phxfs_file(fi);
+	struct phxfs_dev *dev;
 	uint64_t fsize, n = 0;
 	void *host = NULL, *pooled = NULL;
 	int err = 0;
 
 	pthread_rwlock_rdlock(&inode->io_lock);
+	/*
+	 * The pooled buffer goes back to this device after the reply, when
+	 * the inode may be gone (released and forgotten) or moved: devices
+	 * live as long as the daemon.
+	 */
+	dev = inode->dev;
 	fsize = phxfs_data_size(inode);
 	if (off >= 0 && (uint64_t)off < fsize)
 		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	if (n) {
-		host = pooled = rbuf_get(inode->dev, n);
+		host = pooled = rbuf_get(dev, n);
 		if (!host)
 			host = thread_buf(size);
 		if (!host)
@@ -210,16 +217,16 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						   (uint64_t)off, n);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
-	atomic_fetch_add(&inode->dev->fuse_reads, 1);
+	atomic_fetch_add(&dev->fuse_reads, 1);
 	if (err) {
 		fuse_reply_err(req, err);
 	} else {
-		atomic_fetch_add(&inode->dev->fuse_out, n);
+		atomic_fetch_add(&dev->fuse_out, n);
 		/* the reply copies the data into the kernel before returning */
 		fuse_reply_buf(req, host, n);
 	}
 	if (pooled)
-		phx_host_free(inode->dev->dev, pooled, rbuf_len);
+		phx_host_free(dev->dev, pooled, rbuf_len);
 }
 
 /* Store @size bytes at @off, growing the file; io_lock not held. */

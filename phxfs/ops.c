@@ -5,8 +5,9 @@
  *
  * Regular files, directories, symlinks, hard links, FIFOs, sockets and
  * device nodes; a regular file's bytes live in one sparse device buffer.
- * Not supported (docs/phxfs.md says why): O_TMPFILE, hole punching,
- * SEEK_HOLE/SEEK_DATA, POSIX ACLs, atime updates (as if noatime).
+ * Not supported (docs/phxfs.md says why): hole punching and the other
+ * fallocate modes, POSIX ACLs, RENAME_WHITEOUT, atime updates (as if
+ * noatime), O_TMPFILE with libfuse older than 3.17.
  */
 #include <errno.h>
 #include <fcntl.h>

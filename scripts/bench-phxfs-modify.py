@@ -5,9 +5,10 @@
 Mounts phxfs (simulated device) in each mode, then on a 256 MiB file in it
 and in /dev/shm times, per operation (median, mean and worst of N):
 pwritev of 4 KiB, 64 KiB and 1 MiB at random offsets into a fully written
-file and into a sparse one (ftruncate'd to 256 MiB first), and ftruncate
-shrinking by up to 8 MiB and growing back.  Prints one table with the
-ratio to tmpfs.  A measurement, never a test: figures vary between runs.
+file and into a sparse one (ftruncate'd to 256 MiB first), ftruncate
+shrinking by up to 8 MiB and growing back, and the issue's mix of both
+(writes of 4 KiB to 1 MiB, one truncate in eight) into a sparse and a
+fully written file.  Prints one table with the ratio to tmpfs.  A measurement, never a test: figures vary between runs.
 
     scripts/bench-phxfs-modify.py [BUILD_DIR] [-n OPS] [--modes direct,writeback]
 """
@@ -29,6 +30,26 @@ def timed(fn, *a):
     return time.perf_counter() - t
 
 
+def mixed(fd, n, seed):
+    """The issue's workload: random writes of 4 KiB to 1 MiB (sizes a
+    power of two, each as likely) at random offsets, and one truncate in
+    eight (shrinking by up to 8 MiB, or back to 256 MiB); per-op times."""
+    blk = random.Random(0).randbytes(1 << 20)
+    rng = random.Random(seed)
+    times = []
+    for _ in range(n):
+        if rng.randrange(8):
+            size = 4096 << rng.randrange(9)
+            times.append(timed(os.pwritev, fd, [blk[:size]],
+                               rng.randrange(0, SIZE - size)))
+        elif rng.randrange(2):
+            times.append(timed(os.ftruncate, fd,
+                               SIZE - rng.randrange(4096, 8 << 20)))
+        else:
+            times.append(timed(os.ftruncate, fd, SIZE))
+    return times
+
+
 def measure(d, n):
     f = os.path.join(d, "bench-modify")
     fd = os.open(f, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
@@ -36,6 +57,9 @@ def measure(d, n):
     rng = random.Random(1)
     out = {}
     try:
+        os.ftruncate(fd, SIZE)
+        out["mixed, sparse"] = mixed(fd, 4 * n, 2)
+        os.ftruncate(fd, 0)
         os.ftruncate(fd, SIZE)
         for size in (4096, 65536, 1 << 20):
             out["sparse write %dK" % (size >> 10)] = [
@@ -54,6 +78,10 @@ def measure(d, n):
                                 SIZE - rng.randrange(4096, 8 << 20)))
             grow.append(timed(os.ftruncate, fd, SIZE))
         out["truncate shrink"], out["truncate grow"] = shrink, grow
+        os.ftruncate(fd, SIZE)
+        for off in range(0, SIZE, 1 << 20):
+            os.pwrite(fd, blk, off)
+        out["mixed, full"] = mixed(fd, 4 * n, 3)
     finally:
         os.close(fd)
         os.unlink(f)
@@ -96,7 +124,8 @@ def main():
     finally:
         os.rmdir(shm)
         os.rmdir(mp)
-    print("(ratios of means; a sparse write backs the granules it touches)")
+    print("(ratios of means, so of totals for the mixes; a sparse write "
+          "backs the granules it touches)")
     return 0
 
 

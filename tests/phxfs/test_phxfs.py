@@ -681,6 +681,49 @@ def phx_cp_out_of_phxfs():
 
 
 @test
+def phx_cp_out_sparse():
+    """phx cp out of a sparse file writes only its data runs: the copy
+    keeps the holes (as cp --sparse=always does) and the source gains no
+    memory."""
+    d, ref = fresh("cpsparse")
+    f = d + "/sparse"
+    size = 96 * MiB
+    runs = [(0, rand(4096, 41)), (30 * MiB + 5, rand(70000, 42)),
+            (64 * MiB, rand(3 * MiB, 43)), (size - 10, rand(10, 44))]
+    with open(f, "wb") as fh:
+        fh.truncate(size)
+        for off, data in runs:
+            fh.seek(off)
+            fh.write(data)
+    held = os.stat(f).st_blocks
+    out = os.path.join(ref, "sparse")
+    FS.run_phx("cp", "-q", f, out)
+    same(f, out)
+    assert os.stat(f).st_blocks == held, "the copy backed the source's holes"
+    st = os.stat(out)
+    assert st.st_size == size
+    # what the source holds bounds what the copy holds (the data runs);
+    # the file system under the copy may add a block per run
+    assert st.st_blocks <= held + 8 * len(runs), (st.st_blocks, held)
+    assert st.st_blocks * 512 < size // 4, st.st_blocks
+    # granules are at most 2 MiB (CUDA): the first hole lies before 16 MiB
+    # and the second run starts at 30 MiB rounded down to its granule
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        assert os.lseek(fd, 4096, os.SEEK_HOLE) < 16 * MiB
+        assert 28 * MiB <= os.lseek(fd, 16 * MiB, os.SEEK_DATA) <= 30 * MiB
+    finally:
+        os.close(fd)
+    # a file never written is all hole
+    with open(d + "/none", "wb") as fh:
+        fh.truncate(50 * MiB)
+    FS.run_phx("cp", "-q", d + "/none", ref + "/none")
+    assert os.stat(ref + "/none").st_size == 50 * MiB
+    assert os.stat(ref + "/none").st_blocks == 0
+    assert os.stat(d + "/none").st_blocks == 0
+
+
+@test
 def phx_cp_r_both_ways():
     d, ref = fresh("cpr")
     tree = os.path.join(ref, "model")
@@ -918,6 +961,7 @@ def main():
     # the case modules import this one by name: give them this instance
     sys.modules["test_phxfs"] = sys.modules[__name__]
     import conformance  # noqa: F401  (registers its tests)
+    import posix_vs_tmpfs  # noqa: F401
     import fsx  # noqa: F401
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
