@@ -332,6 +332,14 @@ static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 	/* The engine reads backed memory only: back the holes (zeros). */
 	if (!ranged && inode->buf && total)
 		ret = phx_buf_commit(inode->buf, 0, total);
+	/*
+	 * Sized first: O_DIRECT writes inside the file are taken in
+	 * parallel, where each write past its end waits for the one before
+	 * (ext4 extends a file one write at a time); holes at the end (or a
+	 * file never written) count too.
+	 */
+	if (!ret && ftruncate(dst, (off_t)total))
+		ret = -errno;
 	send_line(c->fd, "PROGRESS 0 %llu", (unsigned long long)total);
 	while (!ret && *done < total && (ranged || inode->buf)) {
 		struct phx_io io = {
@@ -347,10 +355,7 @@ static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 		ret = cp_step(c, inode, &io, total, done, path);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
-	/* Holes at the end (or a file never written) still count. */
-	if (!ret && *done < total && ftruncate(dst, (off_t)total))
-		ret = -errno;
-	else if (!ret)
+	if (!ret)
 		*done = total;
 	return ret;
 }
