@@ -6,9 +6,9 @@ Cases: a single file of random bytes in mixed dtypes (--size-gib, default
 4) and a checkpoint written by transformers' save_pretrained (Llama-style,
 about 1.6 GB in shards of at most 400 MB).  Loaders, each in its own
 process (so its peak host RSS is its own): safetensors.torch.load_file,
-phoenix.load_safetensors (default threads and one), fastsafetensors (GDS
-on and off),
-runai-model-streamer's SafetensorsStreamer and instanttensor's safe_open;
+phoenix.load_safetensors (one worker, the default, and four),
+fastsafetensors (GDS on and off), runai-model-streamer's
+SafetensorsStreamer and instanttensor's safe_open;
 the ones not installed are reported and skipped.  Limits measured in the
 same run: phx_read of the same files (hot) and the raw disk read into host
 memory (cold: best of O_DIRECT with 8 threads and one buffered reader).
@@ -19,12 +19,16 @@ page cache first (needs root).  The first load of each process is timed
 apart; then --repeat runs of each, median and spread.  After timing,
 every tensor of every loader is compared bit for bit with
 safetensors.torch.load_file's.  Saving: phoenix.save_safetensors against
-safetensors.torch.save_file and phx_write of the same bytes, each followed
-by fsync, the files read back and compared.  Prints one table of ratios.
+safetensors.torch.save_file and phx_write of the same bytes (into a new
+file, and into one sized first as the save sizes its files), each
+followed by fsync, the files read back and compared.  Prints one table
+of ratios.  --save-sim compares the save with phx_write on the simulated
+device, without a GPU.
 
     python3 scripts/bench-safetensors.py --dir /var/tmp
     python3 scripts/bench-safetensors.py --cases sharded,save --repeat 3
     python3 scripts/bench-safetensors.py --overhead   # sim device, no GPU
+    python3 scripts/bench-safetensors.py --save-sim   # sim device, no GPU
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
-LOADERS = ["safetensors", "phoenix", "phoenix-1thread",
+LOADERS = ["safetensors", "phoenix", "phoenix-4threads",
            "fastsafetensors-nogds",
            "fastsafetensors-gds", "runai-streamer", "instanttensor"]
 SAVERS = ["phoenix.save_safetensors", "safetensors.save_file", "phx_write",
@@ -193,7 +197,7 @@ def loader(name: str, files: list[str], dev: str):
 
         index = Path(files[0]).parent / "model.safetensors.index.json"
         src = index if len(files) > 1 and index.exists() else files
-        threads = 1 if name == "phoenix-1thread" else None
+        threads = 4 if name == "phoenix-4threads" else None
         return lambda: phoenix.load_safetensors(src, device=dev,
                                                 threads=threads)
     if name.startswith("fastsafetensors"):
