@@ -3,9 +3,9 @@
 The header is written from host memory and padded so that the data
 section starts on a 4 KiB boundary; the tensors' bytes go from the device
 to the file through the engine, as phx_write() moves one buffer: one
-batch, every shard's tensors queued in file order, tensors that follow
-each other in device memory merged into one transfer, O_DIRECT for all
-but the pages two tensors share.  So the file is written front to back
+batch, every shard's tensors queued in file order, tensors of one
+allocation that follow each other there merged into one transfer,
+O_DIRECT for all but the pages two tensors share.  So the file is written front to back
 by one pipeline that never drains between tensors or shards.  Files are
 written under temporary names and renamed into place only when complete,
 so a failed save leaves nothing behind and an old checkpoint intact.
@@ -43,8 +43,25 @@ def _shard_limit(size: Union[int, str, None]) -> Optional[int]:
     return max(1, int(float(m.group(1)) * _UNITS[m.group(2)]))
 
 
-def _source(name: str, obj: Any) -> tuple[DType, tuple[int, ...], Any]:
-    """(dtype, shape, transfer target) of one tensor to save."""
+def _allocation(obj: Any) -> Any:
+    """What @obj's memory is part of, where that can be told, else None.
+    One transfer moves bytes of one allocation only: a device copy may
+    not run from one allocation into the next even where they lie side
+    by side."""
+    if isinstance(obj, _core.DeviceArray):
+        return ("phoenix", obj.owner.handle)
+    storage = getattr(obj, "untyped_storage", None)  # torch
+    if callable(storage):
+        try:
+            return ("torch", storage().data_ptr())
+        except (RuntimeError, TypeError):
+            return None
+    return None
+
+
+def _source(name: str, obj: Any
+            ) -> tuple[DType, tuple[int, ...], Any, Any]:
+    """(dtype, shape, transfer target, allocation) of one tensor to save."""
     if not isinstance(name, str):
         raise TypeError(f"tensor names must be strings, not {name!r}")
     if name == "__metadata__":
@@ -64,7 +81,7 @@ def _source(name: str, obj: Any) -> tuple[DType, tuple[int, ...], Any]:
             raise ValueError(f"tensor {name!r} is not contiguous: save "
                              "t.contiguous()")
     target = _core._target(obj) if dtype.nbytes(shape) else None
-    return dtype, shape, target
+    return dtype, shape, target, _allocation(obj)
 
 
 def _header(entries: list[tuple[str, DType, tuple, Any]],
@@ -79,7 +96,7 @@ def _header(entries: list[tuple[str, DType, tuple, Any]],
         head["__metadata__"] = dict(metadata)
     offs = []
     at = 0
-    for name, dtype, shape, _ in entries:
+    for name, dtype, shape, *_ in entries:
         n = dtype.nbytes(shape)
         head[name] = {"dtype": dtype.name, "shape": list(shape),
                       "data_offsets": [at, at + n]}
@@ -170,20 +187,23 @@ def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
 def _runs(shard: list, offs: list[int], data_start: int
           ) -> list[tuple[int, int, int]]:
     """(device address, file offset, length) of the shard's bytes in file
-    order, one run for tensors that follow each other in device memory
-    too (a framework's allocator often places them so): fewer transfers,
-    and fewer unaligned edges that must go through the page cache."""
+    order, one run for tensors of one allocation that follow each other
+    there too (as a loaded checkpoint's do): fewer transfers, and fewer
+    unaligned edges that must go through the page cache."""
     runs: list[list[int]] = []
-    for (name, dtype, shape, t), off in zip(shard, offs):
+    last = None
+    for (name, dtype, shape, t, alloc), off in zip(shard, offs):
         n = dtype.nbytes(shape)
         if not n:
             continue
         foff = data_start + off
-        if runs and runs[-1][0] + runs[-1][2] == t.dptr and \
+        if runs and alloc is not None and alloc == last and \
+                runs[-1][0] + runs[-1][2] == t.dptr and \
                 runs[-1][1] + runs[-1][2] == foff:
             runs[-1][2] += n
         else:
             runs.append([t.dptr, foff, n])
+            last = alloc
     return [(d, f, n) for d, f, n in runs]
 
 
