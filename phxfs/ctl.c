@@ -225,10 +225,25 @@ static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
 	return ret;
 }
 
-/* Pull @src into @inode, which the client has just truncated. */
+/* Steps of a copy in flight at once, so the engine never runs dry. */
+#define CP_WINDOW 3
+
+/*
+ * Pull @src into @inode, which the client has just truncated.  The steps
+ * go through one batch, CP_WINDOW at a time: the engine fills its slots
+ * from the next step while the last ones of a step are still copied, as
+ * one phx_read() of the whole file would; progress is reported as the
+ * steps complete, and *@done only counts the bytes of the leading steps
+ * that did.
+ */
 static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 		   uint64_t total, uint64_t *done, enum phx_path *path)
 {
+	struct phx_io ios[CP_WINDOW];
+	bool complete[CP_WINDOW] = { false };
+	unsigned int first = 0, inflight = 0;
+	uint64_t next = 0;
+	struct phx_batch *b;
 	int ret;
 
 	pthread_rwlock_wrlock(&inode->io_lock);
@@ -236,27 +251,66 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 	pthread_rwlock_unlock(&inode->io_lock);
 	if (ret)
 		return ret;
+	ret = phx_batch_create(inode->dev->dev, 0, 0, &b);
+	if (ret)
+		return ret;
 	/* Shared: readers of the file need not wait for the whole copy. */
 	pthread_rwlock_rdlock(&inode->io_lock);
-	while (*done < total) {
-		struct phx_io io = {
-			.op = PHX_OP_READ,
-			.fd = src,
-			.file_off = (int64_t)*done,
-			.buf = inode->buf,
-			.buf_off = *done,
-			.len = total - *done < CP_STEP ? total - *done :
-							 CP_STEP,
-		};
+	while (!ret && *done < total) {
+		while (inflight < CP_WINDOW && next < total) {
+			unsigned int i = (first + inflight) % CP_WINDOW;
 
-		if (!inode->buf || atomic_load(&inode->size) < total) {
-			ret = -ESTALE; /* truncated under us */
+			if (!inode->buf || atomic_load(&inode->size) < total) {
+				ret = -ESTALE; /* truncated under us */
+				break;
+			}
+			ios[i] = (struct phx_io){
+				.op = PHX_OP_READ,
+				.fd = src,
+				.file_off = (int64_t)next,
+				.buf = inode->buf,
+				.buf_off = next,
+				.len = total - next < CP_STEP ? total - next :
+								CP_STEP,
+			};
+			complete[i] = false;
+			ret = phx_batch_submit(b, &ios[i], 1);
+			if (ret < 0)
+				break;
+			ret = 0;
+			next += ios[i].len;
+			inflight++;
+		}
+		if (!inflight)
+			break;
+		struct phx_io *io;
+		int n = phx_batch_wait(b, 1, &io, 1, -1);
+
+		if (n < 0) {
+			ret = n;
 			break;
 		}
-		ret = cp_step(c, inode, &io, total, done, path);
-		if (ret)
-			break;
+		complete[io - ios] = true;
+		/* the leading steps that completed count, in order */
+		while (inflight && complete[first] && !ret) {
+			struct phx_io *f = &ios[first];
+
+			if (f->result != (int64_t)f->len) {
+				ret = f->result < 0 ? (int)f->result : -EIO;
+				break;
+			}
+			*done += f->len;
+			*path = f->path;
+			complete[first] = false;
+			first = (first + 1) % CP_WINDOW;
+			inflight--;
+			send_line(c->fd, "PROGRESS %llu %llu",
+				  (unsigned long long)*done,
+				  (unsigned long long)total);
+		}
 	}
+	/* what is still in flight lands before the lock goes */
+	phx_batch_destroy(b);
 	pthread_rwlock_unlock(&inode->io_lock);
 	return ret;
 }

@@ -50,73 +50,22 @@ static void *thread_buf(size_t len)
 }
 
 /*
- * Pinned buffers for reads out of device memory, shared by all workers:
- * a device-to-host copy into pinned memory runs at the bus's speed, while
- * the driver stages one into pageable memory at a fraction of it.  They
- * are pinned once and kept; a request larger than one, or one arriving
- * when all are in use, takes the thread's pageable buffer instead.  Each
- * holds the largest request (max_write); together at most RBUF_BYTES, and
- * never fewer than RBUF_MIN of them.
+ * Reads out of device memory land in pinned host memory from libphoenix's
+ * pool (phx_host_alloc()): a device-to-host copy into pinned memory runs
+ * at the bus's speed, while the driver stages one into pageable memory at
+ * a fraction of it.  Every request takes a buffer of the largest request
+ * (max_write), so the pool hands the same few around; when they are all
+ * in use the thread's pageable buffer serves.
  */
-#define RBUF_BYTES (64U << 20)
-#define RBUF_MIN 4U
-#define RBUF_MAX 32U
+static size_t rbuf_len; /* set in phxfs_file_ops(), before any request */
 
-static pthread_mutex_t rbuf_lock = PTHREAD_MUTEX_INITIALIZER;
-static void *rbuf_free[RBUF_MAX]; /* protected by rbuf_lock */
-static unsigned int rbuf_nfree, rbuf_count; /* protected by rbuf_lock */
-/* set in phxfs_init(), before the first request */
-static size_t rbuf_len;
-static unsigned int rbuf_max;
-
-static void rbuf_setup(const struct phxfs *fs)
+static void *rbuf_get(struct phxfs_dev *d, size_t len)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), n;
+	void *p;
 
-	rbuf_len = (fs->max_write + page - 1) / page * page;
-	n = RBUF_BYTES / rbuf_len;
-	rbuf_max = n < RBUF_MIN ? RBUF_MIN :
-		   n > RBUF_MAX ? RBUF_MAX :
-				  (unsigned int)n;
-}
-
-static void *rbuf_get(struct phxfs *fs, size_t len)
-{
-	void *p = NULL;
-
-	if (len > rbuf_len || !fs->ndevs)
+	if (len > rbuf_len || phx_host_alloc(d->dev, rbuf_len, &p))
 		return NULL;
-	pthread_mutex_lock(&rbuf_lock);
-	if (rbuf_nfree) {
-		p = rbuf_free[--rbuf_nfree];
-		pthread_mutex_unlock(&rbuf_lock);
-		return p;
-	}
-	if (rbuf_count >= rbuf_max) {
-		pthread_mutex_unlock(&rbuf_lock);
-		return NULL;
-	}
-	rbuf_count++;
-	pthread_mutex_unlock(&rbuf_lock);
-
-	p = mmap(NULL, rbuf_len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED) {
-		pthread_mutex_lock(&rbuf_lock);
-		rbuf_count--;
-		pthread_mutex_unlock(&rbuf_lock);
-		return NULL;
-	}
-	/* pinned for every GPU; unpinned memory still works, only slower */
-	phx_host_register(fs->devs[0].dev, p, rbuf_len);
 	return p;
-}
-
-static void rbuf_put(void *p)
-{
-	pthread_mutex_lock(&rbuf_lock);
-	rbuf_free[rbuf_nfree++] = p;
-	pthread_mutex_unlock(&rbuf_lock);
 }
 
 static void open_flags(struct phxfs *fs, struct fuse_file_info *fi)
@@ -249,7 +198,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (off >= 0 && (uint64_t)off < fsize)
 		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	if (n) {
-		host = pooled = rbuf_get(phxfs_fs(req), n);
+		host = pooled = rbuf_get(inode->dev, n);
 		if (!host)
 			host = thread_buf(size);
 		if (!host)
@@ -270,7 +219,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, host, n);
 	}
 	if (pooled)
-		rbuf_put(pooled);
+		phx_host_free(inode->dev->dev, pooled, rbuf_len);
 }
 
 /* Store @size bytes at @off, growing the file; io_lock not held. */
@@ -429,7 +378,7 @@ static void phxfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 
 void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o)
 {
-	rbuf_setup(fs);
+	rbuf_len = fs->max_write;
 	o->open = phxfs_open;
 	o->read = phxfs_read;
 	o->write = phxfs_write;

@@ -39,10 +39,10 @@ install: install-python
 # Runs with $(PYTHON) when it has numpy, safetensors and pytest, else in a
 # virtual environment under $(BUILD)/pyvenv filled from PyPI.
 # The stream-ordered tests run again for the other ways of holding a
-# stream: PHX_STREAM_WAIT=host and =device (the default is kernel).
+# stream: PHX_STREAM_WAIT=kernel, host and device (the default is copy).
 test-python: $(LIB_SO) $(PHXFILE_SO)
 	@PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD)
-	@for mode in host device; do \
+	@for mode in kernel host device; do \
 		echo "== stream-ordered transfers with PHX_STREAM_WAIT=$$mode"; \
 		PHX_STREAM_WAIT=$$mode PYTHON=$(PYTHON) sh python/tests/run.sh \
 			$(BUILD) -k 'stream or phxfile' || exit 1; \

@@ -59,11 +59,11 @@ enum phx_device_kind {
 
 /* The data path that moved (the bulk of) a transfer's bytes. */
 enum phx_path {
-	PHX_PATH_NONE = 0,     /* nothing moved (length 0, or EOF) */
-	PHX_PATH_STAGED = 1,   /* O_DIRECT io_uring into pinned staging */
+	PHX_PATH_NONE = 0, /* nothing moved (length 0, or EOF) */
+	PHX_PATH_STAGED = 1, /* O_DIRECT io_uring into pinned staging */
 	PHX_PATH_BUFFERED = 2, /* page-cache io_uring into pinned staging */
-	PHX_PATH_P2P = 3,      /* straight between disk and device memory */
-	PHX_PATH_MEMCPY = 4,   /* host memory <-> device copy, no file */
+	PHX_PATH_P2P = 3, /* straight between disk and device memory */
+	PHX_PATH_MEMCPY = 4, /* host memory <-> device copy, no file */
 	/*
 	 * phxfs: the kernel serves the file from its backing file (FUSE
 	 * passthrough); these bytes never pass through the library.
@@ -73,14 +73,14 @@ enum phx_path {
 };
 
 struct phx_device_info {
-	char name[16];		   /* "gpu0", "sim0", "phx0": phxfs's dir */
+	char name[16]; /* "gpu0", "sim0", "phx0": phxfs's dir */
 	enum phx_device_kind kind; /* backend */
-	int index;		   /* ordinal within the backend */
-	char model[64];		   /* "NVIDIA H200", "simulated" */
-	uint64_t capacity;	   /* bytes of device memory */
-	uint64_t used;		   /* bytes held by libphoenix buffers */
-	uint64_t free;		   /* bytes the device reports free */
-	int numa_node;		   /* host NUMA node closest to it, or -1 */
+	int index; /* ordinal within the backend */
+	char model[64]; /* "NVIDIA H200", "simulated" */
+	uint64_t capacity; /* bytes of device memory */
+	uint64_t used; /* bytes held by libphoenix buffers */
+	uint64_t free; /* bytes the device reports free */
+	int numa_node; /* host NUMA node closest to it, or -1 */
 };
 
 /* ---- library -------------------------------------------------------- */
@@ -319,6 +319,25 @@ int phx_host_register(struct phx_device *dev, void *p, size_t len);
 void phx_host_unregister(struct phx_device *dev, void *p);
 
 /**
+ * phx_host_alloc() - pinned host memory for copies to and from @dev.
+ * @len: bytes (rounded up to pages).
+ *
+ * Given back with phx_host_free(), a buffer stays pinned in a pool of the
+ * device and the next phx_host_alloc() of the same size takes it, so a
+ * program copying through a few buffers (a FUSE server's replies) pins
+ * nothing per copy.  At most 64 MiB per device are pinned this way at
+ * once: past that -EBUSY (use other memory).  Where pinning is refused
+ * (memlock limit) the memory comes unpinned: copies are staged, still
+ * right.  Returns 0, -EINVAL (0 bytes), -EBUSY or -ENOMEM.
+ */
+int phx_host_alloc(struct phx_device *dev, size_t len, void **out);
+
+/**
+ * phx_host_free() - give back @p from phx_host_alloc(@len).
+ */
+void phx_host_free(struct phx_device *dev, void *p, size_t len);
+
+/**
  * phx_buf_device() - the device a buffer lives on (no new reference).
  */
 struct phx_device *phx_buf_device(const struct phx_buf *buf);
@@ -347,7 +366,7 @@ int phx_buf_recv(struct phx_device *dev, int sock, struct phx_buf **out);
 /* ---- transfers ------------------------------------------------------ */
 
 enum phx_op {
-	PHX_OP_READ = 0,  /* file -> device */
+	PHX_OP_READ = 0, /* file -> device */
 	PHX_OP_WRITE = 1, /* device -> file */
 };
 
@@ -358,16 +377,16 @@ enum phx_op {
  */
 struct phx_io {
 	enum phx_op op;
-	int fd;		      /* any readable/writable fd, O_DIRECT or not */
-	int64_t file_off;     /* >= 0, any alignment */
-	struct phx_buf *buf;  /* or NULL and @dptr */
-	uint64_t buf_off;     /* offset in @buf */
-	phx_dptr_t dptr;      /* used when @buf is NULL */
-	uint64_t len;	      /* bytes */
+	int fd; /* any readable/writable fd, O_DIRECT or not */
+	int64_t file_off; /* >= 0, any alignment */
+	struct phx_buf *buf; /* or NULL and @dptr */
+	uint64_t buf_off; /* offset in @buf */
+	phx_dptr_t dptr; /* used when @buf is NULL */
+	uint64_t len; /* bytes */
 	/* filled in on completion */
-	int64_t result;	      /* bytes moved or negative errno */
-	enum phx_path path;   /* data path that moved the bulk of them */
-	void *user_data;      /* untouched */
+	int64_t result; /* bytes moved or negative errno */
+	enum phx_path path; /* data path that moved the bulk of them */
+	void *user_data; /* untouched */
 };
 
 /**
@@ -443,9 +462,9 @@ int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off, struct phx_buf *src,
 struct phx_backing;
 
 struct phx_backing_info {
-	uint64_t size;	   /* bytes of the file now */
+	uint64_t size; /* bytes of the file now */
 	uint64_t capacity; /* bytes of device memory it holds */
-	int mapped;	   /* 1 while a process maps it (phx.ko only) */
+	int mapped; /* 1 while a process maps it (phx.ko only) */
 };
 
 /**
@@ -612,34 +631,63 @@ int phx_stream_sync(struct phx_stream *stream);
  */
 void phx_stream_destroy(struct phx_stream *stream);
 
+/*
+ * What a stream's owner promises about the parameters of its transfers
+ * (phx_stream_set_flags(); the values of cuFileStreamRegister()'s flags):
+ * the value behind each pointer is final when phx_io_enqueue() is called.
+ */
+#define PHX_STREAM_FIXED_BUF_OFFSET 0x1u
+#define PHX_STREAM_FIXED_FILE_OFFSET 0x2u
+#define PHX_STREAM_FIXED_SIZE 0x4u
+#define PHX_STREAM_FIXED                                              \
+	(PHX_STREAM_FIXED_BUF_OFFSET | PHX_STREAM_FIXED_FILE_OFFSET | \
+	 PHX_STREAM_FIXED_SIZE)
+
+/**
+ * phx_stream_set_flags() - set @stream's PHX_STREAM_FIXED_* flags.
+ *
+ * With all three (PHX_STREAM_FIXED), phx_io_enqueue() reads the values
+ * when it is called and queues the transfer's copies on the stream
+ * itself: the copy engine moves the bytes, at phx_read()'s speed.
+ * Without them the values are read when the stream gets there, which
+ * only the copy kernel can follow (slower; see phx_io_enqueue()).
+ * Returns 0, or -EINVAL for unknown flags.
+ */
+int phx_stream_set_flags(struct phx_stream *stream, unsigned int flags);
+
 /**
  * phx_io_enqueue() - a stream-ordered transfer.
  * @stream: the transfer starts when @stream reaches this point, and work
  *	    queued after it waits until it is done.
  * @op: PHX_OP_READ or PHX_OP_WRITE.
  * @dptr: device address of the buffer base.
- * @len, @file_off, @buf_off: read when the stream reaches the transfer
- *	    (not when it is queued), as cuFileReadAsync does.
+ * @len, @file_off, @buf_off: read when the stream reaches the transfer,
+ *	    as cuFileReadAsync does, or now on a stream with
+ *	    PHX_STREAM_FIXED (phx_stream_set_flags()).
  * @bytes_done: written with the bytes moved or a negative errno when the
  *	    transfer completes.
  *
  * All pointers must stay valid until then.  Returns 0 when queued.  Blocks
  * while the driver's queue for @stream is full (CUDA takes about a
- * thousand operations on a stream; a transfer is one, or three in device
- * mode below), as any launch on that stream would.
+ * thousand operations on a stream), as any launch on that stream would.
  *
  * How the stream is held while a worker thread moves the bytes
- * (PHX_STREAM_WAIT): "host", a host function on the stream waits for the
- * worker; "device", a host function only hands the transfer over and the
- * stream waits on the device for a flag the worker sets (CUDA:
- * cuStreamWaitValue32 on mapped host memory); "kernel", a copy kernel on
- * the stream announces that the stream reached it and copies the bytes
- * the worker stages in mapped host memory, so the worker makes no driver
- * call while the stream waits (not on phx.ko devices).  "auto" is kernel,
- * or device on phx.ko devices.  On CUDA host and device can hang while
- * another thread is in a driver call that waits for the GPU (README,
- * "Known problems").  In device and kernel modes at most 4096 transfers
- * can be queued on a device at once; past that, -EBUSY.
+ * (PHX_STREAM_WAIT): "copy" (the default on CUDA and the simulated
+ * device), the transfer's copies are queued on the stream between waits
+ * on words of mapped host memory (cuStreamWaitValue32) that the worker
+ * sets as it reads the file into, or writes it from, a ring of pinned
+ * slots; the worker makes no driver call while the stream waits, and no
+ * kernel occupies the GPU.  This needs the values fixed (above); other
+ * transfers, and reads past the end of the file as it is when queued,
+ * take the copy kernel.  "kernel", a copy kernel on the stream announces
+ * that the stream reached it and copies the bytes the worker stages in
+ * mapped host memory (slower: the kernel's loads cross PCIe).  "device",
+ * a host function hands the transfer over and the stream waits on a
+ * flag (the default on phx.ko devices); "host", a host function waits
+ * for the worker.  On CUDA host and device can hang while another thread
+ * is in a driver call that waits for the GPU (README, "Known problems").
+ * At most 4096 transfers (1024 per worker in copy mode) can be queued on
+ * a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		   phx_dptr_t dptr, const uint64_t *len,
@@ -657,10 +705,11 @@ enum phx_direct {
 
 /* How a stream is held during a stream-ordered transfer (PHX_STREAM_WAIT). */
 enum phx_stream_wait {
-	PHX_STREAM_WAIT_AUTO = -1,  /* kernel, or device on phx.ko devices */
-	PHX_STREAM_WAIT_HOST = 0,   /* a host function waits for the worker */
+	PHX_STREAM_WAIT_AUTO = -1, /* copy, or device on phx.ko devices */
+	PHX_STREAM_WAIT_HOST = 0, /* a host function waits for the worker */
 	PHX_STREAM_WAIT_DEVICE = 1, /* the stream waits on a flag */
 	PHX_STREAM_WAIT_KERNEL = 2, /* the copy kernel holds the stream */
+	PHX_STREAM_WAIT_COPY = 3, /* the stream's own copies, between waits */
 };
 
 /*
@@ -704,8 +753,8 @@ int phx_parse_size(const char *s, uint64_t *out);
 struct phx_stats {
 	/* bytes moved, by enum phx_path (passthrough bytes never pass by) */
 	uint64_t bytes[PHX_PATH_PASSTHROUGH];
-	uint64_t ios;	   /* transfers completed */
-	uint64_t errors;   /* transfers that failed */
+	uint64_t ios; /* transfers completed */
+	uint64_t errors; /* transfers that failed */
 	uint64_t pinned_bytes; /* staging memory pinned now */
 };
 
@@ -721,9 +770,9 @@ void phx_stats_get(struct phx_device *dev, struct phx_stats *out);
  * call none of them builds one; stream-ordered transfers have their own.
  */
 struct phx_engine_stats {
-	uint64_t built;		/* engines built since the device opened */
-	unsigned int alive;	/* engines of the pool now, idle or lent */
-	unsigned int idle;	/* of those, waiting in the pool */
+	uint64_t built; /* engines built since the device opened */
+	unsigned int alive; /* engines of the pool now, idle or lent */
+	unsigned int idle; /* of those, waiting in the pool */
 	uint64_t staging_bytes; /* host staging memory all engines hold */
 };
 

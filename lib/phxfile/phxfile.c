@@ -5,12 +5,16 @@
  * on libphoenix.
  *
  * Every call returns 0 or a negative errno.  The async calls are stream
- * ordered the way cuFileReadAsync is: the values behind nbytes,
- * file_offset and buf_offset are read when the stream reaches the
- * operation, and *bytes_done is written when it completes.  That is
- * phx_io_enqueue() exactly, so this file only keeps the tables the ABI
- * implies: the driver's device, registered buffers, file handles and
- * streams.
+ * ordered the way cuFileReadAsync is on a stream registered with cuFile's
+ * three FIXED flags, which is how LMCache uses cuFile and what its phx
+ * backend promises ("keep the pointer-backed fields unchanged while IO
+ * is pending"): the values behind nbytes, file_offset and buf_offset are
+ * read when the call is made, the transfer runs when the stream gets
+ * there, and *bytes_done is written when it completes; a value changed
+ * meanwhile makes it fail with -EINVAL.  That is phx_io_enqueue() on a
+ * stream with PHX_STREAM_FIXED, which moves the bytes with the stream's
+ * own copy engine, so this file only keeps the tables the ABI implies:
+ * the driver's device, registered buffers, file handles and streams.
  *
  * The session (the driver's device and the tables) opens at the first
  * call that needs it, so phxFileDriverOpen() is optional, as LMCache's
@@ -307,6 +311,8 @@ static int stream_get_locked(void *native, struct phx_device *dev,
 		return -ENOMEM;
 	}
 	ret = phx_stream_wrap(dev, native, &s->stream);
+	if (!ret)
+		ret = phx_stream_set_flags(s->stream, PHX_STREAM_FIXED);
 	if (ret) {
 		phx_device_close(dev);
 		free(s);
@@ -422,8 +428,9 @@ out:
  * phxFileReadAsync() - queue a read of the file into device memory.
  * @fh: from phxFileHandleRegister().
  * @buf_base: device address of the destination buffer.
- * @nbytes, @file_offset, @buf_offset: read when @stream reaches the
- *	operation; the data lands at @buf_base + *@buf_offset.
+ * @nbytes, @file_offset, @buf_offset: read now and again when @stream
+ *	reaches the operation (a change is -EINVAL in *@bytes_done); the
+ *	data lands at @buf_base + *@buf_offset.
  * @bytes_done: receives the bytes read (short only at end of file) or a
  *	negative errno when the read completes.
  * @stream: a CUstream (NULL: the default stream).

@@ -163,11 +163,14 @@ CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
 typedef unsigned int cuuint32_t;
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
-#define CU_STREAM_WAIT_VALUE_EQ 0x1
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0
+#define CU_STREAM_WRITE_VALUE_DEFAULT 0x0
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p,
 				      unsigned int Flags);
 CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
 				cuuint32_t value, unsigned int flags);
+CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr addr,
+				 cuuint32_t value, unsigned int flags);
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
@@ -228,6 +231,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
 	X(cuLaunchHostFunc)               \
 	X(cuMemHostGetDevicePointer_v2)   \
 	X(cuStreamWaitValue32_v2)         \
+	X(cuStreamWriteValue32_v2)        \
 	X(cuModuleLoadData)               \
 	X(cuModuleUnload)                 \
 	X(cuModuleGetFunction)            \

@@ -734,19 +734,38 @@ static void cuda_host_unmap(struct phx_device *dev, void *p)
 		cu.cuMemHostUnregister(p);
 }
 
-static int cuda_stream_wait_flag(struct phx_device *dev, void *stream,
-				 uint32_t *flag, uint64_t daddr)
+static int cuda_stream_wait_value(struct phx_device *dev, void *stream,
+				  uint32_t *word, uint64_t daddr,
+				  uint32_t value)
 {
 	CUresult res;
 	int ret = cuda_bind(dev);
 
-	(void)flag;
+	(void)word;
 	if (ret)
 		return ret;
-	res = cu.cuStreamWaitValue32_v2(stream, daddr, 1,
-					CU_STREAM_WAIT_VALUE_EQ);
+	res = cu.cuStreamWaitValue32_v2(stream, daddr, value,
+					CU_STREAM_WAIT_VALUE_GEQ);
 	if (res != CUDA_SUCCESS)
 		return cu_fail(dev, res, 0, "cuStreamWaitValue32");
+	return 0;
+}
+
+static int cuda_stream_write_value(struct phx_device *dev, void *stream,
+				   uint32_t *word, uint64_t daddr,
+				   uint32_t value)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	(void)word;
+	if (ret)
+		return ret;
+	/* the default flag orders the store after the work before it */
+	res = cu.cuStreamWriteValue32_v2(stream, daddr, value,
+					 CU_STREAM_WRITE_VALUE_DEFAULT);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuStreamWriteValue32");
 	return 0;
 }
 
@@ -841,9 +860,9 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.event_query = cuda_event_query,
 	.event_sync = cuda_event_sync,
 	.launch_host_fn = cuda_launch_host_fn,
-	.stream_wait_flag = cuda_stream_wait_flag,
-	/* host and device modes can hang in the driver (README) */
-	.stream_wait_auto = PHX_STREAM_WAIT_KERNEL,
+	.stream_wait_value = cuda_stream_wait_value,
+	.stream_write_value = cuda_stream_write_value,
+	.stream_wait_auto = PHX_STREAM_WAIT_COPY,
 	.host_map = cuda_host_map,
 	.host_unmap = cuda_host_unmap,
 	.feed_launch = cuda_feed_launch,

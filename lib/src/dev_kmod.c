@@ -319,10 +319,19 @@ static int kmod_launch_host_fn(struct phx_device *dev, void *stream,
 }
 
 /* Streams here are synchronous: a wait is the caller's own. */
-static int kmod_stream_wait_flag(struct phx_device *dev, void *stream,
-				 uint32_t *flag, uint64_t daddr)
+static int kmod_stream_wait_value(struct phx_device *dev, void *stream,
+				  uint32_t *word, uint64_t daddr,
+				  uint32_t value)
 {
-	phx_flag_wait(flag);
+	phx_word_wait(word, value);
+	return 0;
+}
+
+static int kmod_stream_write_value(struct phx_device *dev, void *stream,
+				   uint32_t *word, uint64_t daddr,
+				   uint32_t value)
+{
+	phx_word_store(word, value);
 	return 0;
 }
 
@@ -363,6 +372,7 @@ const struct phx_backend_ops phx_kmod_ops = {
 	.event_query = kmod_event_query,
 	.event_sync = kmod_event_sync,
 	.launch_host_fn = kmod_launch_host_fn,
-	.stream_wait_flag = kmod_stream_wait_flag,
+	.stream_wait_value = kmod_stream_wait_value,
+	.stream_write_value = kmod_stream_write_value,
 	.stream_wait_auto = PHX_STREAM_WAIT_DEVICE,
 };

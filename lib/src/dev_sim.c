@@ -22,7 +22,15 @@
 
 #define SIM_GRANULARITY (64ULL << 10)
 
-enum sim_op_type { SIM_COPY, SIM_SET, SIM_FN, SIM_MARK, SIM_WAIT, SIM_FEED };
+enum sim_op_type {
+	SIM_COPY,
+	SIM_SET,
+	SIM_FN,
+	SIM_MARK,
+	SIM_WAIT,
+	SIM_WRITE,
+	SIM_FEED
+};
 
 struct sim_op {
 	enum sim_op_type type;
@@ -32,7 +40,8 @@ struct sim_op {
 	uint8_t value;
 	void (*fn)(void *);
 	void *arg;
-	uint32_t *flag; /* SIM_WAIT: until nonzero */
+	uint32_t *word; /* SIM_WAIT: until it reaches word_value; SIM_WRITE */
+	uint32_t word_value;
 	/* SIM_FEED: the copy kernel's part, played on the host */
 	phx_feed_play_fn *play;
 	struct sim_op *next;
@@ -85,7 +94,10 @@ static void *sim_stream_main(void *arg)
 		case SIM_MARK:
 			break;
 		case SIM_WAIT:
-			phx_flag_wait(op->flag);
+			phx_word_wait(op->word, op->word_value);
+			break;
+		case SIM_WRITE:
+			phx_word_store(op->word, op->word_value);
 			break;
 		case SIM_FEED:
 			op->play(op->arg, op->dst);
@@ -477,11 +489,24 @@ static int sim_launch_host_fn(struct phx_device *dev, void *stream,
 	return sim_push(sim_stream_of(dev, stream), &op);
 }
 
-/* Simulated streams are host threads: they wait on the host address. */
-static int sim_stream_wait_flag(struct phx_device *dev, void *stream,
-				uint32_t *flag, uint64_t daddr)
+/* Simulated streams are host threads: they use the host address. */
+static int sim_stream_wait_value(struct phx_device *dev, void *stream,
+				 uint32_t *word, uint64_t daddr, uint32_t value)
 {
-	struct sim_op op = { .type = SIM_WAIT, .flag = flag };
+	struct sim_op op = { .type = SIM_WAIT,
+			     .word = word,
+			     .word_value = value };
+
+	return sim_push(sim_stream_of(dev, stream), &op);
+}
+
+static int sim_stream_write_value(struct phx_device *dev, void *stream,
+				  uint32_t *word, uint64_t daddr,
+				  uint32_t value)
+{
+	struct sim_op op = { .type = SIM_WRITE,
+			     .word = word,
+			     .word_value = value };
 
 	return sim_push(sim_stream_of(dev, stream), &op);
 }
@@ -536,7 +561,8 @@ const struct phx_backend_ops phx_sim_ops = {
 	.event_query = sim_event_query,
 	.event_sync = sim_event_sync,
 	.launch_host_fn = sim_launch_host_fn,
-	.stream_wait_flag = sim_stream_wait_flag,
-	.stream_wait_auto = PHX_STREAM_WAIT_KERNEL,
+	.stream_wait_value = sim_stream_wait_value,
+	.stream_write_value = sim_stream_write_value,
+	.stream_wait_auto = PHX_STREAM_WAIT_COPY,
 	.feed_launch = sim_feed_launch,
 };

@@ -6,7 +6,9 @@
  */
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdio.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -34,14 +36,37 @@ void phx_device_uncharge(struct phx_device *dev, uint64_t bytes)
 	atomic_fetch_sub(&dev->used, bytes);
 }
 
-void phx_flag_set(uint32_t *flag)
+void phx_word_store(uint32_t *word, uint32_t v)
 {
-	__atomic_store_n(flag, 1, __ATOMIC_RELEASE);
-	syscall(SYS_futex, flag, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	__atomic_store_n(word, v, __ATOMIC_RELEASE);
+	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-void phx_flag_wait(uint32_t *flag)
+bool phx_word_reached(const uint32_t *word, uint32_t v)
 {
-	while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE))
-		syscall(SYS_futex, flag, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+	return (int32_t)(__atomic_load_n(word, __ATOMIC_ACQUIRE) - v) >= 0;
+}
+
+void phx_word_wait(uint32_t *word, uint32_t v)
+{
+	uint32_t cur;
+
+	while ((int32_t)((cur = __atomic_load_n(word, __ATOMIC_ACQUIRE)) - v) <
+	       0)
+		syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, cur, NULL, NULL,
+			0);
+}
+
+void phx_poll_backoff(unsigned int n)
+{
+	struct timespec ts = { 0, 0 };
+
+	if (n < 64)
+		return;
+	if (n < 256) {
+		sched_yield();
+		return;
+	}
+	ts.tv_nsec = n < 1024 ? 5000 : 50000;
+	nanosleep(&ts, NULL);
 }

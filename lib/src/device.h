@@ -165,13 +165,21 @@ struct phx_backend_ops {
 	void (*host_unmap)(struct phx_device *dev, void *p);
 
 	/*
-	 * Stream-ordered waits held on the device side: have @stream wait
-	 * until the 32-bit flag at @flag (device address @daddr, from
-	 * host_map) is nonzero.  The host sets it with a release store and
-	 * wakes futex waiters on it.
+	 * Stream-ordered waits and signals on 32-bit words of host_map
+	 * memory (@word on the host, @daddr on the device), which is how a
+	 * held stream and the host thread serving it talk without a driver
+	 * call on the host's side.  stream_wait_value: @stream waits until
+	 * (int32_t)(*@word - @value) >= 0 (cyclic, so sequence numbers may
+	 * wrap); the host stores with phx_word_store().  stream_write_value:
+	 * @stream stores @value once the work queued before it is done
+	 * (NULL where the device has no such op).
 	 */
-	int (*stream_wait_flag)(struct phx_device *dev, void *stream,
-				uint32_t *flag, uint64_t daddr);
+	int (*stream_wait_value)(struct phx_device *dev, void *stream,
+				 uint32_t *word, uint64_t daddr,
+				 uint32_t value);
+	int (*stream_write_value)(struct phx_device *dev, void *stream,
+				  uint32_t *word, uint64_t daddr,
+				  uint32_t value);
 	/* What PHX_STREAM_WAIT=auto means here. */
 	enum phx_stream_wait stream_wait_auto;
 
@@ -231,6 +239,16 @@ struct phx_device {
 		size_t len;
 	} * pinned_ranges;
 	unsigned int npinned_ranges;
+	/*
+	 * phx_host_alloc()'s pool: buffers given back and kept pinned, and
+	 * the bytes pinned through it (kept and lent); under pool_lock.
+	 */
+	struct phx_host_buf {
+		void *p;
+		size_t len;
+	} host_pool[16];
+	unsigned int nhost_pool;
+	size_t host_pool_bytes;
 
 	/* stream-ordered transfers, see stream.c */
 	struct phx_async_worker *async;
@@ -258,8 +276,17 @@ int phx_fdmem_dup(struct phx_device *dev, int fd, phx_chunk_t *out);
  * host sets one and wakes whoever waits on it in the host (simulated and
  * phx.ko streams).
  */
-void phx_flag_set(uint32_t *flag);
-void phx_flag_wait(uint32_t *flag);
+/*
+ * Words that hold streams (stream_wait_value): store @v with release
+ * semantics and wake host threads waiting on @word; wait until @word
+ * reaches @v cyclically; whether it has.
+ */
+void phx_word_store(uint32_t *word, uint32_t v);
+void phx_word_wait(uint32_t *word, uint32_t v);
+bool phx_word_reached(const uint32_t *word, uint32_t v);
+
+/* Between polls: spin briefly, then yield, then sleep up to 50 us. */
+void phx_poll_backoff(unsigned int n);
 
 /* Device memory accounting against capacity and limit; -ENOSPC if over. */
 int phx_device_charge(struct phx_device *dev, uint64_t bytes);

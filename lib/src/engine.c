@@ -250,17 +250,14 @@ static void job_add_region(struct job *j, uint64_t from, uint64_t to,
 	j->nregions++;
 }
 
-/* Decide how a job moves its bytes and cut its file range into regions. */
-static int job_plan(struct phx_engine *e, struct job *j)
+/* Whether O_DIRECT is the way for @j: the hot check, the file system. */
+int phx_job_direct(struct phx_engine *e, struct job *j, bool *out)
 {
 	const struct phx_settings *s = phx_settings();
-	struct phx_device *dev = e->dev;
 	bool is_read = j->io->op == PHX_OP_READ;
 	bool direct = s->direct != PHX_DIRECT_OFF;
-	uint64_t a_start = phx_align_down(j->start, PHX_DIO_ALIGN);
-	uint64_t a_end = phx_align_up(j->end, PHX_DIO_ALIGN);
-	int ret;
 
+	(void)e;
 	/* Hot: most of what will be read (up to end of file) is cached. */
 	if (direct && s->direct == PHX_DIRECT_AUTO && is_read &&
 	    s->hot_fraction <= 100 && j->start < j->fde->size &&
@@ -276,6 +273,23 @@ static int job_plan(struct phx_engine *e, struct job *j)
 				j->fde->user_fd);
 		direct = false;
 	}
+	*out = direct;
+	return 0;
+}
+
+/* Decide how a job moves its bytes and cut its file range into regions. */
+static int job_plan(struct phx_engine *e, struct job *j)
+{
+	struct phx_device *dev = e->dev;
+	bool is_read = j->io->op == PHX_OP_READ;
+	uint64_t a_start = phx_align_down(j->start, PHX_DIO_ALIGN);
+	uint64_t a_end = phx_align_up(j->end, PHX_DIO_ALIGN);
+	bool direct;
+	int ret;
+
+	ret = phx_job_direct(e, j, &direct);
+	if (ret)
+		return ret;
 
 	/* p2p: the device memory itself is DMA-able host-mapped memory. */
 	if (direct && dev->ops->p2p && dev->ops->host_addr &&
@@ -344,6 +358,9 @@ static void job_complete(struct phx_engine *e, struct job *j)
 
 static bool job_issuable(const struct job *j)
 {
+	/* a stream waits for every segment of a sink job, failed or not */
+	if (j->sink)
+		return j->seg < j->nsegs;
 	return !j->err && !j->eof && j->cur < j->nregions;
 }
 
@@ -353,8 +370,24 @@ static void job_fail(struct job *j, int err)
 		j->err = err;
 }
 
-/* Validate @io and turn it into a job queued on @e. */
-int phx_job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
+/*
+ * @sl's I/O failed with @err: the job fails and the slot is released; a
+ * stream-ordered read still hands the slot over, since its stream waits
+ * for every segment.
+ */
+static void slot_fail(struct phx_engine *e, struct slot *sl, int err)
+{
+	job_fail(sl->job, err);
+	sl->copied = 0;
+	if (sl->job->sink && sl->job->io->op == PHX_OP_READ)
+		phx_sink_publish(e, sl);
+	else
+		phx_slot_free(e, sl);
+}
+
+/* Validate @io and turn it into a job for @e (and @sink, or NULL). */
+static int job_start(struct phx_engine *e, struct phx_io *io,
+		     struct phx_sink *sink, struct job **out)
 {
 	struct phx_device *dev = e->dev;
 	struct job *j;
@@ -386,6 +419,7 @@ int phx_job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 	if (!j)
 		return phx_err(ENOMEM, "out of host memory for a transfer");
 	j->io = io;
+	j->sink = sink;
 	j->buf = io->buf;
 	j->start = (uint64_t)io->file_off;
 	j->end = j->start + io->len;
@@ -409,7 +443,7 @@ int phx_job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
 		j->dptr = io->dptr;
 	}
 	if (io->len) {
-		ret = job_plan(e, j);
+		ret = sink ? phx_sink_plan(e, j) : job_plan(e, j);
 		if (ret)
 			goto out_put;
 		if (j->nregions)
@@ -422,6 +456,11 @@ out_put:
 out_free:
 	free(j);
 	return ret;
+}
+
+int phx_job_start(struct phx_engine *e, struct phx_io *io, struct job **out)
+{
+	return job_start(e, io, NULL, out);
 }
 
 /* ---- the pipeline --------------------------------------------------- */
@@ -438,7 +477,7 @@ static struct job *next_issuable(struct phx_engine *e)
 	return j;
 }
 
-static void slot_prep_io(struct phx_engine *e, struct slot *sl)
+void phx_slot_prep_io(struct phx_engine *e, struct slot *sl)
 {
 	struct job *j = sl->job;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
@@ -467,7 +506,7 @@ static void slot_prep_io(struct phx_engine *e, struct slot *sl)
 	e->to_submit++;
 }
 
-static void slot_free(struct phx_engine *e, struct slot *sl)
+void phx_slot_free(struct phx_engine *e, struct slot *sl)
 {
 	struct job *j = sl->job;
 
@@ -479,7 +518,7 @@ static void slot_free(struct phx_engine *e, struct slot *sl)
 }
 
 /* Account a finished segment and release the slot. */
-static void slot_finish(struct phx_engine *e, struct slot *sl)
+void phx_slot_finish(struct phx_engine *e, struct slot *sl)
 {
 	struct job *j = sl->job;
 	enum phx_path p = sl->target ? PHX_PATH_P2P :
@@ -488,7 +527,7 @@ static void slot_finish(struct phx_engine *e, struct slot *sl)
 
 	j->moved += sl->copied;
 	j->by_path[p] += sl->copied;
-	slot_free(e, sl);
+	phx_slot_free(e, sl);
 }
 
 /* Start a device copy for @sl; the slot completes when its event fires. */
@@ -499,6 +538,10 @@ static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
 	uint64_t cs, ce;
 	int ret;
 
+	if (j->sink) {
+		phx_sink_publish(e, sl);
+		return;
+	}
 	if (to_device) {
 		cs = phx_max(sl->foff, j->start);
 		ce = phx_min(sl->foff + sl->done, j->end);
@@ -508,7 +551,7 @@ static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
 	}
 	sl->copied = ce > cs ? ce - cs : 0;
 	if (!sl->copied) {
-		slot_finish(e, sl);
+		phx_slot_finish(e, sl);
 		return;
 	}
 	if (to_device)
@@ -527,7 +570,7 @@ static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
 	if (ret) {
 		job_fail(j, ret);
 		sl->copied = 0;
-		slot_free(e, sl);
+		phx_slot_free(e, sl);
 		return;
 	}
 	sl->state = SLOT_COPY;
@@ -536,8 +579,13 @@ static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
 /* Give free slots to jobs with segments left. */
 static void engine_fill(struct phx_engine *e)
 {
+	struct job *head = next_issuable(e);
 	unsigned int i;
 
+	if (head && head->sink) {
+		phx_sink_fill(e, head);
+		return;
+	}
 	for (i = 0; i < e->nslots; i++) {
 		struct slot *sl = &e->slots[i];
 		struct job_region *r;
@@ -554,6 +602,7 @@ static void engine_fill(struct phx_engine *e)
 		seg_end = phx_min(r->to,
 				  phx_align_down(j->pos, e->chunk) + e->chunk);
 		sl->job = j;
+		sl->mem = e->staging + (size_t)i * e->chunk;
 		sl->foff = j->pos;
 		sl->len = seg_end - j->pos;
 		sl->done = 0;
@@ -575,7 +624,7 @@ static void engine_fill(struct phx_engine *e)
 		} else {
 			if (sl->target && j->io->op == PHX_OP_WRITE)
 				sl->copied = sl->len;
-			slot_prep_io(e, sl);
+			phx_slot_prep_io(e, sl);
 		}
 	}
 }
@@ -593,23 +642,22 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 
 		if (bfd >= 0 && !sl->target) {
 			sl->direct = false;
-			slot_prep_io(e, sl);
+			phx_slot_prep_io(e, sl);
 			return;
 		}
 	}
 	if (res == -EAGAIN || res == -EINTR) {
-		slot_prep_io(e, sl);
+		phx_slot_prep_io(e, sl);
 		return;
 	}
 	if (res < 0) {
-		job_fail(j, phx_err(-res, "%s fd %d at offset %llu: %s",
-				    j->io->op == PHX_OP_READ ? "reading" :
-							       "writing",
-				    j->fde->user_fd,
-				    (unsigned long long)(sl->foff + sl->done),
-				    strerror(-res)));
-		sl->copied = 0;
-		slot_free(e, sl);
+		slot_fail(e, sl,
+			  phx_err(-res, "%s fd %d at offset %llu: %s",
+				  j->io->op == PHX_OP_READ ? "reading" :
+							     "writing",
+				  j->fde->user_fd,
+				  (unsigned long long)(sl->foff + sl->done),
+				  strerror(-res)));
 		return;
 	}
 	sl->done += (uint64_t)res;
@@ -618,18 +666,16 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 		    (res == 0 || sl->foff + sl->done >= j->fde->size)) {
 			j->eof = true; /* short read at end of file */
 		} else if (res > 0) {
-			slot_prep_io(e, sl);
+			phx_slot_prep_io(e, sl);
 			return;
 		} else {
-			job_fail(
-				j,
+			slot_fail(
+				e, sl,
 				phx_err(EIO,
 					"writing fd %d: no progress at offset %llu",
 					j->fde->user_fd,
 					(unsigned long long)(sl->foff +
 							     sl->done)));
-			sl->copied = 0;
-			slot_free(e, sl);
 			return;
 		}
 	}
@@ -637,12 +683,12 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 		if (sl->target) {
 			sl->copied = phx_min(sl->foff + sl->done, j->end) -
 				     phx_min(sl->foff, j->end);
-			slot_finish(e, sl);
+			phx_slot_finish(e, sl);
 		} else {
 			slot_copy(e, sl, true);
 		}
 	} else {
-		slot_finish(e, sl);
+		phx_slot_finish(e, sl);
 	}
 }
 
@@ -658,6 +704,19 @@ static unsigned int engine_poll_copies(struct phx_engine *e)
 
 		if (sl->state != SLOT_COPY)
 			continue;
+		if (sl->job->sink) {
+			/* the stream copies, not us: no driver call here */
+			if (!phx_sink_consumed(e, sl))
+				continue;
+			n++;
+			if (sl->job->io->op == PHX_OP_READ)
+				phx_slot_finish(e, sl);
+			else if (sl->job->err)
+				phx_slot_free(e, sl);
+			else
+				phx_slot_prep_io(e, sl);
+			continue;
+		}
 		ret = dev->ops->event_query(dev, sl->event);
 		if (ret == -EAGAIN)
 			continue;
@@ -665,11 +724,11 @@ static unsigned int engine_poll_copies(struct phx_engine *e)
 		if (ret) {
 			job_fail(sl->job, ret);
 			sl->copied = 0;
-			slot_free(e, sl);
+			phx_slot_free(e, sl);
 		} else if (sl->job->io->op == PHX_OP_WRITE) {
-			slot_prep_io(e, sl);
+			phx_slot_prep_io(e, sl);
 		} else {
-			slot_finish(e, sl);
+			phx_slot_finish(e, sl);
 		}
 	}
 	return n;
@@ -715,11 +774,15 @@ static int engine_step_once(struct phx_engine *e, bool block)
 	io_uring_cq_advance(&e->ring, seen);
 	progressed += seen;
 
-	if (progressed || !block || e->polled || e->to_submit)
+	if (progressed || !block || e->polled || e->to_submit) {
+		e->sink_polls = 0;
 		return 0;
+	}
 
 	/* Copies are short next to disk reads: wait on them first. */
 	sl = oldest_copy(e);
+	if (sl && sl->job->sink)
+		return phx_sink_idle(e); /* a stream copies: poll */
 	if (sl) {
 		ret = e->dev->ops->event_sync(e->dev, sl->event);
 		return ret;
@@ -773,12 +836,15 @@ void phx_engine_queue(struct phx_engine *e, struct job *j)
 }
 
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
-int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
+static int64_t engine_run(struct phx_engine *e, struct phx_io *io,
+			  struct phx_sink *sink)
 {
 	struct job *j;
 	int ret;
 
-	ret = phx_job_start(e, io, &j);
+	ret = job_start(e, io, sink, &j);
+	if (ret && sink)
+		phx_sink_drain(e, io, sink); /* its stream waits all the same */
 	if (ret) {
 		atomic_fetch_add(&e->dev->errors, 1);
 		return io->result = ret;
@@ -793,4 +859,36 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
 	if (io->result >= 0)
 		phx_err_clear();
 	return io->result;
+}
+
+int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
+{
+	return engine_run(e, io, NULL);
+}
+
+/*
+ * Run @io through @sink: the job's segments go through the slots in ring
+ * order and the stream the transfer is queued on copies them.  The
+ * engine makes no driver call meanwhile: the stream waits on it, and a
+ * driver call can wait for the stream.
+ */
+int64_t phx_engine_io_sink(struct phx_engine *e, struct phx_io *io,
+			   struct phx_sink *sink)
+{
+	return engine_run(e, io, sink);
+}
+
+void phx_engine_drain_sink(struct phx_engine *e, const struct phx_io *io,
+			   struct phx_sink *sink)
+{
+	phx_sink_drain(e, io, sink);
+}
+
+void phx_engine_ring(const struct phx_engine *e, char **staging,
+		     unsigned int *nslots, uint64_t *chunk, bool *pinned)
+{
+	*staging = e->staging;
+	*nslots = e->nslots;
+	*chunk = e->chunk;
+	*pinned = e->pinned;
 }

@@ -53,6 +53,10 @@ struct job {
 	int err;
 	bool eof;
 	bool queued; /* on the engine's issue queue */
+	/* stream-ordered jobs: the sink, segments issued and in all, O_DIRECT */
+	struct phx_sink *sink;
+	unsigned int seg, nsegs;
+	bool direct;
 	TAILQ_ENTRY(job) issue; /* while it has segments to issue */
 	STAILQ_ENTRY(job) done; /* once complete, until collected */
 };
@@ -75,6 +79,11 @@ struct slot {
 	uint64_t copied; /* bytes of the job the copy moves */
 	void *event;
 	void *stream;
+	/* sink jobs: ring sequence number, segment index, its bytes in the slot */
+	uint32_t seq;
+	unsigned int seg;
+	uint64_t seg_foff, seg_len;
+	char *seg_mem;
 };
 
 struct phx_engine {
@@ -103,6 +112,7 @@ struct phx_engine {
 	STAILQ_HEAD(, job) done;
 	struct fd_entry fds[PHX_FD_CACHE];
 	struct phx_engine *next_free;
+	unsigned int sink_polls; /* polls of a sink with nothing moving */
 };
 
 /* How an engine cuts its staging: @nslots slots of @chunk bytes. */
@@ -145,6 +155,29 @@ int phx_engine_step(struct phx_engine *e, bool block);
 bool phx_engine_busy(const struct phx_engine *e);
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
 int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
+
+/* What the sink's pipeline shares with the rest of it (engine.c). */
+void phx_slot_prep_io(struct phx_engine *e, struct slot *sl);
+void phx_slot_free(struct phx_engine *e, struct slot *sl);
+void phx_slot_finish(struct phx_engine *e, struct slot *sl);
+/* Whether O_DIRECT is the way for @j (the hot check, the file system). */
+int phx_job_direct(struct phx_engine *e, struct job *j, bool *direct);
+
+/* ---- the stream sink (sink.c) ---------------------------------------- */
+
+/* Plan @j's segments and descriptors for @sink (from phx_job_start). */
+int phx_sink_plan(struct phx_engine *e, struct job *j);
+/* Give free slots to @j's next segments, in sequence. */
+void phx_sink_fill(struct phx_engine *e, struct job *j);
+/* @sl's I/O is over (or failed): hand its bytes to the stream. */
+void phx_sink_publish(struct phx_engine *e, struct slot *sl);
+/* Whether the stream is done with @sl. */
+bool phx_sink_consumed(const struct phx_engine *e, const struct slot *sl);
+/* A job that could not start: hand every slot over all the same. */
+void phx_sink_drain(struct phx_engine *e, const struct phx_io *io,
+		    struct phx_sink *sink);
+/* Nothing moved: wait a little for the stream or the disk. */
+int phx_sink_idle(struct phx_engine *e);
 
 /* ---- the pool (transfer.c) ------------------------------------------ */
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * feed.c - the host side of the copy kernel's protocol (feed.h), used by
- * stream-ordered transfers in PHX_STREAM_WAIT=kernel, the default on CUDA
- * and the simulated device (stream.c).
+ * stream-ordered transfers in PHX_STREAM_WAIT=kernel and, in the default
+ * copy mode, by transfers whose values are read when the stream gets
+ * there (stream.c); and that mode's part of the stream layer: control
+ * blocks, rings, the launch and the worker's side.
  *
  * Chunk c of a transfer goes through slot c % PHX_FEED_SLOTS.  Reads: the
  * worker fills the slot, stores ready = c + 1; the kernel copies it to the
@@ -13,12 +15,14 @@
  * theirs is copied.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "feed.h"
+#include "async.h"
 
 static uint32_t load_acq(const uint32_t *p)
 {
@@ -31,20 +35,6 @@ static void store_rel(uint32_t *p, uint32_t v)
 }
 
 /* Between polls: spin briefly, then yield, then sleep up to 50 us. */
-void phx_poll_backoff(unsigned int n)
-{
-	struct timespec ts = { 0, 0 };
-
-	if (n < 64)
-		return;
-	if (n < 256) {
-		sched_yield();
-		return;
-	}
-	ts.tv_nsec = n < 1024 ? 5000 : 50000;
-	nanosleep(&ts, NULL);
-}
-
 /* Poll @p until it holds at least @v. */
 static void wait_at_least(const uint32_t *p, uint32_t v)
 {
@@ -202,4 +192,165 @@ void phx_feed_emulate(struct phx_feed_ctl *ctl, unsigned char *buf)
 out:
 	for (unsigned int b = 0; b < PHX_FEED_SLOTS; b++)
 		store_rel(&ctl->exited[b], 1);
+}
+
+/* ---- the stream layer's copy-kernel mode ------------------------------ */
+
+/* "kernel" mode: a queued transfer whose kernel has started, taken off. */
+struct async_req *phx_feed_claim_locked(struct phx_async_worker *w)
+{
+	struct async_req **pp, *r;
+
+	for (pp = &w->feed_head; (r = *pp); pp = &r->next) {
+		if (__atomic_load_n(&r->ctl->reached, __ATOMIC_ACQUIRE)) {
+			*pp = r->next;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * "kernel" mode: move @r's bytes through this thread's ring with the
+ * kernel on the stream, then give its control block back.  No call into
+ * the backend: the stream waits on this, and a driver call could wait on
+ * the stream.
+ */
+void phx_feed_run(struct async_thread *t, struct async_req *r)
+{
+	struct phx_async_worker *w = t->w;
+	struct phx_feed_ctl *ctl = r->ctl;
+	struct phx_device *dev = r->dev;
+	uint64_t len = *r->len;
+	int64_t foff = *r->file_off, boff = *r->buf_off, res;
+	int fl = fcntl(r->fd, F_GETFL), fd = r->fd;
+
+	ctl->ring = t->ring_daddr;
+	ctl->slot_size = t->slot_size;
+	/* chunks start anywhere: an O_DIRECT fd is read through a twin */
+	if (fl >= 0 && (fl & O_DIRECT))
+		fd = phx_reopen(r->fd, fl & O_ACCMODE);
+	if (boff < 0 || foff < 0) {
+		res = -EINVAL;
+		phx_feed_abort(ctl, res, r->bytes_done);
+	} else if (fd < 0) {
+		res = -errno;
+		phx_feed_abort(ctl, res, r->bytes_done);
+	} else if (r->op == PHX_OP_READ) {
+		res = phx_feed_read(ctl, t->ring, fd, len, foff, boff,
+				    r->bytes_done);
+	} else {
+		res = phx_feed_write(ctl, t->ring, fd, len, foff, boff,
+				     r->bytes_done);
+	}
+	if (fd >= 0 && fd != r->fd)
+		close(fd);
+	/* counted as the pipeline counts (once the stream may go on) */
+	if (res >= 0)
+		atomic_fetch_add(&dev->bytes[PHX_PATH_BUFFERED], (uint64_t)res);
+	else
+		atomic_fetch_add(&dev->errors, 1);
+	atomic_fetch_add(&dev->ios, 1);
+	phx_feed_wait_exit(ctl);
+	pthread_mutex_lock(&w->lock);
+	phx_async_release_locked(w, r);
+	pthread_mutex_unlock(&w->lock);
+	free(r);
+}
+
+/* "kernel" mode: unmap and free the control blocks and the rings. */
+void phx_feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
+		       struct phx_feed_ctl *ctls)
+{
+	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
+		struct async_thread *t = &w->threads[i];
+
+		phx_mapped_free(dev, t->ring, t->slot_size * PHX_FEED_SLOTS);
+		t->ring = NULL;
+	}
+	phx_mapped_free(dev, ctls, PHX_ASYNC_FLAGS * sizeof(*ctls));
+}
+
+/*
+ * "kernel" mode: the control blocks and every worker's ring, made and
+ * mapped once, on the caller's thread and before any transfer of ours is
+ * queued (the workers all start at the first one).
+ */
+int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
+{
+	size_t slot;
+	void *ctls;
+	unsigned int i;
+	int ret = 0;
+
+	if (!dev->ops->feed_launch)
+		return phx_err(
+			EOPNOTSUPP,
+			"%s: PHX_STREAM_WAIT=kernel: this device has no copy kernel; use device or host",
+			dev->name);
+	pthread_mutex_lock(&w->spawn_lock);
+	if (w->ctls)
+		goto out;
+	ret = phx_mapped_alloc(dev,
+			       PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl),
+			       &ctls, &w->ctls_daddr);
+	if (ret)
+		goto out;
+	/* the workers share one engine's worth of staging, as for engines */
+	slot = phx_max(phx_settings()->staging_size / PHX_ASYNC_WORKERS /
+			       PHX_FEED_SLOTS,
+		       64 << 10);
+	for (i = 0; i < w->nthreads; i++) {
+		struct async_thread *t = &w->threads[i];
+		void *ring;
+
+		ret = phx_mapped_alloc(dev, slot * PHX_FEED_SLOTS, &ring,
+				       &t->ring_daddr);
+		if (ret)
+			break;
+		t->ring = ring;
+		t->slot_size = slot;
+	}
+	if (ret) {
+		phx_feed_teardown(dev, w, ctls);
+		goto out;
+	}
+	pthread_mutex_lock(&w->lock);
+	phx_async_free_all_locked(w);
+	w->ctls = ctls;
+	pthread_mutex_unlock(&w->lock);
+out:
+	pthread_mutex_unlock(&w->spawn_lock);
+	return ret;
+}
+
+/*
+ * "kernel" mode: put the copy kernel on the stream and let the workers
+ * look for it; nothing on the stream calls back into libphoenix.
+ */
+int phx_feed_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
+		     struct async_req *r)
+{
+	struct phx_device *dev = stream->dev;
+	int ret;
+
+	ret = phx_async_take(dev, w, &r->ctl_index);
+	if (ret)
+		return ret;
+	r->ctl = &w->ctls[r->ctl_index];
+	memset(r->ctl, 0, sizeof(*r->ctl));
+	ret = dev->ops->feed_launch(dev, stream->native, r->ctl,
+				    w->ctls_daddr +
+					    r->ctl_index * sizeof(*r->ctl),
+				    r->dptr, phx_feed_emulate);
+	pthread_mutex_lock(&w->lock);
+	if (ret) {
+		w->free_flags[w->nfree_flags++] = r->ctl_index;
+	} else {
+		r->next = w->feed_head;
+		w->feed_head = r;
+		pthread_cond_broadcast(&w->work);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return ret;
 }

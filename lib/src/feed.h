@@ -17,9 +17,6 @@
 
 #define PHX_FEED_SLOTS 8
 
-/* Between polls: spin briefly, then yield, then sleep up to 50 us. */
-void phx_poll_backoff(unsigned int n);
-
 /* feed.ptx, NUL-terminated, for cuModuleLoadData (built from it). */
 extern const char phx_feed_ptx[];
 

@@ -10,6 +10,8 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine.h"
 
@@ -41,9 +43,24 @@ static void stream_put(struct phx_device *dev, void *stream)
 		dev->ops->stream_destroy(dev, stream);
 }
 
+/* Pinned through phx_host_alloc(), kept or lent: at most this per device. */
+#define PHX_HOST_POOL (64ULL << 20)
+
+static void host_buf_drop(struct phx_device *dev, void *p, size_t len)
+{
+	phx_host_unregister(dev, p);
+	munmap(p, len);
+}
+
 /* Free what host copies keep on @dev: idle copy streams, pinned ranges. */
 void phx_hostcopy_release(struct phx_device *dev)
 {
+	while (dev->nhost_pool) {
+		struct phx_host_buf *b = &dev->host_pool[--dev->nhost_pool];
+
+		host_buf_drop(dev, b->p, b->len);
+		dev->host_pool_bytes -= b->len;
+	}
 	pthread_mutex_lock(&dev->pool_lock);
 	while (dev->nstreams)
 		dev->ops->stream_destroy(dev, dev->streams[--dev->nstreams]);
@@ -113,6 +130,87 @@ PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
 		}
 	pthread_mutex_unlock(&dev->pool_lock);
 	dev->ops->host_unregister(dev, p);
+}
+
+static size_t page_round(size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (len + page - 1) / page * page;
+}
+
+PHX_EXPORT int phx_host_alloc(struct phx_device *dev, size_t len, void **out)
+{
+	size_t want = page_round(len);
+	struct phx_host_buf drop = { 0 };
+	unsigned int i;
+	void *p;
+
+	if (!len)
+		return phx_err(EINVAL, "%s: a pinned buffer of 0 bytes",
+			       dev->name);
+	pthread_mutex_lock(&dev->pool_lock);
+	for (i = 0; i < dev->nhost_pool; i++)
+		if (dev->host_pool[i].len == want) {
+			*out = dev->host_pool[i].p;
+			dev->host_pool[i] = dev->host_pool[--dev->nhost_pool];
+			pthread_mutex_unlock(&dev->pool_lock);
+			return 0;
+		}
+	/* make room: a kept buffer of another size goes */
+	if (dev->host_pool_bytes + want > PHX_HOST_POOL && dev->nhost_pool) {
+		drop = dev->host_pool[--dev->nhost_pool];
+		dev->host_pool_bytes -= drop.len;
+	}
+	if (dev->host_pool_bytes + want > PHX_HOST_POOL) {
+		pthread_mutex_unlock(&dev->pool_lock);
+		if (drop.p)
+			host_buf_drop(dev, drop.p, drop.len);
+		return phx_err(
+			EBUSY,
+			"%s: the %llu MiB of pinned host buffers are all in use; give some back or use other memory",
+			dev->name, PHX_HOST_POOL >> 20);
+	}
+	dev->host_pool_bytes += want;
+	pthread_mutex_unlock(&dev->pool_lock);
+	if (drop.p)
+		host_buf_drop(dev, drop.p, drop.len);
+
+	p = mmap(NULL, want, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED) {
+		pthread_mutex_lock(&dev->pool_lock);
+		dev->host_pool_bytes -= want;
+		pthread_mutex_unlock(&dev->pool_lock);
+		return phx_err(ENOMEM, "%s: out of host memory for %zu bytes",
+			       dev->name, want);
+	}
+	/* past the memlock limit it stays pageable: copies are staged */
+	if (phx_host_register(dev, p, want))
+		phx_err_clear();
+	*out = p;
+	return 0;
+}
+
+PHX_EXPORT void phx_host_free(struct phx_device *dev, void *p, size_t len)
+{
+	size_t have = page_round(len);
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&dev->pool_lock);
+	if (dev->nhost_pool <
+	    sizeof(dev->host_pool) / sizeof(dev->host_pool[0])) {
+		dev->host_pool[dev->nhost_pool].p = p;
+		dev->host_pool[dev->nhost_pool].len = have;
+		dev->nhost_pool++;
+		p = NULL;
+	} else {
+		dev->host_pool_bytes -= have;
+	}
+	pthread_mutex_unlock(&dev->pool_lock);
+	if (p)
+		host_buf_drop(dev, p, have);
 }
 
 /* Whether a copy of [@p, @p + @len) should go through pinned staging. */

@@ -103,4 +103,51 @@ int phx_engine_new(struct phx_device *dev, size_t staging,
 void phx_engine_free(struct phx_engine *e);
 int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io);
 
+/*
+ * A stream-ordered consumer of an engine's slots (sink.c): the stream
+ * the transfer is queued on copies each slot itself (the copies were
+ * queued with the transfer), and the two sides hand the slots over
+ * through words of mapped host memory.  Segment k of the job uses ring
+ * sequence number q = seq + k and slot q % nslots; the engine stores
+ * ready[slot] = q + 1 when the slot holds segment k's bytes (reads) or
+ * may take them (writes), and the stream stores freed[slot] = q + 1 once
+ * it has copied them out (reads) or in (writes).
+ */
+struct phx_sink {
+	uint32_t *ready;
+	uint32_t *freed;
+	uint32_t seq;
+	/*
+	 * Segments whose copies are on the stream: the rest are not waited
+	 * for.  Lowered (atomically) if queueing fails part of the way.
+	 */
+	const unsigned int *live;
+};
+
+/* An engine whose @staging bytes are cut into @nslots slots, for a sink. */
+int phx_engine_new_ring(struct phx_device *dev, size_t staging,
+			unsigned int nslots, struct phx_engine **out);
+/* Its slots: slot i is @chunk bytes at @staging + i * @chunk, pinned or not. */
+void phx_engine_ring(const struct phx_engine *e, char **staging,
+		     unsigned int *nslots, uint64_t *chunk, bool *pinned);
+/* Run @io to completion on @e, its bytes moved by @sink's stream. */
+int64_t phx_engine_io_sink(struct phx_engine *e, struct phx_io *io,
+			   struct phx_sink *sink);
+/* Hand every slot of @io's segments to @sink's stream, moving nothing. */
+void phx_engine_drain_sink(struct phx_engine *e, const struct phx_io *io,
+			   struct phx_sink *sink);
+
+/*
+ * How a stream-ordered transfer of @len bytes at @file_off is cut for a
+ * sink with slots of @chunk bytes: segments end on chunk-aligned file
+ * offsets; segment k covers [*foff, *foff + *len) of the file and sits
+ * at @slot_off in its slot (so O_DIRECT can read the 4 KiB-aligned
+ * superset into the slot's start).  The stream side queues one copy per
+ * segment from this, the engine moves them by it.
+ */
+uint64_t phx_sink_nsegs(uint64_t file_off, uint64_t len, uint64_t chunk);
+void phx_sink_seg(uint64_t file_off, uint64_t len, uint64_t chunk,
+		  unsigned int k, uint64_t *foff, uint64_t *seg_len,
+		  uint64_t *slot_off);
+
 #endif /* PHX_INTERNAL_H */

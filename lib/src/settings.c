@@ -146,6 +146,7 @@ static void settings_init(void)
 		(const char *const[]){ [PHX_STREAM_WAIT_HOST] = "host",
 				       [PHX_STREAM_WAIT_DEVICE] = "device",
 				       [PHX_STREAM_WAIT_KERNEL] = "kernel",
+				       [PHX_STREAM_WAIT_COPY] = "copy",
 				       NULL },
 		settings.stream_wait);
 

@@ -40,74 +40,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
-
-#define PHX_ASYNC_WORKERS 4
-/* Transfers a device can have queued at once in "device" mode. */
-#define PHX_ASYNC_FLAGS 4096
-
-struct phx_stream {
-	struct phx_device *dev;
-	void *native;
-	bool owned;
-};
-
-struct async_req {
-	struct phx_device *dev;
-	enum phx_op op;
-	int fd;
-	phx_dptr_t dptr;
-	const uint64_t *len;
-	const int64_t *file_off;
-	const int64_t *buf_off;
-	int64_t *bytes_done;
-	uint32_t *flag; /* "device" mode: set when done; else NULL */
-	bool done; /* protected by the worker lock */
-	/* no host function will return the flag: the worker does */
-	bool orphan; /* protected by the worker lock */
-	/* a queued wait may still read the flag: never reuse it */
-	bool keep_flag;
-	/* "kernel" mode: the copy kernel's control block, and its index */
-	struct phx_feed_ctl *ctl;
-	unsigned int ctl_index;
-	struct async_req *next;
-};
-
-struct async_thread {
-	struct phx_async_worker *w;
-	struct phx_engine *engine;
-	pthread_t thread;
-	/* "kernel" mode: PHX_FEED_SLOTS slots of pinned, mapped memory */
-	unsigned char *ring;
-	uint64_t ring_daddr;
-	size_t slot_size;
-};
-
-struct phx_async_worker {
-	pthread_mutex_t lock;
-	pthread_cond_t work, done;
-	struct async_req *head, *tail; /* protected by lock */
-	/* queued on a stream, host function not returned; protected by lock */
-	unsigned int outstanding;
-	unsigned int nthreads; /* protected by lock */
-	bool stop;
-	/* serialises starting threads; never taken by a host function */
-	pthread_mutex_t spawn_lock;
-	struct async_thread threads[PHX_ASYNC_WORKERS];
-	/* "device" mode: PHX_ASYNC_FLAGS flags, mapped for the device */
-	uint32_t *flags; /* made under spawn_lock */
-	uint64_t flags_daddr;
-	uint32_t free_flags[PHX_ASYNC_FLAGS]; /* protected by lock */
-	unsigned int nfree_flags; /* protected by lock */
-	/*
-	 * "kernel" mode: PHX_ASYNC_FLAGS control blocks, mapped; free_flags
-	 * lists the free ones (a process uses one mode).  feed_head: queued
-	 * on streams, waiting for their kernel to start; protected by lock.
-	 */
-	struct phx_feed_ctl *ctls; /* made under spawn_lock */
-	uint64_t ctls_daddr;
-	struct async_req *feed_head;
-};
+#include "async.h"
 
 PHX_EXPORT int phx_stream_create(struct phx_device *dev,
 				 struct phx_stream **out)
@@ -142,6 +75,14 @@ PHX_EXPORT int phx_stream_wrap(struct phx_device *dev, void *native,
 	s->dev = dev;
 	s->native = native ? native : dev->ops->stream_default(dev);
 	*out = s;
+	return 0;
+}
+
+PHX_EXPORT int phx_stream_set_flags(struct phx_stream *s, unsigned int flags)
+{
+	if (flags & ~PHX_STREAM_FIXED)
+		return phx_err(EINVAL, "unknown stream flags 0x%x", flags);
+	s->flags = flags;
 	return 0;
 }
 
@@ -196,8 +137,7 @@ PHX_EXPORT void phx_stream_destroy(struct phx_stream *s)
 /* ---- async workers -------------------------------------------------- */
 
 /* The end of a transfer's life: its flag or control block back, one less queued. */
-static void async_release_locked(struct phx_async_worker *w,
-				 struct async_req *r)
+void phx_async_release_locked(struct phx_async_worker *w, struct async_req *r)
 {
 	if (r->flag && !r->keep_flag)
 		w->free_flags[w->nfree_flags++] =
@@ -208,57 +148,12 @@ static void async_release_locked(struct phx_async_worker *w,
 	pthread_cond_broadcast(&w->done);
 }
 
-/* "kernel" mode: a queued transfer whose kernel has started, taken off. */
-static struct async_req *feed_claim_locked(struct phx_async_worker *w)
-{
-	struct async_req **pp, *r;
-
-	for (pp = &w->feed_head; (r = *pp); pp = &r->next) {
-		if (__atomic_load_n(&r->ctl->reached, __ATOMIC_ACQUIRE)) {
-			*pp = r->next;
-			return r;
-		}
-	}
-	return NULL;
-}
-
 /*
- * "kernel" mode: move @r's bytes through this thread's ring with the
- * kernel on the stream, then give its control block back.  No call into
- * the backend: the stream waits on this, and a driver call could wait on
- * the stream.
+ * A worker: serves its ring's transfers (copy mode) and any device's
+ * queued or reached transfers of the other modes, whichever its stream
+ * got to first; it never commits to a transfer its stream has not
+ * reached, so no transfer waits for a thread busy on another one.
  */
-static void feed_run(struct async_thread *t, struct async_req *r)
-{
-	struct phx_async_worker *w = t->w;
-	struct phx_feed_ctl *ctl = r->ctl;
-	uint64_t len = *r->len;
-	int64_t foff = *r->file_off, boff = *r->buf_off;
-	int fl = fcntl(r->fd, F_GETFL), fd = r->fd;
-
-	ctl->ring = t->ring_daddr;
-	ctl->slot_size = t->slot_size;
-	/* chunks start anywhere: an O_DIRECT fd is read through a twin */
-	if (fl >= 0 && (fl & O_DIRECT))
-		fd = phx_reopen(r->fd, fl & O_ACCMODE);
-	if (boff < 0 || foff < 0)
-		phx_feed_abort(ctl, -EINVAL, r->bytes_done);
-	else if (fd < 0)
-		phx_feed_abort(ctl, -errno, r->bytes_done);
-	else if (r->op == PHX_OP_READ)
-		phx_feed_read(ctl, t->ring, fd, len, foff, boff, r->bytes_done);
-	else
-		phx_feed_write(ctl, t->ring, fd, len, foff, boff,
-			       r->bytes_done);
-	if (fd >= 0 && fd != r->fd)
-		close(fd);
-	phx_feed_wait_exit(ctl);
-	pthread_mutex_lock(&w->lock);
-	async_release_locked(w, r);
-	pthread_mutex_unlock(&w->lock);
-	free(r);
-}
-
 static void *async_main(void *arg)
 {
 	struct async_thread *t = arg;
@@ -277,14 +172,17 @@ static void *async_main(void *arg)
 					w->tail = NULL;
 				break;
 			}
-			r = feed_claim_locked(w);
+			r = phx_ring_claim_locked(t);
 			if (r)
 				break;
-			if (!w->feed_head) {
+			r = phx_feed_claim_locked(w);
+			if (r)
+				break;
+			if (!w->feed_head && !t->ring_head) {
 				pthread_cond_wait(&w->work, &w->lock);
 				continue;
 			}
-			/* kernels queued but not started: look again soon */
+			/* queued, their streams not there yet: look again soon */
 			pthread_mutex_unlock(&w->lock);
 			phx_poll_backoff(polls++);
 			pthread_mutex_lock(&w->lock);
@@ -294,8 +192,13 @@ static void *async_main(void *arg)
 		polls = 0;
 		pthread_mutex_unlock(&w->lock);
 
+		if (r->ring) {
+			phx_ring_run(t, r);
+			pthread_mutex_lock(&w->lock);
+			continue;
+		}
 		if (r->ctl) {
-			feed_run(t, r);
+			phx_feed_run(t, r);
 			pthread_mutex_lock(&w->lock);
 			continue;
 		}
@@ -315,13 +218,13 @@ static void *async_main(void *arg)
 		*r->bytes_done = io.result;
 		/* the stream may move on now */
 		if (r->flag)
-			phx_flag_set(r->flag);
+			phx_word_store(r->flag, 1);
 
 		pthread_mutex_lock(&w->lock);
 		r->done = true;
 		pthread_cond_broadcast(&w->done);
 		if (r->orphan) {
-			async_release_locked(w, r);
+			phx_async_release_locked(w, r);
 			pthread_mutex_unlock(&w->lock);
 			free(r);
 			pthread_mutex_lock(&w->lock);
@@ -363,15 +266,31 @@ static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
 	size_t staging;
 	int ret;
 
-	/* The workers share one engine's worth of staging between them. */
-	staging = phx_max(s->staging_size / PHX_ASYNC_WORKERS, s->chunk_size);
-	ret = phx_engine_new(dev, staging, &t->engine);
+	/*
+	 * The workers share one engine's worth of staging between them: in
+	 * copy mode the rings do; the other workers serve the copy kernel,
+	 * which has rings of its own, and need none.
+	 */
+	if (phx_stream_mode(dev) != PHX_STREAM_WAIT_COPY) {
+		staging = phx_max(s->staging_size / PHX_ASYNC_WORKERS,
+				  s->chunk_size);
+		ret = phx_engine_new(dev, staging, &t->engine);
+	} else if (index < PHX_RINGS) {
+		/* slots of 64 KiB at least, whatever PHX_STAGING_SIZE says */
+		staging = phx_max(s->staging_size / PHX_RINGS,
+				  PHX_RING_SLOTS * (64u << 10));
+		ret = phx_engine_new_ring(dev, staging, PHX_RING_SLOTS,
+					  &t->engine);
+	} else {
+		ret = 0;
+	}
 	if (ret)
 		return ret;
 	t->w = w;
 	ret = pthread_create(&t->thread, NULL, async_main, t);
 	if (ret) {
-		phx_engine_free(t->engine);
+		if (t->engine)
+			phx_engine_free(t->engine);
 		t->engine = NULL;
 		return phx_err(ret, "%s: cannot start a transfer thread: %s",
 			       dev->name, strerror(ret));
@@ -459,7 +378,7 @@ static void async_release_fn(void *arg)
 	pthread_mutex_lock(&w->lock);
 	while (!r->done)
 		pthread_cond_wait(&w->done, &w->lock);
-	async_release_locked(w, r);
+	phx_async_release_locked(w, r);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
 }
@@ -475,13 +394,13 @@ static void async_host_fn(void *arg)
 	while (!r->done)
 		pthread_cond_wait(&w->done, &w->lock);
 	/* the last use of @w: phx_async_destroy() waits for this */
-	async_release_locked(w, r);
+	phx_async_release_locked(w, r);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
 }
 
 /* Every flag (or control block) free, lowest index first out. */
-static void free_all_locked(struct phx_async_worker *w)
+void phx_async_free_all_locked(struct phx_async_worker *w)
 {
 	for (unsigned int i = 0; i < PHX_ASYNC_FLAGS; i++)
 		w->free_flags[i] = PHX_ASYNC_FLAGS - 1 - i;
@@ -493,8 +412,8 @@ static void free_all_locked(struct phx_async_worker *w)
  * and at *@daddr for the device.  On the caller's thread, before any
  * transfer of ours is queued (pinning waits for host functions on CUDA).
  */
-static int mapped_alloc(struct phx_device *dev, size_t len, void **out,
-			uint64_t *daddr)
+int phx_mapped_alloc(struct phx_device *dev, size_t len, void **out,
+		     uint64_t *daddr)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -515,7 +434,7 @@ static int mapped_alloc(struct phx_device *dev, size_t len, void **out,
 	return 0;
 }
 
-static void mapped_free(struct phx_device *dev, void *p, size_t len)
+void phx_mapped_free(struct phx_device *dev, void *p, size_t len)
 {
 	if (!p)
 		return;
@@ -533,12 +452,12 @@ static int async_flags(struct phx_device *dev, struct phx_async_worker *w)
 	pthread_mutex_lock(&w->spawn_lock);
 	if (w->flags)
 		goto out;
-	ret = mapped_alloc(dev, PHX_ASYNC_FLAGS * sizeof(uint32_t), &flags,
-			   &w->flags_daddr);
+	ret = phx_mapped_alloc(dev, PHX_ASYNC_FLAGS * sizeof(uint32_t), &flags,
+			       &w->flags_daddr);
 	if (ret)
 		goto out;
 	pthread_mutex_lock(&w->lock);
-	free_all_locked(w);
+	phx_async_free_all_locked(w);
 	w->flags = flags;
 	pthread_mutex_unlock(&w->lock);
 out:
@@ -546,74 +465,9 @@ out:
 	return ret;
 }
 
-/* "kernel" mode: unmap and free the control blocks and the rings. */
-static void feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
-			  struct phx_feed_ctl *ctls)
-{
-	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
-		struct async_thread *t = &w->threads[i];
-
-		mapped_free(dev, t->ring, t->slot_size * PHX_FEED_SLOTS);
-		t->ring = NULL;
-	}
-	mapped_free(dev, ctls, PHX_ASYNC_FLAGS * sizeof(*ctls));
-}
-
-/*
- * "kernel" mode: the control blocks and every worker's ring, made and
- * mapped once, on the caller's thread and before any transfer of ours is
- * queued (the workers all start at the first one).
- */
-static int async_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
-{
-	size_t slot;
-	void *ctls;
-	unsigned int i;
-	int ret = 0;
-
-	if (!dev->ops->feed_launch)
-		return phx_err(
-			EOPNOTSUPP,
-			"%s: PHX_STREAM_WAIT=kernel: this device has no copy kernel; use device or host",
-			dev->name);
-	pthread_mutex_lock(&w->spawn_lock);
-	if (w->ctls)
-		goto out;
-	ret = mapped_alloc(dev, PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl),
-			   &ctls, &w->ctls_daddr);
-	if (ret)
-		goto out;
-	/* the workers share one engine's worth of staging, as for engines */
-	slot = phx_max(phx_settings()->staging_size / PHX_ASYNC_WORKERS /
-			       PHX_FEED_SLOTS,
-		       64 << 10);
-	for (i = 0; i < w->nthreads; i++) {
-		struct async_thread *t = &w->threads[i];
-		void *ring;
-
-		ret = mapped_alloc(dev, slot * PHX_FEED_SLOTS, &ring,
-				   &t->ring_daddr);
-		if (ret)
-			break;
-		t->ring = ring;
-		t->slot_size = slot;
-	}
-	if (ret) {
-		feed_teardown(dev, w, ctls);
-		goto out;
-	}
-	pthread_mutex_lock(&w->lock);
-	free_all_locked(w);
-	w->ctls = ctls;
-	pthread_mutex_unlock(&w->lock);
-out:
-	pthread_mutex_unlock(&w->spawn_lock);
-	return ret;
-}
-
 /* A free flag (or control block) index, or -EBUSY when all are in use. */
-static int async_take(struct phx_device *dev, struct phx_async_worker *w,
-		      unsigned int *index)
+int phx_async_take(struct phx_device *dev, struct phx_async_worker *w,
+		   unsigned int *index)
 {
 	pthread_mutex_lock(&w->lock);
 	if (!w->nfree_flags) {
@@ -633,7 +487,7 @@ static int async_flag_get(struct phx_device *dev, struct phx_async_worker *w,
 			  struct async_req *r)
 {
 	unsigned int i = 0;
-	int ret = async_take(dev, w, &i);
+	int ret = phx_async_take(dev, w, &i);
 
 	if (ret)
 		return ret;
@@ -642,44 +496,17 @@ static int async_flag_get(struct phx_device *dev, struct phx_async_worker *w,
 	return 0;
 }
 
-/*
- * "kernel" mode: put the copy kernel on the stream and let the workers
- * look for it; nothing on the stream calls back into libphoenix.
- */
-static int enqueue_kernel(struct phx_stream *stream, struct phx_async_worker *w,
-			  struct async_req *r)
-{
-	struct phx_device *dev = stream->dev;
-	int ret;
-
-	ret = async_take(dev, w, &r->ctl_index);
-	if (ret)
-		return ret;
-	r->ctl = &w->ctls[r->ctl_index];
-	memset(r->ctl, 0, sizeof(*r->ctl));
-	ret = dev->ops->feed_launch(dev, stream->native, r->ctl,
-				    w->ctls_daddr +
-					    r->ctl_index * sizeof(*r->ctl),
-				    r->dptr, phx_feed_emulate);
-	pthread_mutex_lock(&w->lock);
-	if (ret) {
-		w->free_flags[w->nfree_flags++] = r->ctl_index;
-	} else {
-		r->next = w->feed_head;
-		w->feed_head = r;
-		pthread_cond_broadcast(&w->work);
-	}
-	pthread_mutex_unlock(&w->lock);
-	return ret;
-}
-
 enum phx_stream_wait phx_stream_mode(const struct phx_device *dev)
 {
 	enum phx_stream_wait mode = phx_settings()->stream_wait;
 
 	if (mode == PHX_STREAM_WAIT_AUTO)
 		mode = dev->ops->stream_wait_auto;
-	if (mode == PHX_STREAM_WAIT_DEVICE && !dev->ops->stream_wait_flag)
+	/* the copy mode gives late-bound transfers to the copy kernel */
+	if (mode == PHX_STREAM_WAIT_COPY &&
+	    (!dev->ops->stream_write_value || !dev->ops->feed_launch))
+		mode = PHX_STREAM_WAIT_DEVICE;
+	if (mode == PHX_STREAM_WAIT_DEVICE && !dev->ops->stream_wait_value)
 		return PHX_STREAM_WAIT_HOST;
 	return mode;
 }
@@ -687,7 +514,9 @@ enum phx_stream_wait phx_stream_mode(const struct phx_device *dev)
 void phx_stream_device_open(struct phx_device *dev)
 {
 	/* A failure is reported by the first launch, which tries again. */
-	if (phx_stream_mode(dev) == PHX_STREAM_WAIT_KERNEL &&
+	enum phx_stream_wait mode = phx_stream_mode(dev);
+
+	if ((mode == PHX_STREAM_WAIT_KERNEL || mode == PHX_STREAM_WAIT_COPY) &&
 	    dev->ops->feed_load && dev->ops->feed_load(dev))
 		phx_err_clear();
 }
@@ -707,15 +536,16 @@ static int enqueue_on_device(struct phx_stream *stream,
 	ret = dev->ops->launch_host_fn(dev, stream->native, async_start_fn, r);
 	if (ret) {
 		pthread_mutex_lock(&w->lock);
-		async_release_locked(w, r);
+		phx_async_release_locked(w, r);
 		pthread_mutex_unlock(&w->lock);
 		free(r);
 		return ret;
 	}
-	wait = dev->ops->stream_wait_flag(
+	wait = dev->ops->stream_wait_value(
 		dev, stream->native, r->flag,
 		w->flags_daddr +
-			(uint64_t)(r->flag - w->flags) * sizeof(*r->flag));
+			(uint64_t)(r->flag - w->flags) * sizeof(*r->flag),
+		1);
 	ret = wait ? wait :
 		     dev->ops->launch_host_fn(dev, stream->native,
 					      async_release_fn, r);
@@ -726,7 +556,7 @@ static int enqueue_on_device(struct phx_stream *stream,
 	/* one flag of PHX_ASYNC_FLAGS lost, on a path that should not run */
 	r->keep_flag = !wait;
 	if (r->done) {
-		async_release_locked(w, r);
+		phx_async_release_locked(w, r);
 		pthread_mutex_unlock(&w->lock);
 		free(r);
 	} else {
@@ -779,10 +609,21 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		return ret;
 	}
 	mode = phx_stream_mode(dev);
-	if (mode == PHX_STREAM_WAIT_KERNEL) {
-		ret = async_feed_setup(dev, w);
+	if (mode == PHX_STREAM_WAIT_COPY) {
+		ret = phx_ring_setup(dev, w);
 		if (!ret)
-			ret = enqueue_kernel(stream, w, r);
+			ret = phx_ring_enqueue(stream, w, r);
+		if (ret <= 0) {
+			if (ret)
+				async_unreserve(w);
+			return ret; /* @r belongs to the ring now, or failed */
+		}
+		mode = PHX_STREAM_WAIT_KERNEL; /* values read later */
+	}
+	if (mode == PHX_STREAM_WAIT_KERNEL) {
+		ret = phx_feed_setup(dev, w);
+		if (!ret)
+			ret = phx_feed_enqueue(stream, w, r);
 		if (ret) {
 			async_unreserve(w);
 			free(r);
@@ -824,10 +665,12 @@ void phx_async_destroy(struct phx_device *dev)
 	pthread_mutex_unlock(&w->lock);
 	for (i = 0; i < w->nthreads; i++) {
 		pthread_join(w->threads[i].thread, NULL);
-		phx_engine_free(w->threads[i].engine);
+		if (w->threads[i].engine)
+			phx_engine_free(w->threads[i].engine);
 	}
-	feed_teardown(dev, w, w->ctls);
-	mapped_free(dev, w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));
+	phx_feed_teardown(dev, w, w->ctls);
+	phx_ring_teardown(dev, w);
+	phx_mapped_free(dev, w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));
 	pthread_mutex_destroy(&w->lock);
 	pthread_mutex_destroy(&w->spawn_lock);
 	pthread_cond_destroy(&w->work);

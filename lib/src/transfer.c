@@ -163,6 +163,21 @@ int phx_engine_new(struct phx_device *dev, size_t staging,
 	return ret ? ret : phx_engine_create(dev, phx_shape_sync(staging), out);
 }
 
+int phx_engine_new_ring(struct phx_device *dev, size_t staging,
+			unsigned int nslots, struct phx_engine **out)
+{
+	struct engine_shape sh = {
+		.nslots = nslots,
+		.chunk = phx_align_down(staging / nslots, PHX_DIO_ALIGN),
+	};
+	int ret = phx_device_bind(dev);
+
+	if (!ret && !sh.chunk)
+		ret = phx_err(EINVAL, "%s: %zu bytes of staging for %u slots",
+			      dev->name, staging, nslots);
+	return ret ? ret : phx_engine_create(dev, sh, out);
+}
+
 void phx_engine_free(struct phx_engine *e)
 {
 	phx_engine_destroy(e);

@@ -242,6 +242,9 @@ class Stream(_Handle):
         else:
             check(lib().phx_stream_create(dev.handle, ctypes.byref(h)))
         self._handle = h.value
+        # A transfer's values are set before it is queued and never
+        # change: the copy engine can move its bytes (phx_io_enqueue).
+        check(lib().phx_stream_set_flags(h, _lib.PHX_STREAM_FIXED))
 
     def _gone(self) -> str:
         return "stream is destroyed"

@@ -28,6 +28,7 @@ PHX_DEVICE_KMOD = 3
 
 PHX_OP_READ = 0
 PHX_OP_WRITE = 1
+PHX_STREAM_FIXED = 0x7  # phoenix.h: the values of a transfer are final
 
 PHX_BUF_SPARSE = 1 << 0
 PHX_BATCH_POLL = 1 << 0
@@ -128,6 +129,7 @@ _PROTOTYPES = {
     "phx_stream_wrap": (c_int, [c_void_p, c_void_p,
                                 ctypes.POINTER(c_void_p)]),
     "phx_stream_native": (c_void_p, [c_void_p]),
+    "phx_stream_set_flags": (c_int, [c_void_p, c_uint]),
     "phx_stream_sync": (c_int, [c_void_p]),
     "phx_stream_destroy": (None, [c_void_p]),
     "phx_io_enqueue": (c_int, [c_void_p, c_int, c_int, c_uint64,

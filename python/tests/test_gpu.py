@@ -124,16 +124,13 @@ def test_phxfile_on_torch_streams(scratch, rng):
                                   t.numel()) == 0
     with torch.cuda.stream(s):
         flag = hold(s)
-        rd = Op(10, 0, 0)
+        # values fixed when queued, as LMCache keeps them
+        rd = Op(2 << 20, 1 << 20, 4096)
         assert lib.phxFileReadAsync(fh, ctypes.c_void_p(t.data_ptr()),
                                     *rd.args(), native) == 0
         wr = Op(1 << 20, 0, 4096)
         assert lib.phxFileWriteAsync(wfh, ctypes.c_void_p(t.data_ptr()),
                                      *wr.args(), native) == 0
-        # read at execution: these values, not the ones queued
-        rd.nbytes.value = 2 << 20
-        rd.file_offset.value = 1 << 20
-        rd.buf_offset.value = 4096
         assert rd.bytes_done.value == PENDING
     flag[0] = 1
     s.synchronize()

@@ -93,9 +93,14 @@ def test_read_and_write_on_a_stream(phx, scratch, rng):
     os.close(wfd)
 
 
-def test_pointers_are_read_when_the_stream_gets_there(phx, scratch, rng):
-    """Change nbytes/file_offset/buf_offset after queueing, while the
-    stream is still busy with earlier work: the new values must be used."""
+def test_values_changed_after_queueing_are_refused(phx, scratch, rng):
+    """The values are read when the call is made, as on a cuFile stream
+    with the three FIXED flags (how LMCache uses both): change them after
+    queueing, while the stream is still busy with earlier work, and the
+    transfer fails with -EINVAL, bringing zeros rather than stale bytes.
+    The other ways of holding a stream read them when the stream gets
+    there: the new values are used."""
+    late = os.environ.get("PHX_STREAM_WAIT") in ("kernel", "host", "device")
     size = 16 << 20
     data = random_file(scratch / "f", size, rng)
     dev = phoenix.device()
@@ -104,6 +109,7 @@ def test_pointers_are_read_when_the_stream_gets_there(phx, scratch, rng):
     fd = os.open(scratch / "f", os.O_RDONLY)
     fh = handle(phx, fd)
     for attempt in range(6):
+        buf.copy_from_host(b"\xa5" * 100)
         with stream(phx, dev) as s:
             blocker = phoenix.read_into(scratch / "f", blocker_dst, stream=s)
             op = Op(10, 0, 0)
@@ -115,17 +121,20 @@ def test_pointers_are_read_when_the_stream_gets_there(phx, scratch, rng):
             op.buf_offset.value = 100
             still_busy = not blocker.done()
             assert blocker.wait() == size
-        if still_busy:
-            # the change happened before the stream reached the read:
-            # only the new values may have been used
+        if still_busy and late:
+            # changed before the stream reached the read: new values
             assert op.bytes_done.value == 4096
             assert buf.to_bytes(100, 4096) == \
                 data[8192 + attempt:8192 + attempt + 4096]
-            assert buf.to_bytes(0, 100) == bytes(100)
             break
-        # the blocker finished first: the read may have seen either values
-        assert op.bytes_done.value in (10, 4096)
-        buf.copy_from_host(bytes(1 << 20))
+        if still_busy:
+            # changed before the stream reached the read: refused
+            assert op.bytes_done.value == -errno.EINVAL
+            assert buf.to_bytes(0, 10) == bytes(10)
+            assert buf.to_bytes(10, 90) == b"\xa5" * 90
+            break
+        # the read was done before the change: the old values were used
+        assert op.bytes_done.value in (10, 4096 if late else -errno.EINVAL)
     else:
         pytest.skip("the blocking read always finished first")
     phx.phxFileHandleDeregister(fh)

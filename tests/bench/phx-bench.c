@@ -485,27 +485,51 @@ static void peer_phx_read(struct bench *b, uint64_t dst_off)
 	close(io.fd);
 }
 
-/* The same read, stream ordered: queued on a stream, waited for there. */
-static void peer_phx_enqueue(struct bench *b, uint64_t dst_off)
+/*
+ * A transfer stream ordered: queued on a stream, waited for there.  With
+ * @fixed the stream promises its values do not change (PHX_STREAM_FIXED,
+ * what LMCache and the Python package do): the stream's own copies move
+ * the bytes.  Without, the values are read when the stream gets there
+ * and the copy kernel moves them.
+ */
+static void phx_enqueue(struct bench *b, enum phx_op op, uint64_t dev_off,
+			bool fixed)
 {
 	uint64_t len = b->size;
-	int64_t foff = 0, boff = (int64_t)dst_off, done = 0;
+	int64_t foff = 0, boff = (int64_t)dev_off, done = 0;
 	struct phx_stream *st;
-	int fd = open(b->data, O_RDONLY);
+	const char *path = op == PHX_OP_READ ? b->data : b->out;
+	int fd = op == PHX_OP_READ ?
+			 open(path, O_RDONLY) :
+			 open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
 	if (fd < 0)
-		bl_die("libphoenix: open %s: %s", b->data, strerror(errno));
+		bl_die("libphoenix: open %s: %s", path, strerror(errno));
 	if (phx_stream_create(b->pdev, &st))
 		bl_die("phx_stream_create: %s", phx_strerror_last());
-	if (phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(b->pbuf), &len,
-			   &foff, &boff, &done))
+	if (fixed && phx_stream_set_flags(st, PHX_STREAM_FIXED))
+		bl_die("phx_stream_set_flags: %s", phx_strerror_last());
+	if (phx_io_enqueue(st, op, fd, phx_buf_dptr(b->pbuf), &len, &foff,
+			   &boff, &done))
 		bl_die("phx_io_enqueue: %s", phx_strerror_last());
 	if (phx_stream_sync(st))
 		bl_die("phx_stream_sync: %s", phx_strerror_last());
 	if (done != (int64_t)b->size)
-		bl_die("stream-ordered read returned %" PRId64, done);
+		bl_die("stream-ordered transfer returned %" PRId64, done);
+	if (op == PHX_OP_WRITE && fsync(fd))
+		bl_die("libphoenix stream write: fsync: %s", strerror(errno));
 	phx_stream_destroy(st);
 	close(fd);
+}
+
+static void peer_phx_enqueue(struct bench *b, uint64_t dst_off)
+{
+	phx_enqueue(b, PHX_OP_READ, dst_off, true);
+}
+
+static void peer_phx_enqueue_late(struct bench *b, uint64_t dst_off)
+{
+	phx_enqueue(b, PHX_OP_READ, dst_off, false);
 }
 
 /* ---- peers: GPU -> file ----------------------------------------------- */
@@ -593,6 +617,11 @@ static void peer_phx_write(struct bench *b, uint64_t src_off)
 		bl_die("libphoenix write: fsync: %s", strerror(errno));
 	b->phx_path = phx_path_name(io.path);
 	close(io.fd);
+}
+
+static void peer_phx_enqueue_write(struct bench *b, uint64_t src_off)
+{
+	phx_enqueue(b, PHX_OP_WRITE, src_off, true);
 }
 
 /* ---- running the cases ------------------------------------------------ */
@@ -1060,6 +1089,9 @@ int main(int argc, char **argv)
 		{ .name = "libphoenix phx_io_enqueue (stream)",
 		  .run = peer_phx_enqueue,
 		  .dest = TO_PBUF },
+		{ .name = "libphoenix phx_io_enqueue (stream, late values)",
+		  .run = peer_phx_enqueue_late,
+		  .dest = TO_PBUF },
 	};
 	static const struct peer cold[] = {
 		{ .name = "raw O_DIRECT io_uring QD32 4M",
@@ -1108,6 +1140,9 @@ int main(int argc, char **argv)
 		  .run = peer_phx_write,
 		  .dest = FROM_PBUF,
 		  .ours = true },
+		{ .name = "libphoenix phx_io_enqueue write (stream)",
+		  .run = peer_phx_enqueue_write,
+		  .dest = FROM_PBUF },
 	};
 
 	printf("\nper-run GB/s:\n");

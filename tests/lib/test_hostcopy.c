@@ -88,3 +88,47 @@ Test(hostcopy, pinned_memory_goes_straight_to_the_device)
 	munmap(p, 2 * n);
 	phx_device_close(dev);
 }
+
+/*
+ * Pinned buffers from the device's pool: a buffer given back is the one
+ * the next request of its size gets, copies through it are right, and
+ * past the pool's 64 MiB the request is refused with a line that says so.
+ */
+Test(host_alloc, pooled_pinned_buffers)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf;
+	unsigned char *data = xmalloc(MiB);
+	void *p, *q, *held[8];
+	int i;
+
+	fill_random(data, MiB, 91);
+	cr_assert_eq(phx_buf_alloc(dev, MiB, 0, &buf), 0);
+	cr_assert_eq(phx_host_alloc(dev, MiB, &p), 0, "%s",
+		     phx_strerror_last());
+	memcpy(p, data, MiB);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 0, p, MiB), 0);
+	memset(p, 0, MiB);
+	cr_assert_eq(phx_memcpy_from_buf(p, buf, 0, MiB), 0);
+	cr_assert(!memcmp(p, data, MiB));
+	phx_host_free(dev, p, MiB);
+	cr_assert_eq(phx_host_alloc(dev, MiB, &q), 0);
+	cr_assert_eq(q, p, "a buffer given back is reused");
+	phx_host_free(dev, q, MiB);
+
+	/* 8 x 8 MiB fill the pool; one more is refused */
+	for (i = 0; i < 8; i++)
+		cr_assert_eq(phx_host_alloc(dev, 8 * MiB, &held[i]), 0, "%s",
+			     phx_strerror_last());
+	cr_assert_eq(phx_host_alloc(dev, 8 * MiB, &p), -EBUSY);
+	cr_assert(strstr(phx_strerror_last(), "pinned host buffers"), "%s",
+		  phx_strerror_last());
+	phx_host_free(dev, held[7], 8 * MiB);
+	cr_assert_eq(phx_host_alloc(dev, 8 * MiB, &held[7]), 0);
+	for (i = 0; i < 8; i++)
+		phx_host_free(dev, held[i], 8 * MiB);
+	cr_assert_eq(phx_host_alloc(dev, 0, &p), -EINVAL);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(data);
+}

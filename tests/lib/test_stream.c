@@ -17,7 +17,8 @@ static void stream_wait(const char *mode)
 	cr_assert_eq(s.stream_wait,
 		     !strcmp(mode, "host")   ? 0 :
 		     !strcmp(mode, "device") ? 1 :
-					       2,
+		     !strcmp(mode, "kernel") ? 2 :
+					       3,
 		     "settings were read before the test set %s", mode);
 }
 
@@ -112,6 +113,13 @@ Test(stream, parameters_read_when_the_stream_gets_there_kernel_wait)
 	parameters_read_when_the_stream_gets_there();
 }
 
+/* The copy mode gives transfers whose values may change to the kernel. */
+Test(stream, parameters_read_when_the_stream_gets_there_copy_wait)
+{
+	stream_wait("copy");
+	parameters_read_when_the_stream_gets_there();
+}
+
 Test(stream, wrapped_default_stream)
 {
 	struct phx_device *dev = open_default();
@@ -137,7 +145,7 @@ Test(stream, wrapped_default_stream)
 }
 
 /* The last close waits for transfers still queued on a stream. */
-static void close_waits_for_queued_transfers(void)
+static void close_waits_for_queued_transfers(bool fixed)
 {
 	struct phx_device *dev = open_default();
 	struct phx_stream *st;
@@ -154,6 +162,8 @@ static void close_waits_for_queued_transfers(void)
 	fd = make_file(dir_direct(), n, 71, true, (void **)&data);
 	host = xmalloc(n);
 	cr_assert_eq(phx_stream_wrap(dev, NULL, &st), 0);
+	if (fixed)
+		cr_assert_eq(phx_stream_set_flags(st, PHX_STREAM_FIXED), 0);
 	/* the second waits on the stream behind the first */
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd,
@@ -176,19 +186,25 @@ static void close_waits_for_queued_transfers(void)
 Test(stream, close_waits_for_queued_transfers_host_wait)
 {
 	stream_wait("host");
-	close_waits_for_queued_transfers();
+	close_waits_for_queued_transfers(false);
 }
 
 Test(stream, close_waits_for_queued_transfers_device_wait)
 {
 	stream_wait("device");
-	close_waits_for_queued_transfers();
+	close_waits_for_queued_transfers(false);
 }
 
 Test(stream, close_waits_for_queued_transfers_kernel_wait)
 {
 	stream_wait("kernel");
-	close_waits_for_queued_transfers();
+	close_waits_for_queued_transfers(false);
+}
+
+Test(stream, close_waits_for_queued_transfers_copy_wait)
+{
+	stream_wait("copy");
+	close_waits_for_queued_transfers(true);
 }
 
 /* A bad choice is ignored with one line that says what would do. */
@@ -204,5 +220,5 @@ Test(settings, bad_choices_are_reported_and_ignored, .init = cr_redirect_stderr)
 	fflush(stderr);
 	cr_assert_stderr_eq_str(
 		"phoenix: ignoring PHX_DIRECT=maybe: use auto, off or on\n"
-		"phoenix: ignoring PHX_STREAM_WAIT=sideways: use auto, host, device or kernel\n");
+		"phoenix: ignoring PHX_STREAM_WAIT=sideways: use auto, host, device, kernel or copy\n");
 }

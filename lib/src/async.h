@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * async.h - what the files of the stream layer share: streams, the
+ * device's transfer workers and the requests they serve (stream.c), the
+ * copy-kernel mode (feed.c) and the copy mode's rings (ring.c).  Nothing
+ * outside those files includes it.
+ */
+#ifndef PHX_ASYNC_H
+#define PHX_ASYNC_H
+
+#include <pthread.h>
+
+#include "internal.h"
+
+#define PHX_ASYNC_WORKERS 4
+/* Transfers a device can have queued at once in "device" mode. */
+#define PHX_ASYNC_FLAGS 4096
+
+struct phx_stream {
+	struct phx_device *dev;
+	void *native;
+	bool owned;
+	unsigned int flags; /* PHX_STREAM_FIXED_* */
+};
+
+/*
+ * Copy mode: the first PHX_RINGS workers own a ring each, which splits
+ * the staging budget into PHX_RING_SLOTS slots (16 of 2 MiB by default:
+ * as many requests in flight as phx_read() has); transfers a ring can
+ * have queued.
+ */
+#define PHX_RINGS 2
+#define PHX_RING_SLOTS 16
+#define PHX_RING_XFERS 1024
+
+/*
+ * "copy" mode: the words of mapped host memory through which a ring's
+ * worker and the streams its transfers are queued on hand its slots over
+ * (ring.c; ready and freed as struct phx_sink describes).  A stream
+ * stores reached[t % PHX_RING_XFERS] = t when it gets to transfer t of
+ * the ring, and waits for done to reach t before going past it.
+ */
+struct phx_ring_words {
+	uint32_t ready[PHX_RING_SLOTS];
+	uint32_t freed[PHX_RING_SLOTS];
+	uint32_t done;
+	uint32_t pad[15]; /* reached[] on a cache line of its own */
+	uint32_t reached[PHX_RING_XFERS];
+};
+
+struct async_req {
+	struct phx_device *dev;
+	enum phx_op op;
+	int fd;
+	phx_dptr_t dptr;
+	const uint64_t *len;
+	const int64_t *file_off;
+	const int64_t *buf_off;
+	int64_t *bytes_done;
+	uint32_t *flag; /* "device" mode: set when done; else NULL */
+	bool done; /* protected by the worker lock */
+	/* no host function will return the flag: the worker does */
+	bool orphan; /* protected by the worker lock */
+	/* a queued wait may still read the flag: never reuse it */
+	bool keep_flag;
+	/* "kernel" mode: the copy kernel's control block, and its index */
+	struct phx_feed_ctl *ctl;
+	unsigned int ctl_index;
+	/*
+	 * "copy" mode: the values read when queued; the transfer's number
+	 * t and first sequence number on its ring; its segments, and those
+	 * whose copies made it onto the stream (the rest are not waited
+	 * for); a failure while queueing, reported through bytes_done.
+	 */
+	bool ring;
+	uint64_t val_len;
+	int64_t val_file_off, val_buf_off;
+	uint32_t t, seq;
+	unsigned int nsegs, live;
+	int queue_err;
+	bool queuing; /* its ops are being queued; protected by w->lock */
+	bool skip; /* nothing of it is on the stream; protected by w->lock */
+	struct async_req *next;
+};
+
+struct async_thread {
+	struct phx_async_worker *w;
+	struct phx_engine *engine;
+	pthread_t thread;
+	/* "kernel" mode: PHX_FEED_SLOTS slots of pinned, mapped memory */
+	unsigned char *ring;
+	uint64_t ring_daddr;
+	size_t slot_size;
+	/*
+	 * "copy" mode: the engine's slots are the ring; its words, mapped;
+	 * the ring's transfers in sequence order, how many, the next
+	 * sequence number and transfer number (protected by w->lock).
+	 */
+	struct phx_ring_words *words;
+	uint64_t words_daddr;
+	struct async_req *ring_head, *ring_tail;
+	unsigned int ring_queued;
+	uint32_t ring_seq, ring_t;
+};
+
+struct phx_async_worker {
+	pthread_mutex_t lock;
+	pthread_cond_t work, done;
+	struct async_req *head, *tail; /* protected by lock */
+	/* queued on a stream, host function not returned; protected by lock */
+	unsigned int outstanding;
+	unsigned int nthreads; /* protected by lock */
+	bool stop;
+	/* serialises starting threads; never taken by a host function */
+	pthread_mutex_t spawn_lock;
+	struct async_thread threads[PHX_ASYNC_WORKERS];
+	/* "device" mode: PHX_ASYNC_FLAGS flags, mapped for the device */
+	uint32_t *flags; /* made under spawn_lock */
+	uint64_t flags_daddr;
+	uint32_t free_flags[PHX_ASYNC_FLAGS]; /* protected by lock */
+	unsigned int nfree_flags; /* protected by lock */
+	/*
+	 * "kernel" mode: PHX_ASYNC_FLAGS control blocks, mapped; free_flags
+	 * lists the free ones (a process uses one mode).  feed_head: queued
+	 * on streams, waiting for their kernel to start; protected by lock.
+	 */
+	struct phx_feed_ctl *ctls; /* made under spawn_lock */
+	uint64_t ctls_daddr;
+	struct async_req *feed_head;
+};
+
+/* The end of a transfer's life: its flag or control block back, one less queued. */
+void phx_async_release_locked(struct phx_async_worker *w, struct async_req *r);
+/* Every flag (or control block) free; w->lock held. */
+void phx_async_free_all_locked(struct phx_async_worker *w);
+/* A free flag (or control block) index, or -EBUSY when all are in use. */
+int phx_async_take(struct phx_device *dev, struct phx_async_worker *w,
+		   unsigned int *index);
+/*
+ * Host memory the device reads and writes: @len bytes, zeroed, at *@out,
+ * and at *@daddr for the device.
+ */
+int phx_mapped_alloc(struct phx_device *dev, size_t len, void **out,
+		     uint64_t *daddr);
+void phx_mapped_free(struct phx_device *dev, void *p, size_t len);
+
+/* ---- "kernel" mode (feed.c) ------------------------------------------ */
+
+int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w);
+void phx_feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
+		       struct phx_feed_ctl *ctls);
+int phx_feed_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
+		     struct async_req *r);
+struct async_req *phx_feed_claim_locked(struct phx_async_worker *w);
+void phx_feed_run(struct async_thread *t, struct async_req *r);
+
+/* ---- "copy" mode (ring.c) -------------------------------------------- */
+
+/* Map every worker's ring words (once; the workers have started). */
+int phx_ring_setup(struct phx_device *dev, struct phx_async_worker *w);
+void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w);
+/*
+ * Queue @r's copies on @stream: 0, a negative errno, or 1 when @r cannot
+ * take the copy mode (the caller gives it to the copy kernel).
+ */
+int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
+		     struct async_req *r);
+/* @t's next transfer once its stream got there, taken off; w->lock held. */
+struct async_req *phx_ring_claim_locked(struct async_thread *t);
+void phx_ring_run(struct async_thread *t, struct async_req *r);
+
+#endif /* PHX_ASYNC_H */

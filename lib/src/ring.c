@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.c - stream-ordered transfers in PHX_STREAM_WAIT=copy, the default
+ * on CUDA and the simulated device.
+ *
+ * Each worker thread owns an engine whose staging slots form a ring, and
+ * the ring's words in mapped host memory (struct phx_ring_words).  When a
+ * transfer is queued on a stream whose values are fixed (PHX_STREAM_FIXED),
+ * it gets the least busy ring, a transfer number t and the next nsegs
+ * sequence numbers q there, and phx_io_enqueue() puts on the stream:
+ *
+ *   store reached[t % PHX_RING_XFERS] = t
+ *   for each segment (q, slot = q % nslots):
+ *       wait ready[slot] >= q + 1
+ *       copy slot <-> buffer        (the copy engine, as for phx_read())
+ *       store freed[slot] = q + 1
+ *   wait done >= t
+ *
+ * The worker sees reached, runs the transfer through its engine with the
+ * ring as the job's sink (sink.c: file I/O into or out of the slots, in
+ * sequence), writes bytes_done and stores done = t.  It makes no driver
+ * call while a stream waits on it, and nothing runs on the GPU's SMs.
+ * A worker commits only to a transfer whose stream has reached it, so
+ * transfers on one ring from several streams cannot wait on each other
+ * in a cycle (a stream can only wait on work queued before it).
+ */
+#include <linux/fs.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+
+#include "async.h"
+
+/* Segments past this go to the copy kernel (cyclic sequence numbers). */
+#define PHX_RING_MAX_SEGS (1u << 24)
+
+int phx_ring_setup(struct phx_device *dev, struct phx_async_worker *w)
+{
+	unsigned int i;
+	int ret = 0;
+
+	pthread_mutex_lock(&w->spawn_lock);
+	for (i = 0; i < w->nthreads && !ret; i++) {
+		struct async_thread *t = &w->threads[i];
+		void *p;
+
+		if (t->words || !t->engine)
+			continue; /* mapped already, or no ring */
+		ret = phx_mapped_alloc(dev, sizeof(struct phx_ring_words), &p,
+				       &t->words_daddr);
+		if (ret)
+			break;
+		pthread_mutex_lock(&w->lock);
+		t->words = p;
+		pthread_mutex_unlock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->spawn_lock);
+	return ret;
+}
+
+void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w)
+{
+	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
+		struct async_thread *t = &w->threads[i];
+
+		phx_mapped_free(dev, t->words, sizeof(*t->words));
+		t->words = NULL;
+	}
+}
+
+/* Bytes of the file behind @fd, or -1 for what the engine will refuse. */
+static int64_t fd_size(int fd)
+{
+	struct stat st;
+	uint64_t size;
+
+	if (fstat(fd, &st))
+		return -1;
+	if (S_ISREG(st.st_mode))
+		return st.st_size;
+	if (S_ISBLK(st.st_mode) && !ioctl(fd, BLKGETSIZE64, &size))
+		return (int64_t)size;
+	return -1;
+}
+
+/*
+ * Whether @r can take the copy mode: values fixed by the stream's owner
+ * and valid, a file the engine takes and, for reads, no byte past its
+ * end (the stream's copies are whole segments; the copy kernel copies
+ * what a short read brings).  Errors are left to the copy kernel's path,
+ * which reports them through bytes_done as the API says.
+ */
+static bool ring_fits(struct phx_stream *stream, struct async_req *r)
+{
+	uint64_t len = *r->len;
+	int64_t foff = *r->file_off, boff = *r->buf_off, size;
+
+	if ((stream->flags & PHX_STREAM_FIXED) != PHX_STREAM_FIXED)
+		return false;
+	if (foff < 0 || boff < 0 || len > INT64_MAX ||
+	    (uint64_t)foff > (uint64_t)INT64_MAX - len)
+		return false;
+	size = fd_size(r->fd);
+	if (size < 0 || (r->op == PHX_OP_READ && foff + (int64_t)len > size))
+		return false;
+	r->val_len = len;
+	r->val_file_off = foff;
+	r->val_buf_off = boff;
+	return true;
+}
+
+/* The least busy ring, or NULL when every one is full; w->lock held. */
+static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
+{
+	struct async_thread *best = NULL;
+
+	for (unsigned int i = 0; i < w->nthreads; i++) {
+		struct async_thread *t = &w->threads[i];
+
+		if (t->words && (!best || t->ring_queued < best->ring_queued))
+			best = t;
+	}
+	return best && best->ring_queued < PHX_RING_XFERS ? best : NULL;
+}
+
+#define WORD(t, f) ((t)->words_daddr + offsetof(struct phx_ring_words, f))
+
+/* Put @r's part of the protocol (see the file header) on @stream. */
+static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
+			  struct async_req *r, bool *reached)
+{
+	struct phx_device *dev = stream->dev;
+	const struct phx_backend_ops *ops = dev->ops;
+	struct phx_ring_words *wd = t->words;
+	unsigned int x = r->t % PHX_RING_XFERS, nslots, k;
+	bool pinned;
+	uint64_t chunk;
+	char *staging;
+	int ret;
+
+	phx_engine_ring(t->engine, &staging, &nslots, &chunk, &pinned);
+	ret = ops->stream_write_value(dev, stream->native, &wd->reached[x],
+				      WORD(t, reached) + x * sizeof(uint32_t),
+				      r->t);
+	if (ret)
+		return ret;
+	*reached = true;
+	for (k = 0; k < r->nsegs; k++) {
+		uint32_t q = r->seq + k;
+		unsigned int i = q % nslots;
+		uint64_t foff, len, off;
+		char *slot = staging + (size_t)i * chunk;
+		phx_dptr_t at;
+
+		phx_sink_seg((uint64_t)r->val_file_off, r->val_len, chunk, k,
+			     &foff, &len, &off);
+		at = r->dptr + (uint64_t)r->val_buf_off +
+		     (foff - (uint64_t)r->val_file_off);
+		ret = ops->stream_wait_value(
+			dev, stream->native, &wd->ready[i],
+			WORD(t, ready) + i * sizeof(uint32_t), q + 1);
+		if (!ret && r->op == PHX_OP_READ)
+			ret = ops->copy_htod(dev, at, slot + off, len,
+					     stream->native);
+		else if (!ret)
+			ret = ops->copy_dtoh(dev, slot + off, at, len,
+					     stream->native);
+		if (!ret)
+			ret = ops->stream_write_value(
+				dev, stream->native, &wd->freed[i],
+				WORD(t, freed) + i * sizeof(uint32_t), q + 1);
+		if (ret) {
+			/* what made it onto the stream still runs */
+			__atomic_store_n(&r->live, k, __ATOMIC_RELEASE);
+			return ret;
+		}
+	}
+	return ops->stream_wait_value(dev, stream->native, &wd->done,
+				      WORD(t, done), r->t);
+}
+
+int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
+		     struct async_req *r)
+{
+	struct phx_device *dev = stream->dev;
+	struct async_thread *t;
+	uint64_t chunk = 0, nsegs;
+	unsigned int nslots;
+	bool pinned = false, reached = false;
+	char *staging;
+	int ret;
+
+	if (!ring_fits(stream, r))
+		return 1;
+	pthread_mutex_lock(&w->lock);
+	t = ring_pick_locked(w);
+	if (t)
+		phx_engine_ring(t->engine, &staging, &nslots, &chunk, &pinned);
+	nsegs = t ? phx_sink_nsegs((uint64_t)r->val_file_off, r->val_len,
+				   chunk) :
+		    0;
+	if (t && (!pinned || nsegs > PHX_RING_MAX_SEGS)) {
+		/* unpinned staging cannot be copied in stream order */
+		pthread_mutex_unlock(&w->lock);
+		return 1;
+	}
+	if (!t) {
+		phx_async_release_locked(w, r);
+		pthread_mutex_unlock(&w->lock);
+		free(r);
+		return phx_err(
+			EBUSY,
+			"%s: %d stream-ordered transfers already queued on every worker; wait for some to finish",
+			dev->name, PHX_RING_XFERS);
+	}
+	if (++t->ring_t == 0) /* reached[] starts zeroed: never number 0 */
+		t->ring_t = 1;
+	r->ring = true;
+	r->queuing = true;
+	r->t = t->ring_t;
+	r->seq = t->ring_seq;
+	r->nsegs = (unsigned int)nsegs;
+	r->live = r->nsegs;
+	t->ring_seq += r->nsegs;
+	r->next = NULL;
+	if (t->ring_tail)
+		t->ring_tail->next = r;
+	else
+		t->ring_head = r;
+	t->ring_tail = r;
+	t->ring_queued++;
+	pthread_cond_broadcast(&w->work);
+	pthread_mutex_unlock(&w->lock);
+
+	/* from here on the worker owns @r; it waits for queuing to end */
+	ret = ring_queue_ops(stream, t, r, &reached);
+	pthread_mutex_lock(&w->lock);
+	if (ret) {
+		r->queue_err = ret;
+		r->skip = !reached; /* nothing of it is on the stream */
+	}
+	r->queuing = false;
+	pthread_cond_broadcast(&w->done);
+	pthread_mutex_unlock(&w->lock);
+	return ret;
+}
+
+struct async_req *phx_ring_claim_locked(struct async_thread *t)
+{
+	struct async_req *r = t->ring_head;
+
+	if (!r)
+		return NULL;
+	if (!r->skip &&
+	    __atomic_load_n(&t->words->reached[r->t % PHX_RING_XFERS],
+			    __ATOMIC_ACQUIRE) != r->t)
+		return NULL;
+	t->ring_head = r->next;
+	if (!t->ring_head)
+		t->ring_tail = NULL;
+	return r;
+}
+
+void phx_ring_run(struct async_thread *t, struct async_req *r)
+{
+	struct phx_async_worker *w = t->w;
+	int64_t res = 0;
+	bool skip;
+
+	pthread_mutex_lock(&w->lock);
+	skip = r->skip;
+	pthread_mutex_unlock(&w->lock);
+	if (!skip) {
+		struct phx_io io = {
+			.op = r->op,
+			.fd = r->fd,
+			.file_off = r->val_file_off,
+			.dptr = r->dptr + (uint64_t)r->val_buf_off,
+			.len = r->val_len,
+		};
+		struct phx_sink sink = {
+			.ready = t->words->ready,
+			.freed = t->words->freed,
+			.seq = r->seq,
+			.live = &r->live,
+		};
+
+		/* a promise broken: the copies on the stream are the old ones */
+		if (*r->len != r->val_len || *r->file_off != r->val_file_off ||
+		    *r->buf_off != r->val_buf_off) {
+			res = phx_err(
+				EINVAL,
+				"%s: a stream-ordered transfer's size or offsets changed after it was queued on a stream with fixed values",
+				r->dev->name);
+			phx_engine_drain_sink(t->engine, &io, &sink);
+		} else {
+			res = phx_engine_io_sink(t->engine, &io, &sink);
+		}
+	}
+	pthread_mutex_lock(&w->lock);
+	while (r->queuing)
+		pthread_cond_wait(&w->done, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+	*r->bytes_done = r->queue_err ? r->queue_err : res;
+	/* the stream may move on now */
+	if (!skip)
+		phx_word_store(&t->words->done, r->t);
+	pthread_mutex_lock(&w->lock);
+	t->ring_queued--;
+	phx_async_release_locked(w, r);
+	pthread_mutex_unlock(&w->lock);
+	free(r);
+}

@@ -1,0 +1,90 @@
+#!/bin/sh
+# Run the suites and benchmarks a change needs on a GPU machine, each step
+# under its own time limit, so that one hang or one slow step cannot eat
+# the others; each step's output goes to LOGDIR/STEP.log and one summary
+# line per step to stdout.
+#
+# Usage, as root from the repository root, with .gpu/ built by
+# scripts/gpu-bundle.sh and the peers' wheels in .whl/ (docs/benchmarks.md):
+#   sh scripts/gpu-suite.sh LOGDIR STEP...
+# Steps (limit in seconds):
+#   suites 330        every carried suite (.gpu/run-tests)
+#   lib 200           libphoenix's suite only
+#   gpu-python 200    the Python GPU tests (torch streams, LMCache's order)
+#   no-hang 300       the torch stream stress test in 20 fresh processes
+#   bench 200         scripts/bench-gpu.sh -s 2G -r 1 -m 4G
+#   interference 150  scripts/bench-stream-interference.py
+#   st-single 200     bench-safetensors.py, 2 GiB single file
+#   st-sharded 200    bench-safetensors.py, sharded checkpoint and save
+#   phxfs 150         scripts/bench-phxfs.sh, 2 GiB
+#   kv 200            bench-kv.sh kv (LMCache's slab pattern)
+#   small 150         bench-kv.sh small (4 KiB random reads)
+#   setup 90          bench-kv.sh setup
+#   fio 150           bench-kv.sh fio
+#   lmcache 200       LMCache's own backend module against libphxfile.so
+set -u
+[ $# -ge 2 ] || { echo "usage: $0 LOGDIR STEP..." >&2; exit 2; }
+logs=$1
+shift
+mkdir -p "$logs" || exit 2
+export PHX_DEVICE=${PHX_DEVICE:-cuda}
+site=${TMPDIR:-/tmp}/phx-site
+wheels() {
+	[ -d "$site" ] && return 0
+	python3 -m pip install -q --no-index --no-deps --target "$site" \
+		.whl/*.whl >"$logs/wheels.log" 2>&1
+}
+st() {
+	wheels
+	PYTHONPATH=$site PHX_LIBRARY=.gpu/bin/libphoenix.so \
+		python3 scripts/bench-safetensors.py --dir /var/tmp "$@"
+}
+no_hang() {
+	i=0
+	while [ $i -lt 20 ]; do
+		i=$((i + 1))
+		echo "== run $i"
+		sh python/tests/run.sh .gpu/bin -q -k no_hang \
+			-o faulthandler_timeout=60 python/tests/test_gpu_streams.py ||
+			return 1
+	done
+}
+step() {
+	name=$1 limit=$2
+	shift 2
+	t0=$(date +%s)
+	timeout -k 10 "$limit" "$@" >"$logs/$name.log" 2>&1
+	rc=$?
+	echo "== $name rc=$rc $(($(date +%s) - t0))s"
+	[ $rc = 0 ] || status=1
+}
+status=0
+for s in "$@"; do
+	case $s in
+	suites) step suites 330 sh .gpu/run-tests ;;
+	lib) step lib 200 env LD_LIBRARY_PATH="$PWD/.gpu/lib" \
+		sh scripts/test-lib.sh .gpu/bin/test-lib --timeout 120 ;;
+	gpu-python) step gpu-python 200 sh python/tests/run.sh .gpu/bin -q -rs \
+		-o faulthandler_timeout=120 python/tests/test_gpu.py \
+		python/tests/test_phxfile.py python/tests/test_phxfile_lmcache.py ;;
+	no-hang) step no-hang 300 no_hang ;;
+	bench) step bench 200 sh scripts/bench-gpu.sh -s 2G -r 1 -m 4G ;;
+	interference) step interference 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
+		PYTHONPATH=python python3 scripts/bench-stream-interference.py \
+		--dir /var/tmp ;;
+	st-single) step st-single 200 st --size-gib 2 --repeat 1 --cases single ;;
+	st-sharded) step st-sharded 200 st --repeat 1 --cases sharded,save ;;
+	phxfs) step phxfs 150 env SIZE=2G MODES=direct \
+		bash scripts/bench-phxfs.sh .gpu/bin ;;
+	kv) step kv 200 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \
+		-n 1,4 -o 128 ;;
+	small) step small 150 sh scripts/bench-kv.sh small -s 2G -r 1 -b 4K \
+		-q 1,32,128 -o 2000 ;;
+	setup) step setup 90 sh scripts/bench-kv.sh setup -r 3 ;;
+	fio) step fio 150 sh scripts/bench-kv.sh fio ;;
+	lmcache) step lmcache 200 python3 python/tests/lmcache_phx_gpu.py \
+		--build .gpu/lib ;;
+	*) echo "$0: unknown step $s" >&2; status=2 ;;
+	esac
+done
+exit $status
