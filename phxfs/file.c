@@ -189,6 +189,8 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	struct phxfs_inode *inode = phxfs_file(fi);
+	/* the inode may be forgotten once the reply is out: not after it */
+	struct phxfs_dev *dev = inode->dev;
 	uint64_t fsize, n = 0;
 	void *host = NULL, *pooled = NULL;
 	int err = 0;
@@ -198,7 +200,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (off >= 0 && (uint64_t)off < fsize)
 		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	if (n) {
-		host = pooled = rbuf_get(inode->dev, n);
+		host = pooled = rbuf_get(dev, n);
 		if (!host)
 			host = thread_buf(size);
 		if (!host)
@@ -219,7 +221,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, host, n);
 	}
 	if (pooled)
-		phx_host_free(inode->dev->dev, pooled, rbuf_len);
+		phx_host_free(dev->dev, pooled, rbuf_len);
 }
 
 /* Store @size bytes at @off, growing the file; io_lock not held. */
