@@ -13,7 +13,7 @@
 #          Phoenix engine (libphxfio.so) on the same job
 #
 # Usage: scripts/bench-kv.sh [DIR] MODE [phx-kvbench options]
-#        (fio: FIO_SIZE=4G FIO_RUNTIME=5 seconds per job)
+#        (fio: FIO_SIZE=4G, FIO_RUNTIME=5 seconds per job, FIO_QDS="1 32 128")
 #   DIR   a directory on the disk to measure (default /var/tmp/phx-bench);
 #         the 4 GiB data file is created there once and kept.
 # Each mode fits one 10-minute call (the script stops it at 580 s).  Run
@@ -26,6 +26,8 @@ cd "$(dirname "$0")/.."
 dir=/var/tmp/phx-bench
 case "${1:-}" in
 kv|small|setup|fio|'') ;;
+-*) echo "bench-kv: options go after the mode: scripts/bench-kv.sh [DIR] kv|small|setup|fio [options]" >&2
+	exit 1 ;;
 *) dir=$1; shift ;;
 esac
 mode=${1:-}
@@ -36,79 +38,118 @@ fail() { echo "bench-kv: $*" >&2; exit 1; }
 
 case "$mode" in
 kv|small|setup|fio) ;;
-*) fail "usage: scripts/bench-kv.sh [DIR] kv|small|setup|fio [options]" ;;
+*) fail "unknown mode \"$mode\": scripts/bench-kv.sh [DIR] kv|small|setup|fio [options]" ;;
 esac
 [ -x "$bin/phx-kvbench" ] ||
 	fail "$bin/phx-kvbench not found; run scripts/gpu-bundle.sh where the project builds, then bring .gpu here (or set BIN)"
+bin=$(cd "$bin" && pwd)
+[ "$mode" = fio ] && [ $# -gt 0 ] &&
+	fail "fio takes no options ($*): set FIO_SIZE, FIO_RUNTIME or FIO_QDS"
 mkdir -p "$dir" || fail "cannot create $dir"
 
 . scripts/bench-disk.sh
 bench_disk bench-kv
 echo "bench-kv: $dir on $fstype ($majmin), $(nproc) CPUs, $(uname -r)"
 
-export LD_LIBRARY_PATH="$PWD/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ "$mode" != fio ]; then
 	exec timeout --foreground 580 "$bin/phx-kvbench" "$@" "$mode" "$dir"
 fi
 
 # ---- fio: the same job through io_uring and through the Phoenix engine --
+# The bundle's fio (built from Debian's fio 3.33 source by make fio-gpu)
+# needs libz, which the bundle carries in lib/ beside bin/.
+if [ -d "$bin/../lib" ]; then
+	lib=$(cd "$bin/../lib" && pwd)
+	export LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH"
+fi
 fio=$bin/fio
 [ -f "$fio" ] && [ -x "$fio" ] || fio=$(command -v fio || true)
-[ -n "$fio" ] || fail "no fio: carry the one make fio-gpu builds (in .gpu/bin)"
-[ -f "$bin/libphxfio.so" ] || fail "$bin/libphxfio.so not found"
-engine=$(cd "$bin" && pwd)/libphxfio.so
+[ -n "$fio" ] || fail "no fio: carry the one make fio-gpu builds (scripts/gpu-bundle.sh puts it in .gpu/bin)"
+"$fio" --version >/dev/null 2>&1 ||
+	fail "$fio does not run here: $("$fio" --version 2>&1 | head -n 1)"
+[ -f "$bin/libphxfio.so" ] ||
+	fail "$bin/libphxfio.so not found; run scripts/gpu-bundle.sh (or make fio-gpu and set BIN)"
+engine=$bin/libphxfio.so
 data=$dir/phx-fio.dat
 size=${FIO_SIZE:-4G}
 runtime=${FIO_RUNTIME:-5}
+qds=${FIO_QDS:-1 32 128}
+for qd in $qds; do
+	case "$qd" in
+	*[!0-9]*|0) fail "bad FIO_QDS \"$qds\": queue depths of 1 or more, separated by spaces" ;;
+	esac
+done
+[ -n "$qds" ] || fail "FIO_QDS is empty: give queue depths separated by spaces"
+case "$runtime" in
+''|*[!0-9]*|0) fail "bad FIO_RUNTIME \"$runtime\": seconds per job, 1 or more" ;;
+esac
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "bench-kv: $("$fio" --version), engine $engine, file $data ($size)"
+# Every engine runs this job; only --ioengine and its options differ.
+common="--name=kv --filename=$data --size=$size --rw=randread --bs=4k --direct=1 --runtime=$runtime --time_based --norandommap --randrepeat=0 --lat_percentiles=1"
+echo "bench-kv: $("$fio" --version) ($fio), engine $engine, file $data ($size)"
+echo "bench-kv: each job: fio $common --iodepth=QD --ioengine=ENGINE"
 
-# one job: NAME QD ENGINE-ARGS...; prints its JSON into $out/NAME-QD
+# one job: NAME QD ENGINE-ARGS...; leaves its JSON in $out/NAME-QD
 job() {
 	name=$1 qd=$2
 	shift 2
 	sync
 	[ -w /proc/sys/vm/drop_caches ] && echo 1 >/proc/sys/vm/drop_caches
-	timeout -k 5 60 "$fio" --name=kv --filename="$data" --size="$size" \
-		--rw=randread --bs=4k --direct=1 --iodepth="$qd" \
-		--runtime="$runtime" --time_based --norandommap --randrepeat=0 \
-		--lat_percentiles=1 \
-		--output-format=json --output="$out/$name-$qd" "$@" >/dev/null 2>"$out/err" ||
-		{ echo "bench-kv: fio $name at QD $qd failed:"; cat "$out/err"; return 0; }
+	# $common is a list of options: split on purpose
+	if ! timeout -k 5 $((runtime + 60)) "$fio" $common --iodepth="$qd" \
+		--output-format=json --output="$out/$name-$qd" "$@" \
+		>/dev/null 2>"$out/err"; then
+		echo "bench-kv: fio $name at QD $qd failed:"
+		sed 's/^/  /' "$out/err"
+		rm -f "$out/$name-$qd"
+	fi
 }
 # lay the file out once (fio writes it on first use)
 timeout 300 "$fio" --name=layout --filename="$data" --size="$size" --rw=read \
 	--bs=1M --io_size=1M --output=/dev/null >/dev/null ||
 	fail "fio could not create $data"
-for qd in 1 8 32 128; do
+for qd in $qds; do
 	job io_uring "$qd" --ioengine=io_uring
 	job phx-batch "$qd" --ioengine=external:"$engine" --phx_mode=batch
 	job phx-poll "$qd" --ioengine=external:"$engine" --phx_mode=poll
 done
 job phx-sync 1 --ioengine=external:"$engine" --phx_mode=sync
 
-python3 - "$out" <<'EOF'
+python3 - "$out" "$runtime" <<'EOF'
 import json, os, sys
-out = sys.argv[1]
+out, runtime = sys.argv[1], sys.argv[2]
+engines = ["io_uring", "phx-batch", "phx-poll", "phx-sync"]
 rows = {}
-for f in sorted(os.listdir(out)):
-    if "-" not in f or f == "err":
+for f in os.listdir(out):
+    name, _, qd = f.rpartition("-")
+    if name not in engines:
         continue
-    name, qd = f.rsplit("-", 1)
     try:
-        j = json.load(open(os.path.join(out, f)))["jobs"][0]["read"]
+        j = json.load(open(os.path.join(out, f)))["jobs"][0]
     except (ValueError, KeyError, IndexError):
         continue
-    pct = j.get("lat_ns", {}).get("percentile", {})
-    rows[(int(qd), name)] = (j["iops"], pct.get("50.000000", 0) / 1e3,
+    r = j["read"]
+    if j.get("error") or not r.get("total_ios"):
+        continue
+    pct = r.get("lat_ns", {}).get("percentile", {})
+    rows[(int(qd), name)] = (r["iops"], pct.get("50.000000", 0) / 1e3,
                              pct.get("99.000000", 0) / 1e3)
-print("\nfio 4 KiB random reads, cold, %s s each (x io_uring = IOPS against fio's io_uring engine)" % os.environ.get("FIO_RUNTIME", "5"))
-print("%-4s %-12s %12s %10s %10s %12s" % ("QD", "engine", "IOPS", "p50 us",
-                                           "p99 us", "x io_uring"))
-for (qd, name) in sorted(rows):
-    iops, p50, p99 = rows[(qd, name)]
+print("\nfio 4 KiB random reads, cold, %s s per job, the same job on each engine:"
+      % runtime)
+print("IOPS (x io_uring), p50/p99 latency in us; io_uring = fio's engine into "
+      "host memory (the limit), phx-* = libphxfio.so into device memory")
+print(("%-4s" % "QD" + "".join(" %-26s" % e for e in engines)).rstrip())
+for qd in sorted({q for q, _ in rows}):
     ref = rows.get((qd, "io_uring"), (0,))[0]
-    print("%-4d %-12s %12.0f %10.1f %10.1f %11.2fx" %
-          (qd, name, iops, p50, p99, iops / ref if ref else float("nan")))
+    line = "%-4d" % qd
+    for e in engines:
+        if (qd, e) not in rows:
+            line += " %-26s" % ("-" if e == "phx-sync" and qd != 1 else "n/a")
+            continue
+        iops, p50, p99 = rows[(qd, e)]
+        ratio = " (%.2fx)" % (iops / ref) if ref and e != "io_uring" else ""
+        line += " %-26s" % ("%.1fk%s %.0f/%.0f" % (iops / 1e3, ratio, p50, p99))
+    print(line.rstrip())
 EOF

@@ -75,7 +75,7 @@ cp -r "$BUILD/pylib" "$OUT/bin/pylib"
 # Shared libraries the target provides itself: glibc and gcc's runtime.
 system_lib() {
 	case "$1" in
-	linux-vdso.so*|ld-linux*|libc.so*|libm.so*|libdl.so*|libpthread.so*|\
+	linux-vdso.so*|ld-linux*|libc.so*|libm.so*|libmvec.so*|libdl.so*|libpthread.so*|\
 	librt.so*|libresolv.so*|libutil.so*|libanl.so*|libgcc_s.so*|\
 	libstdc++.so*|libcuda.so*) return 0 ;;
 	esac

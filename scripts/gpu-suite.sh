@@ -17,7 +17,7 @@
 #   st-single 200     bench-safetensors.py, 2 GiB single file
 #   st-sharded 200    bench-safetensors.py, sharded checkpoint and save
 #   phxfs 150         scripts/bench-phxfs.sh, 2 GiB
-#   kv 200            bench-kv.sh kv (LMCache's slab pattern)
+#   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
 #   setup 90          bench-kv.sh setup
 #   fio 150           bench-kv.sh fio
@@ -76,7 +76,7 @@ for s in "$@"; do
 	st-sharded) step st-sharded 200 st --repeat 1 --cases sharded,save ;;
 	phxfs) step phxfs 150 env SIZE=2G MODES=direct \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
-	kv) step kv 200 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \
+	kv) step kv 250 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \
 		-n 1,4 -o 128 ;;
 	small) step small 150 sh scripts/bench-kv.sh small -s 2G -r 1 -b 4K \
 		-q 1,32,128 -o 2000 ;;

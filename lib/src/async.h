@@ -38,7 +38,8 @@ struct phx_stream {
  * worker and the streams its transfers are queued on hand its slots over
  * (ring.c; ready and freed as struct phx_sink describes).  A stream
  * stores reached[t % PHX_RING_XFERS] = t when it gets to transfer t of
- * the ring, and waits for done to reach t before going past it.
+ * the ring, waits for done to reach t, and stores passed[t %
+ * PHX_RING_XFERS] = t, its last touch of these words for t.
  */
 struct phx_ring_words {
 	uint32_t ready[PHX_RING_SLOTS];
@@ -46,6 +47,7 @@ struct phx_ring_words {
 	uint32_t done;
 	uint32_t pad[15]; /* reached[] on a cache line of its own */
 	uint32_t reached[PHX_RING_XFERS];
+	uint32_t passed[PHX_RING_XFERS];
 };
 
 struct async_req {
@@ -79,6 +81,7 @@ struct async_req {
 	unsigned int nsegs, live;
 	int queue_err;
 	bool queuing; /* its ops are being queued; protected by w->lock */
+	bool passes; /* its stream will store passed[]; protected by w->lock */
 	bool skip; /* nothing of it is on the stream; protected by w->lock */
 	struct async_req *next;
 };
@@ -99,7 +102,9 @@ struct async_thread {
 	struct phx_ring_words *words;
 	uint64_t words_daddr;
 	struct async_req *ring_head, *ring_tail;
-	unsigned int ring_queued;
+	/* done, their streams not yet past their last touch of the words */
+	struct async_req *ring_passing;
+	unsigned int ring_queued; /* from queued until passed */
 	uint32_t ring_seq, ring_t;
 };
 
@@ -167,6 +172,11 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 		     struct async_req *r);
 /* @t's next transfer once its stream got there, taken off; w->lock held. */
 struct async_req *phx_ring_claim_locked(struct async_thread *t);
+/*
+ * Retire @t's transfers whose streams are past them (w->lock held):
+ * only then are they no longer queued, so the words outlive every use.
+ */
+void phx_ring_reap_locked(struct async_thread *t);
 void phx_ring_run(struct async_thread *t, struct async_req *r);
 
 #endif /* PHX_ASYNC_H */

@@ -160,7 +160,8 @@ int phx_engine_slice(struct phx_engine *e, struct engine_shape sh)
 		sl->job = NULL;
 		sl->target = NULL;
 		sl->mem = e->staging + (size_t)i * sh.chunk;
-		sl->stream = e->streams[i % PHX_NR_STREAMS];
+		sl->sidx = i % PHX_NR_STREAMS;
+		sl->stream = e->streams[sl->sidx];
 	}
 	e->nslots = sh.nslots;
 	e->chunk = sh.chunk;
@@ -340,6 +341,8 @@ static void job_complete(struct phx_engine *e, struct job *j)
 		j->queued = false;
 	}
 	e->nactive--;
+	if (j->sink)
+		e->sink_jobs--;
 
 	for (p = 1; p < PHX_PATH_COUNT; p++)
 		if (j->by_path[p] > j->by_path[best])
@@ -574,6 +577,12 @@ static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
 		return;
 	}
 	sl->state = SLOT_COPY;
+	sl->copy_next = NULL;
+	if (e->copyq[sl->sidx])
+		e->copyq_tail[sl->sidx]->copy_next = sl;
+	else
+		e->copyq[sl->sidx] = sl;
+	e->copyq_tail[sl->sidx] = sl;
 }
 
 /* Give free slots to jobs with segments left. */
@@ -692,56 +701,75 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 	}
 }
 
-/* Progress copies whose events fired; returns how many did. */
-static unsigned int engine_poll_copies(struct phx_engine *e)
+/* A sink's slots the stream is done with; returns how many. */
+static unsigned int sink_poll(struct phx_engine *e)
 {
-	struct phx_device *dev = e->dev;
 	unsigned int i, n = 0;
 
 	for (i = 0; i < e->nslots; i++) {
 		struct slot *sl = &e->slots[i];
-		int ret;
 
-		if (sl->state != SLOT_COPY)
-			continue;
-		if (sl->job->sink) {
-			/* the stream copies, not us: no driver call here */
-			if (!phx_sink_consumed(e, sl))
-				continue;
-			n++;
-			if (sl->job->io->op == PHX_OP_READ)
-				phx_slot_finish(e, sl);
-			else if (sl->job->err)
-				phx_slot_free(e, sl);
-			else
-				phx_slot_prep_io(e, sl);
-			continue;
-		}
-		ret = dev->ops->event_query(dev, sl->event);
-		if (ret == -EAGAIN)
+		/* the stream copies, not us: no driver call here */
+		if (sl->state != SLOT_COPY || !phx_sink_consumed(e, sl))
 			continue;
 		n++;
-		if (ret) {
-			job_fail(sl->job, ret);
-			sl->copied = 0;
-			phx_slot_free(e, sl);
-		} else if (sl->job->io->op == PHX_OP_WRITE) {
-			phx_slot_prep_io(e, sl);
-		} else {
+		if (sl->job->io->op == PHX_OP_READ)
 			phx_slot_finish(e, sl);
+		else if (sl->job->err)
+			phx_slot_free(e, sl);
+		else
+			phx_slot_prep_io(e, sl);
+	}
+	return n;
+}
+
+/*
+ * Progress copies whose events fired, oldest first on each stream, up to
+ * the first still running; returns how many did.
+ */
+static unsigned int engine_poll_copies(struct phx_engine *e)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int s, n = 0;
+	struct slot *sl;
+	int ret;
+
+	for (s = 0; s < PHX_NR_STREAMS; s++) {
+		while ((sl = e->copyq[s])) {
+			ret = dev->ops->event_query(dev, sl->event);
+			if (ret == -EAGAIN)
+				break;
+			e->copyq[s] = sl->copy_next;
+			n++;
+			if (ret) {
+				job_fail(sl->job, ret);
+				sl->copied = 0;
+				phx_slot_free(e, sl);
+			} else if (sl->job->io->op == PHX_OP_WRITE) {
+				phx_slot_prep_io(e, sl);
+			} else {
+				phx_slot_finish(e, sl);
+			}
 		}
 	}
 	return n;
 }
 
+/* The oldest device copy in flight, or NULL. */
 static struct slot *oldest_copy(struct phx_engine *e)
 {
-	unsigned int i;
-
-	for (i = 0; i < e->nslots; i++)
-		if (e->slots[i].state == SLOT_COPY)
-			return &e->slots[i];
+	for (unsigned int s = 0; s < PHX_NR_STREAMS; s++)
+		if (e->copyq[s])
+			return e->copyq[s];
 	return NULL;
+}
+
+static bool sink_busy(const struct phx_engine *e)
+{
+	for (unsigned int i = 0; i < e->nslots; i++)
+		if (e->slots[i].state == SLOT_COPY && e->slots[i].job->sink)
+			return true;
+	return false;
 }
 
 /*
@@ -765,6 +793,8 @@ static int engine_step_once(struct phx_engine *e, bool block)
 		e->to_submit = 0;
 	}
 	progressed += engine_poll_copies(e);
+	if (e->sink_jobs)
+		progressed += sink_poll(e);
 
 	seen = 0;
 	io_uring_for_each_cqe(&e->ring, head, cqe) {
@@ -780,9 +810,9 @@ static int engine_step_once(struct phx_engine *e, bool block)
 	}
 
 	/* Copies are short next to disk reads: wait on them first. */
-	sl = oldest_copy(e);
-	if (sl && sl->job->sink)
+	if (e->sink_jobs && sink_busy(e))
 		return phx_sink_idle(e); /* a stream copies: poll */
+	sl = oldest_copy(e);
 	if (sl) {
 		ret = e->dev->ops->event_sync(e->dev, sl->event);
 		return ret;
@@ -827,6 +857,8 @@ static int engine_run_job(struct phx_engine *e, struct job *j)
 void phx_engine_queue(struct phx_engine *e, struct job *j)
 {
 	e->nactive++;
+	if (j->sink)
+		e->sink_jobs++;
 	if (!j->nregions) {
 		job_complete(e, j); /* nothing to move */
 		return;

@@ -79,6 +79,8 @@ struct slot {
 	uint64_t copied; /* bytes of the job the copy moves */
 	void *event;
 	void *stream;
+	unsigned int sidx; /* index of @stream in the engine's streams */
+	struct slot *copy_next; /* in its stream's queue of copies */
 	/* sink jobs: ring sequence number, segment index, its bytes in the slot */
 	uint32_t seq;
 	unsigned int seg;
@@ -101,6 +103,11 @@ struct phx_engine {
 	struct slot *slots;
 	unsigned int nevents; /* slots[0..nevents) have an event */
 	void *streams[PHX_NR_STREAMS];
+	/*
+	 * Device copies in flight, per stream, in the order queued: a stream
+	 * runs them in order, so only the oldest need be asked about.
+	 */
+	struct slot *copyq[PHX_NR_STREAMS], *copyq_tail[PHX_NR_STREAMS];
 	unsigned int inflight; /* SQEs submitted, CQE not yet seen */
 	unsigned int to_submit; /* SQEs prepared, not submitted */
 	/*
@@ -112,6 +119,7 @@ struct phx_engine {
 	STAILQ_HEAD(, job) done;
 	struct fd_entry fds[PHX_FD_CACHE];
 	struct phx_engine *next_free;
+	unsigned int sink_jobs; /* queued jobs with a sink */
 	unsigned int sink_polls; /* polls of a sink with nothing moving */
 };
 

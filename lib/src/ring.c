@@ -15,10 +15,13 @@
  *       copy slot <-> buffer        (the copy engine, as for phx_read())
  *       store freed[slot] = q + 1
  *   wait done >= t
+ *   store passed[t % PHX_RING_XFERS] = t
  *
  * The worker sees reached, runs the transfer through its engine with the
  * ring as the job's sink (sink.c: file I/O into or out of the slots, in
- * sequence), writes bytes_done and stores done = t.  It makes no driver
+ * sequence), writes bytes_done and stores done = t; the transfer counts
+ * as queued until its stream stored passed, so the words are never
+ * unmapped under a stream that still reads them.  It makes no driver
  * call while a stream waits on it, and nothing runs on the GPU's SMs.
  * A worker commits only to a transfer whose stream has reached it, so
  * transfers on one ring from several streams cannot wait on each other
@@ -129,7 +132,7 @@ static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
 
 /* Put @r's part of the protocol (see the file header) on @stream. */
 static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
-			  struct async_req *r, bool *reached)
+			  struct async_req *r, bool *reached, bool *passes)
 {
 	struct phx_device *dev = stream->dev;
 	const struct phx_backend_ops *ops = dev->ops;
@@ -177,8 +180,15 @@ static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
 			return ret;
 		}
 	}
-	return ops->stream_wait_value(dev, stream->native, &wd->done,
-				      WORD(t, done), r->t);
+	ret = ops->stream_wait_value(dev, stream->native, &wd->done,
+				     WORD(t, done), r->t);
+	if (!ret)
+		ret = ops->stream_write_value(
+			dev, stream->native, &wd->passed[x],
+			WORD(t, passed) + x * sizeof(uint32_t), r->t);
+	if (!ret)
+		*passes = true;
+	return ret;
 }
 
 int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
@@ -188,7 +198,7 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 	struct async_thread *t;
 	uint64_t chunk = 0, nsegs;
 	unsigned int nslots;
-	bool pinned = false, reached = false;
+	bool pinned = false, reached = false, passes = false;
 	char *staging;
 	int ret;
 
@@ -235,8 +245,9 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 	pthread_mutex_unlock(&w->lock);
 
 	/* from here on the worker owns @r; it waits for queuing to end */
-	ret = ring_queue_ops(stream, t, r, &reached);
+	ret = ring_queue_ops(stream, t, r, &reached, &passes);
 	pthread_mutex_lock(&w->lock);
+	r->passes = passes;
 	if (ret) {
 		r->queue_err = ret;
 		r->skip = !reached; /* nothing of it is on the stream */
@@ -308,8 +319,32 @@ void phx_ring_run(struct async_thread *t, struct async_req *r)
 	if (!skip)
 		phx_word_store(&t->words->done, r->t);
 	pthread_mutex_lock(&w->lock);
-	t->ring_queued--;
-	phx_async_release_locked(w, r);
+	if (r->passes) {
+		/* retired once its stream stored passed[] (reap) */
+		r->next = t->ring_passing;
+		t->ring_passing = r;
+		r = NULL;
+	} else {
+		t->ring_queued--;
+		phx_async_release_locked(w, r);
+	}
 	pthread_mutex_unlock(&w->lock);
 	free(r);
+}
+
+void phx_ring_reap_locked(struct async_thread *t)
+{
+	struct async_req **pp = &t->ring_passing, *r;
+
+	while ((r = *pp)) {
+		if (__atomic_load_n(&t->words->passed[r->t % PHX_RING_XFERS],
+				    __ATOMIC_ACQUIRE) != r->t) {
+			pp = &r->next;
+			continue;
+		}
+		*pp = r->next;
+		t->ring_queued--;
+		phx_async_release_locked(t->w, r);
+		free(r);
+	}
 }

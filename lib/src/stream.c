@@ -172,13 +172,16 @@ static void *async_main(void *arg)
 					w->tail = NULL;
 				break;
 			}
+			if (t->ring_passing)
+				phx_ring_reap_locked(t);
 			r = phx_ring_claim_locked(t);
 			if (r)
 				break;
 			r = phx_feed_claim_locked(w);
 			if (r)
 				break;
-			if (!w->feed_head && !t->ring_head) {
+			if (!w->feed_head && !t->ring_head &&
+			    !t->ring_passing) {
 				pthread_cond_wait(&w->work, &w->lock);
 				continue;
 			}
@@ -611,13 +614,14 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 	mode = phx_stream_mode(dev);
 	if (mode == PHX_STREAM_WAIT_COPY) {
 		ret = phx_ring_setup(dev, w);
-		if (!ret)
-			ret = phx_ring_enqueue(stream, w, r);
-		if (ret <= 0) {
-			if (ret)
-				async_unreserve(w);
-			return ret; /* @r belongs to the ring now, or failed */
+		if (ret) {
+			async_unreserve(w);
+			free(r);
+			return ret;
 		}
+		ret = phx_ring_enqueue(stream, w, r);
+		if (ret <= 0)
+			return ret; /* queued, or failed: @r is the ring's either way */
 		mode = PHX_STREAM_WAIT_KERNEL; /* values read later */
 	}
 	if (mode == PHX_STREAM_WAIT_KERNEL) {

@@ -183,6 +183,92 @@ const char *bl_cufile_load(void)
 	return NULL;
 }
 
+/* CUfileOpError's names, by code - 5000 (the cuFile API reference). */
+static const char *const cufile_errs[] = {
+	[1] = "CU_FILE_DRIVER_NOT_INITIALIZED",
+	[2] = "CU_FILE_DRIVER_INVALID_PROPS",
+	[3] = "CU_FILE_DRIVER_UNSUPPORTED_LIMIT",
+	[4] = "CU_FILE_DRIVER_VERSION_MISMATCH",
+	[5] = "CU_FILE_DRIVER_VERSION_READ_ERROR",
+	[6] = "CU_FILE_DRIVER_CLOSING",
+	[7] = "CU_FILE_PLATFORM_NOT_SUPPORTED",
+	[8] = "CU_FILE_IO_NOT_SUPPORTED",
+	[9] = "CU_FILE_DEVICE_NOT_SUPPORTED",
+	[10] = "CU_FILE_NVFS_DRIVER_ERROR",
+	[11] = "CU_FILE_CUDA_DRIVER_ERROR",
+	[12] = "CU_FILE_CUDA_POINTER_INVALID",
+	[13] = "CU_FILE_CUDA_MEMORY_TYPE_INVALID",
+	[14] = "CU_FILE_CUDA_POINTER_RANGE_ERROR",
+	[15] = "CU_FILE_CUDA_CONTEXT_MISMATCH",
+	[16] = "CU_FILE_INVALID_MAPPING_SIZE",
+	[17] = "CU_FILE_INVALID_MAPPING_RANGE",
+	[18] = "CU_FILE_INVALID_FILE_TYPE",
+	[19] = "CU_FILE_INVALID_FILE_OPEN_FLAG",
+	[20] = "CU_FILE_DIO_NOT_SET",
+	[22] = "CU_FILE_INVALID_VALUE",
+	[23] = "CU_FILE_MEMORY_ALREADY_REGISTERED",
+	[24] = "CU_FILE_MEMORY_NOT_REGISTERED",
+	[25] = "CU_FILE_PERMISSION_DENIED",
+	[26] = "CU_FILE_DRIVER_ALREADY_OPEN",
+	[27] = "CU_FILE_HANDLE_NOT_REGISTERED",
+	[28] = "CU_FILE_HANDLE_ALREADY_REGISTERED",
+	[29] = "CU_FILE_DEVICE_NOT_FOUND",
+	[30] = "CU_FILE_INTERNAL_ERROR",
+	[31] = "CU_FILE_GETNEWFD_FAILED",
+	[33] = "CU_FILE_NVFS_SETUP_ERROR",
+	[34] = "CU_FILE_IO_DISABLED",
+	[35] = "CU_FILE_BATCH_SUBMIT_FAILED",
+	[36] = "CU_FILE_GPU_MEMORY_PINNING_FAILED",
+	[37] = "CU_FILE_BATCH_FULL",
+	[38] = "CU_FILE_ASYNC_NOT_SUPPORTED",
+	[39] = "CU_FILE_INTERNAL_BATCH_SETUP_ERROR",
+	[40] = "CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR",
+	[41] = "CU_FILE_INTERNAL_BATCH_GETSTATUS_ERROR",
+	[42] = "CU_FILE_INTERNAL_BATCH_CANCEL_ERROR",
+	[43] = "CU_FILE_NOMEM_ERROR",
+	[44] = "CU_FILE_IO_ERROR",
+	[45] = "CU_FILE_INTERNAL_BUF_REGISTER_ERROR",
+	[46] = "CU_FILE_HASH_OPR_ERROR",
+	[47] = "CU_FILE_INVALID_CONTEXT_ERROR",
+	[48] = "CU_FILE_NVFS_INTERNAL_DRIVER_ERROR",
+	[49] = "CU_FILE_BATCH_NOCOMPAT_ERROR",
+	[50] = "CU_FILE_IO_MAX_ERROR",
+};
+
+static const char *cufile_err_name(int err)
+{
+	if (err >= 5000 && err - 5000 < (int)ARRAY_LEN(cufile_errs) &&
+	    cufile_errs[err - 5000])
+		return cufile_errs[err - 5000];
+	return "an unknown cuFile error";
+}
+
+const char *bl_cufile_err(CUfileError_t e, int errnum, char *buf, size_t n)
+{
+	int len = snprintf(
+		buf, n, "%s (%d), CUDA %s (%d)",
+		e.err ? cufile_err_name(e.err) : "CU_FILE_SUCCESS", e.err,
+		e.cu_err ? bl_cu_err(e.cu_err) : "CUDA_SUCCESS", e.cu_err);
+
+	if (errnum && len >= 0 && (size_t)len < n)
+		snprintf(buf + len, n - len, ", errno %d (%s)", errnum,
+			 strerror(errnum));
+	return buf;
+}
+
+const char *bl_cufile_ret(ssize_t ret, int errnum, char *buf, size_t n)
+{
+	if (ret == -1)
+		snprintf(buf, n, "-1, errno %d (%s)", errnum, strerror(errnum));
+	else if (ret <= -5000)
+		snprintf(buf, n, "%zd: %s", ret, cufile_err_name((int)-ret));
+	else if (ret < 0)
+		snprintf(buf, n, "%zd: %s", ret, strerror((int)-ret));
+	else
+		snprintf(buf, n, "a short count, %zd bytes", ret);
+	return buf;
+}
+
 /* ---- the data file ------------------------------------------------------ */
 
 int64_t bl_check(const void *p, uint64_t file_off, uint64_t len)

@@ -118,6 +118,23 @@ typedef struct {
 	size_t ret;
 } CUfileIOEvents_t;
 
+/* The layouts of cufile.h (CUDA 12 and 13), checked against it. */
+_Static_assert(sizeof(CUfileError_t) == 8, "CUfileError_t: two ints, in rax");
+_Static_assert(sizeof(CUfileDescr_t) == 24 &&
+		       offsetof(CUfileDescr_t, handle) == 8 &&
+		       offsetof(CUfileDescr_t, fs_ops) == 16,
+	       "CUfileDescr_t layout");
+_Static_assert(sizeof(CUfileIOParams_t) == 64 &&
+		       offsetof(CUfileIOParams_t, u) == 8 &&
+		       offsetof(CUfileIOParams_t, fh) == 40 &&
+		       offsetof(CUfileIOParams_t, opcode) == 48 &&
+		       offsetof(CUfileIOParams_t, cookie) == 56,
+	       "CUfileIOParams_t layout");
+_Static_assert(sizeof(CUfileIOEvents_t) == 24 &&
+		       offsetof(CUfileIOEvents_t, status) == 8 &&
+		       offsetof(CUfileIOEvents_t, ret) == 16,
+	       "CUfileIOEvents_t layout");
+
 #define BL_CUFILE_COMPLETE 16
 #define BL_CUFILE_FAILED 64
 
@@ -150,6 +167,17 @@ extern struct bl_cufile blcf;
 
 /* Load libcufile into blcf.  Returns NULL, or why it could not. */
 const char *bl_cufile_load(void);
+
+/*
+ * Words for cuFile's error @e, "CU_FILE_DRIVER_NOT_INITIALIZED (5001),
+ * CUDA CUDA_SUCCESS", and, when @errnum is not 0, errno's: into @buf.
+ */
+const char *bl_cufile_err(CUfileError_t e, int errnum, char *buf, size_t n);
+/*
+ * Words for what cuFileRead/Write returned: -1 with errno, a negative
+ * CUfileOpError, a negative errno, or a short count; into @buf.
+ */
+const char *bl_cufile_ret(ssize_t ret, int errnum, char *buf, size_t n);
 
 /*
  * Resolve @n names of @lib into the function-pointer table at @table.

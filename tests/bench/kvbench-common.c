@@ -65,6 +65,13 @@ void kb_load_cufile(struct kb *b)
 	b->cufile_why = b->cuda ? bl_cufile_load() : "no CUDA device";
 }
 
+const char *kb_cferr(CUfileError_t e)
+{
+	static char buf[200];
+
+	return bl_cufile_err(e, errno, buf, sizeof(buf));
+}
+
 void kb_load_phxfile(struct kb *b, const char *argv0)
 {
 	static const char *const names[] = {

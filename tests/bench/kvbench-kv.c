@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,6 @@
 
 #define KV_REGION (16 * MiB) /* LMCache's largest registration */
 #define KV_BYTES (256 * MiB) /* staging buffer: the most one pass moves */
-#define KV_MAX_STREAMS 16
 
 struct kv {
 	struct kb *b;
@@ -48,7 +48,7 @@ struct kv {
 	int fd; /* O_RDWR | O_DIRECT, LMCache's descriptor */
 	int fd_cached; /* O_RDWR, for the raw peer when hot */
 	void *streams[KV_MAX_STREAMS];
-	char note[80];
+	char note[160];
 };
 
 /* LMCache's (base, offset) for staging-buffer byte @pos. */
@@ -178,9 +178,8 @@ static void *cufile_handle(struct kv *k)
 	d.handle.fd = k->fd;
 	e = blcf.cuFileHandleRegister(&fh, &d);
 	if (e.err) {
-		snprintf(k->note, sizeof(k->note),
-			 "cuFileHandleRegister: error %d (CUDA %d)", e.err,
-			 e.cu_err);
+		snprintf(k->note, sizeof(k->note), "cuFileHandleRegister: %s",
+			 kb_cferr(e));
 		return NULL;
 	}
 	for (uint64_t r = 0; r < k->dm.size; r += KV_REGION)
@@ -228,9 +227,8 @@ static double run_cufile_async(struct kv *k)
 			fh, base, &len[i], &foff[i], &boff[i], &done[i],
 			k->streams[i % k->nstreams]);
 		if (e.err) {
-			snprintf(k->note, sizeof(k->note),
-				 "cuFile%sAsync: error %d (CUDA %d)",
-				 k->write ? "Write" : "Read", e.err, e.cu_err);
+			snprintf(k->note, sizeof(k->note), "cuFile%sAsync: %s",
+				 k->write ? "Write" : "Read", kb_cferr(e));
 			break;
 		}
 	}
@@ -268,9 +266,8 @@ static double run_cufile_batch(struct kv *k)
 		return -1;
 	e = blcf.cuFileBatchIOSetUp(&batch, qd);
 	if (e.err) {
-		snprintf(k->note, sizeof(k->note),
-			 "cuFileBatchIOSetUp: error %d (CUDA %d)", e.err,
-			 e.cu_err);
+		snprintf(k->note, sizeof(k->note), "cuFileBatchIOSetUp: %s",
+			 kb_cferr(e));
 		goto out;
 	}
 	t0 = bl_now();
@@ -298,8 +295,8 @@ static double run_cufile_batch(struct kv *k)
 			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(k->note, sizeof(k->note),
-					 "cuFileBatchIOSubmit: error %d",
-					 e.err);
+					 "cuFileBatchIOSubmit: %s",
+					 kb_cferr(e));
 				goto out_batch;
 			}
 			inflight += m;
@@ -308,7 +305,7 @@ static double run_cufile_batch(struct kv *k)
 		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(k->note, sizeof(k->note),
-				 "cuFileBatchIOGetStatus: error %d", e.err);
+				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
 			goto out_batch;
 		}
 		for (unsigned int i = 0; i < nr; i++) {
@@ -437,7 +434,8 @@ static void prepare(struct kv *k, enum kv_peer p)
 		kb_cold(k->b);
 }
 
-static void measure(struct kv *k, enum kv_peer p, const char *group)
+static struct kb_result *measure(struct kv *k, enum kv_peer p,
+				 const char *group)
 {
 	struct kb_result *r = kb_result(group, kv_names[p], "GB/s", p == KV_RAW,
 					p == KV_PHXFILE);
@@ -449,7 +447,7 @@ static void measure(struct kv *k, enum kv_peer p, const char *group)
 		skip = k->b->phxfile_why;
 	if (skip) {
 		snprintf(r->note, sizeof(r->note), "%s", skip);
-		return;
+		return r;
 	}
 	/* one untimed run first: what is paid once stays out */
 	for (int run = -1; run < k->b->runs; run++) {
@@ -477,7 +475,7 @@ static void measure(struct kv *k, enum kv_peer p, const char *group)
 		if (t < 0) {
 			snprintf(r->note, sizeof(r->note), "%s", k->note);
 			r->n = 0;
-			return;
+			return r;
 		}
 		if (k->write) {
 			/* on disk, as an O_DIRECT write is when it returns */
@@ -492,6 +490,7 @@ static void measure(struct kv *k, enum kv_peer p, const char *group)
 		if (run >= 0)
 			r->v[r->n++] = (double)k->n * k->chunk / t / 1e9;
 	}
+	return r;
 }
 
 static void random_offsets(struct kv *k, unsigned int *seed)
@@ -525,6 +524,80 @@ static void size_label(uint64_t v, char *out, size_t n)
 		snprintf(out, n, "%" PRIu64 "K", v / KiB);
 }
 
+/* The medians of one run of kb_mode_kv, by size, stream count, case, peer. */
+#define KV_CASES 3 /* read hot, read cold, write */
+#define KV_PEERS 5
+
+static const char *const kv_short[KV_PEERS] = {
+	"io_uring (limit)", "phxFile async", "phx_io_run",
+	"cuFile async",	    "cuFile batch",
+};
+
+static const char *const kv_cases[KV_CASES] = { "read hot", "read cold",
+						"write" };
+
+typedef struct kb_result *kv_table[8][4][KV_CASES][KV_PEERS];
+
+static double med_of(const struct kb_result *r)
+{
+	return r && r->n ? bl_median(r->v, r->n) : NAN;
+}
+
+/* "GB/s (x limit)" in a column of @w characters, or "n/a". */
+static void print_cell(double v, double lim, int w)
+{
+	char cell[40];
+
+	if (isnan(v))
+		snprintf(cell, sizeof(cell), "n/a");
+	else if (isnan(lim) || lim <= 0)
+		snprintf(cell, sizeof(cell), "%.2f", v);
+	else
+		snprintf(cell, sizeof(cell), "%.2f (%.2fx)", v, v / lim);
+	printf(" %*s", w, cell);
+}
+
+/*
+ * One row per chunk size, case and stream count, the peers side by side:
+ * GB/s and the ratio to the limit; then LMCache's path against
+ * phx_io_run (the issue's goal: 0.8x hot) and against itself on one
+ * stream.
+ */
+static void print_side_by_side(kv_table res, const struct kb_opts *o)
+{
+	printf("\nLMCache slab pattern side by side: GB/s (x limit); last two columns: phxFile async against phx_io_run and against its own 1-stream row\n");
+	printf("%-6s %-10s %7s", "chunk", "case", "streams");
+	for (int p = 0; p < KV_PEERS; p++)
+		printf(" %16s", kv_short[p]);
+	printf(" %12s %11s\n", "x phx_io_run", "x 1 stream");
+	for (int si = 0; si < o->nsizes; si++) {
+		char label[24];
+
+		size_label(o->sizes[si], label, sizeof(label));
+		for (int c = 0; c < KV_CASES; c++) {
+			for (int ns = 0; ns < o->nstreams; ns++) {
+				struct kb_result **row = res[si][ns][c];
+				double lim = med_of(row[KV_RAW]);
+				double ours = med_of(row[KV_PHXFILE]);
+				double one = NAN;
+
+				for (int m = 0; m < o->nstreams; m++)
+					if (o->streams[m] == 1)
+						one = med_of(res[si][m][c]
+								[KV_PHXFILE]);
+				printf("%-6s %-10s %7d", label, kv_cases[c],
+				       o->streams[ns]);
+				for (int p = 0; p < KV_PEERS; p++)
+					print_cell(med_of(row[p]),
+						   p == KV_RAW ? NAN : lim, 16);
+				printf(" %11.2fx %10.2fx\n",
+				       ours / med_of(row[KV_PHX]), ours / one);
+			}
+		}
+	}
+	fflush(stdout);
+}
+
 void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 {
 	static const enum kv_peer peers[] = { KV_RAW, KV_PHXFILE, KV_PHX,
@@ -532,6 +605,7 @@ void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 					      KV_CUFILE_BATCH };
 	unsigned int seed = 15;
 	struct kv k = { .b = b };
+	static kv_table res;
 
 	k.fd = open(b->path, O_RDWR | O_DIRECT);
 	k.fd_cached = open(b->path, O_RDWR);
@@ -554,8 +628,6 @@ void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 		kb_dmem_alloc(b, &k.dm, (uint64_t)k.n * k.chunk);
 		for (int ns = 0; ns < o->nstreams; ns++) {
 			k.nstreams = o->streams[ns];
-			if (k.nstreams > KV_MAX_STREAMS)
-				bl_die("at most %d streams", KV_MAX_STREAMS);
 			for (int s = 0; s < k.nstreams; s++)
 				if (!k.streams[s])
 					k.streams[s] = kb_stream_new(b);
@@ -575,7 +647,8 @@ void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 					group, k.n);
 				for (size_t p = 0;
 				     p < sizeof(peers) / sizeof(peers[0]); p++)
-					measure(&k, peers[p], group);
+					res[si][ns][c][peers[p]] =
+						measure(&k, peers[p], group);
 			}
 		}
 		kb_dmem_free(b, &k.dm);
@@ -589,4 +662,5 @@ void kb_mode_kv(struct kb *b, const struct kb_opts *o)
 	kb_print_table(
 		"LMCache slab pattern (GB/s; one transfer in flight per stream; x us = against phxFile async)",
 		false);
+	print_side_by_side(res, o);
 }

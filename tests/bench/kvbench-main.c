@@ -21,25 +21,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include "kvbench.h"
 
-static void usage(void)
+static void usage(const char *why)
 {
 	fprintf(stderr,
+		"phx-kvbench: %s\n"
 		"usage: phx-kvbench [options] kv|small|setup|all DIR\n"
 		"  -s SIZE      size of the data file (default 4G)\n"
 		"  -r RUNS      timed runs per peer (default 3, at most %d)\n"
 		"  -b LIST      block sizes (kv: 16K,256K,4M,16M; small: 4K,8K,16K,64K)\n"
 		"  -q LIST      small: queue depths (default 1,8,32,128)\n"
-		"  -n STREAMS   kv: stream counts (default 1,4)\n"
+		"  -n LIST      kv: stream counts (default 1,4; at most %d)\n"
 		"  -o OPS       kv: chunks per pass (default 1024, at most 256 MiB);\n"
 		"               small: reads per run (default 2000, at least 64 x QD)\n"
 		"  DIR          a directory on the disk to measure (not tmpfs)\n"
 		"libphxfile.so is taken from beside the program or PHX_PHXFILE_LIBRARY.\n",
-		BL_MAX_RUNS);
+		why, BL_MAX_RUNS, KV_MAX_STREAMS);
 	exit(2);
 }
 
@@ -55,9 +57,17 @@ static int parse_list(const char *s, bool sizes, uint64_t *out, int max)
 
 		if (n == max)
 			return -1;
-		if (sizes ? phx_parse_size(tok, &v) :
-			    (v = strtoull(tok, NULL, 10), 0))
-			return -1;
+		char *end;
+
+		if (sizes) {
+			if (phx_parse_size(tok, &v))
+				return -1;
+		} else {
+			errno = 0;
+			v = strtoull(tok, &end, 10);
+			if (errno || end == tok || *end || *tok == '-')
+				return -1;
+		}
 		if (!v || (sizes && v % 4096))
 			return -1;
 		out[n++] = v;
@@ -103,34 +113,38 @@ int main(int argc, char **argv)
 			      .ops = 2000 };
 	uint64_t list[8];
 	const char *mode;
-	bool sizes_set = false;
+	bool size_set = false;
+	struct stat st;
 	int c, n;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	opterr = 0; /* one line of our own for a bad option */
 	while ((c = getopt(argc, argv, "s:r:b:q:n:o:")) != -1) {
 		switch (c) {
 		case 's':
 			b->size = bl_opt_size(optarg, 64 * MiB);
+			size_set = true;
 			break;
 		case 'r':
 			b->runs = bl_opt_runs(optarg);
 			if (b->runs < 0)
-				usage();
+				bl_die("bad -r %s: timed runs per peer, 1 to %d",
+				       optarg, BL_MAX_RUNS);
 			break;
 		case 'b':
 			n = parse_list(optarg, true, list, 8);
 			if (n <= 0)
-				bl_die("bad block sizes %s: multiples of 4K, comma separated",
+				bl_die("bad -b %s: up to 8 sizes, multiples of 4K, comma separated (16K,4M)",
 				       optarg);
 			memcpy(kv.sizes, list, n * sizeof(*list));
 			memcpy(sm.sizes, list, n * sizeof(*list));
 			kv.nsizes = sm.nsizes = n;
-			sizes_set = true;
 			break;
 		case 'q':
 			n = parse_list(optarg, false, list, 8);
 			if (n <= 0)
-				bl_die("bad queue depths %s", optarg);
+				bl_die("bad -q %s: up to 8 queue depths, 1 to %d, comma separated (1,32,128)",
+				       optarg, KB_MAX_QD);
 			for (int i = 0; i < n; i++) {
 				if (list[i] > KB_MAX_QD)
 					bl_die("queue depth %" PRIu64
@@ -143,32 +157,50 @@ int main(int argc, char **argv)
 		case 'n':
 			n = parse_list(optarg, false, list, 4);
 			if (n <= 0)
-				bl_die("bad stream counts %s", optarg);
-			for (int i = 0; i < n; i++)
+				bl_die("bad -n %s: up to 4 stream counts, 1 to %d, comma separated (1,4)",
+				       optarg, KV_MAX_STREAMS);
+			for (int i = 0; i < n; i++) {
+				if (list[i] > KV_MAX_STREAMS)
+					bl_die("bad -n %s: %" PRIu64
+					       " streams, at most %d",
+					       optarg, list[i], KV_MAX_STREAMS);
 				kv.streams[i] = (int)list[i];
+			}
 			kv.nstreams = n;
 			break;
 		case 'o':
-			kv.ops = sm.ops = strtoull(optarg, NULL, 10);
-			if (!kv.ops)
-				usage();
+			if (parse_list(optarg, false, list, 1) != 1 ||
+			    list[0] > INT32_MAX)
+				bl_die("bad -o %s: a count of chunks (kv) or reads (small), 1 or more",
+				       optarg);
+			kv.ops = sm.ops = list[0];
 			break;
 		default:
-			usage();
+			bl_die(optopt && strchr("srbqno", optopt) ?
+				       "option -%c needs a value; run without arguments for the usage" :
+				       "unknown option -%c; run without arguments for the usage",
+			       optopt);
 		}
 	}
-	(void)sizes_set;
 	if (optind != argc - 2)
-		usage();
+		usage("expected a mode and a directory after the options");
 	mode = argv[optind];
 	if (strcmp(mode, "kv") && strcmp(mode, "small") &&
 	    strcmp(mode, "setup") && strcmp(mode, "all"))
-		usage();
+		bl_die("unknown mode %s: use kv, small, setup or all", mode);
 	b->dir = argv[optind + 1];
 	snprintf(b->path, sizeof(b->path), "%s/phx-kvbench.dat", b->dir);
 	b->root = access("/proc/sys/vm/drop_caches", W_OK) == 0;
 
 	if (!strcmp(mode, "setup")) {
+		/*
+		 * Set-up reads the first MiB: a data file an earlier mode
+		 * made is kept whatever its size (it is checked as usual),
+		 * rather than rewritten at the default size.
+		 */
+		if (!size_set && !stat(b->path, &st) &&
+		    st.st_size >= (off_t)(64 * MiB) && st.st_size % MiB == 0)
+			b->size = (uint64_t)st.st_size;
 		/* the parent stays off the GPU: CUDA does not survive fork */
 		b->host = aligned_alloc(4096, KB_HOST);
 		if (!b->host)
@@ -187,8 +219,13 @@ int main(int argc, char **argv)
 	if (!b->cufile_why) {
 		CUfileError_t e = blcf.cuFileDriverOpen();
 
-		if (e.err)
-			b->cufile_why = "cuFileDriverOpen failed";
+		static char why[240];
+
+		if (e.err) {
+			snprintf(why, sizeof(why), "cuFileDriverOpen: %s",
+				 kb_cferr(e));
+			b->cufile_why = why;
+		}
 	}
 	print_versions(b, mode);
 	kb_make_file(b);

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,7 @@ struct sm {
 	struct kb_dmem dm; /* qd slots of bs */
 	int fd; /* O_RDONLY | O_DIRECT */
 	void *cufh;
-	char note[80];
+	char note[160];
 };
 
 enum sm_peer { SM_RAW, SM_BATCH, SM_POLL, SM_PHX, SM_CUBATCH, SM_CUSYNC };
@@ -119,6 +120,7 @@ struct sm_thread {
 	unsigned int idx;
 	bool cufile;
 	int err;
+	int errnum; /* errno after a failed cuFileRead */
 	pthread_t th;
 };
 
@@ -149,6 +151,7 @@ static void *sync_main(void *arg)
 		}
 		if (got != (int64_t)s->bs) {
 			t->err = (int)got;
+			t->errnum = errno;
 			return NULL;
 		}
 		s->lat[i] = bl_now() - t0;
@@ -172,11 +175,18 @@ static double run_threads(struct sm *s, bool cufile)
 	for (unsigned int q = 0; q < s->qd; q++)
 		pthread_join(t[q].th, NULL);
 	t0 = bl_now() - t0;
-	for (unsigned int q = 0; q < s->qd; q++)
+	for (unsigned int q = 0; q < s->qd; q++) {
+		char why[200];
+
+		if (t[q].err && cufile)
+			bl_die("cuFileRead of %" PRIu64 " bytes returned %s",
+			       s->bs,
+			       bl_cufile_ret(t[q].err, t[q].errnum, why,
+					     sizeof(why)));
 		if (t[q].err)
-			bl_die("%s returned %d: %s",
-			       cufile ? "cuFileRead" : "phx_io_run", t[q].err,
-			       cufile ? "" : phx_strerror_last());
+			bl_die("phx_io_run returned %d: %s", t[q].err,
+			       phx_strerror_last());
+	}
 	free(t);
 	return t0;
 }
@@ -194,8 +204,8 @@ static double run_cubatch(struct sm *s)
 	CUfileError_t e = blcf.cuFileBatchIOSetUp(&batch, s->qd);
 
 	if (e.err) {
-		snprintf(s->note, sizeof(s->note),
-			 "cuFileBatchIOSetUp(%u): error %d", s->qd, e.err);
+		snprintf(s->note, sizeof(s->note), "cuFileBatchIOSetUp(%u): %s",
+			 s->qd, kb_cferr(e));
 		return -1;
 	}
 	for (unsigned int q = 0; q < s->qd; q++)
@@ -227,8 +237,8 @@ static double run_cubatch(struct sm *s)
 			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
 			if (e.err) {
 				snprintf(s->note, sizeof(s->note),
-					 "cuFileBatchIOSubmit: error %d",
-					 e.err);
+					 "cuFileBatchIOSubmit: %s",
+					 kb_cferr(e));
 				goto out;
 			}
 			inflight += m;
@@ -237,7 +247,7 @@ static double run_cubatch(struct sm *s)
 		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
 		if (e.err) {
 			snprintf(s->note, sizeof(s->note),
-				 "cuFileBatchIOGetStatus: error %d", e.err);
+				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
 			goto out;
 		}
 		for (unsigned int i = 0; i < nr; i++) {
@@ -292,7 +302,8 @@ static void verify(struct sm *s, enum sm_peer p)
 	}
 }
 
-static void measure(struct sm *s, enum sm_peer p, const char *group)
+static struct kb_result *measure(struct sm *s, enum sm_peer p,
+				 const char *group)
 {
 	struct kb_result *r = kb_result(group, sm_names[p], "IOPS", p == SM_RAW,
 					p == SM_BATCH);
@@ -300,7 +311,7 @@ static void measure(struct sm *s, enum sm_peer p, const char *group)
 	if ((p == SM_CUBATCH || p == SM_CUSYNC) && !s->cufh) {
 		snprintf(r->note, sizeof(r->note), "%s",
 			 s->b->cufile_why ? s->b->cufile_why : s->note);
-		return;
+		return r;
 	}
 	for (int run = -1; run < s->b->runs; run++) {
 		double t;
@@ -334,7 +345,7 @@ static void measure(struct sm *s, enum sm_peer p, const char *group)
 		if (t < 0) {
 			snprintf(r->note, sizeof(r->note), "%s", s->note);
 			r->n = 0;
-			return;
+			return r;
 		}
 		verify(s, p);
 		if (run < 0)
@@ -344,12 +355,71 @@ static void measure(struct sm *s, enum sm_peer p, const char *group)
 		r->p99[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.99);
 		r->n++;
 	}
+	return r;
+}
+
+#define SM_PEERS (SM_CUSYNC + 1)
+
+static const char *const sm_short[SM_PEERS] = {
+	"io_uring (limit)", "phx batch",    "phx batch, polled",
+	"phx_io_run x QD",  "cuFile batch", "cuFileRead x QD",
+};
+
+typedef struct kb_result *sm_table[8][8][SM_PEERS];
+
+/*
+ * One row per block size and queue depth, the peers side by side:
+ * thousands of IOPS, the ratio to raw io_uring, p50/p99 latency in us.
+ */
+static void print_side_by_side(sm_table res, const struct kb_opts *o)
+{
+	printf("\nSmall random reads side by side: kIOPS (x io_uring) p50/p99 us\n");
+	printf("%-5s %4s", "size", "QD");
+	for (int p = 0; p < SM_PEERS; p++)
+		printf(" %-25s", sm_short[p]);
+	printf("\n");
+	for (int si = 0; si < o->nsizes; si++) {
+		for (int qi = 0; qi < o->nqds; qi++) {
+			struct kb_result **row = res[si][qi];
+			double lim = row[SM_RAW] && row[SM_RAW]->n ?
+					     bl_median(row[SM_RAW]->v,
+						       row[SM_RAW]->n) :
+					     NAN;
+			char size[24];
+
+			snprintf(size, sizeof(size), "%" PRIu64 "K",
+				 o->sizes[si] / KiB);
+			printf("%-5s %4u", size, o->qds[qi]);
+			for (int p = 0; p < SM_PEERS; p++) {
+				struct kb_result *r = row[p];
+				char cell[64], ratio[16] = "";
+				double v;
+
+				if (!r || !r->n) {
+					printf(" %-25s", "n/a");
+					continue;
+				}
+				v = bl_median(r->v, r->n);
+				if (p != SM_RAW && lim > 0)
+					snprintf(ratio, sizeof(ratio),
+						 " (%.2fx)", v / lim);
+				snprintf(cell, sizeof(cell),
+					 "%.1fk%s %.0f/%.0f", v / 1e3, ratio,
+					 bl_median(r->p50, r->n),
+					 bl_median(r->p99, r->n));
+				printf(" %-25s", cell);
+			}
+			printf("\n");
+		}
+	}
+	fflush(stdout);
 }
 
 void kb_mode_small(struct kb *b, const struct kb_opts *o)
 {
 	unsigned int seed = 4096;
 	struct sm s = { .b = b };
+	static sm_table res;
 
 	s.fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (s.fd < 0)
@@ -363,8 +433,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 		e = blcf.cuFileHandleRegister(&s.cufh, &d);
 		if (e.err) {
 			snprintf(s.note, sizeof(s.note),
-				 "cuFileHandleRegister: error %d (CUDA %d)",
-				 e.err, e.cu_err);
+				 "cuFileHandleRegister: %s", kb_cferr(e));
 			s.cufh = NULL;
 		}
 	}
@@ -401,7 +470,8 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 				 s.qd);
 			bl_note("%s: %d reads...", group, s.n);
 			for (int p = SM_RAW; p <= SM_CUSYNC; p++)
-				measure(&s, (enum sm_peer)p, group);
+				res[si][qi][p] =
+					measure(&s, (enum sm_peer)p, group);
 			kb_dmem_free(b, &s.dm);
 			free(s.reqs);
 			free(s.lat);
@@ -414,4 +484,5 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 	kb_print_table(
 		"Small random reads, cold (IOPS; x us = against phx batch)",
 		true);
+	print_side_by_side(res, o);
 }

@@ -18,6 +18,7 @@
 #include "phoenix.h"
 
 #define KB_MAX_QD 256
+#define KV_MAX_STREAMS 16 /* kv: streams at the most */
 
 /* ---- libphxfile (dlopen: the library LMCache loads) ------------------- */
 
@@ -67,6 +68,8 @@ struct kb_dmem {
 void kb_load_cuda(struct kb *b);
 void kb_thread_ctx(void);
 void kb_load_cufile(struct kb *b);
+/* cuFile's error @e and errno in words (one buffer: the main thread's). */
+const char *kb_cferr(CUfileError_t e);
 void kb_load_phxfile(struct kb *b, const char *argv0);
 
 void kb_dmem_alloc(struct kb *b, struct kb_dmem *m, uint64_t size);
@@ -113,7 +116,7 @@ struct kb_result {
 	int n;
 	bool limit; /* the group's limit */
 	bool ours; /* the group's reference for "x us" */
-	char note[80];
+	char note[160];
 };
 
 struct kb_result *kb_result(const char *group, const char *peer,
