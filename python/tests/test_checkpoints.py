@@ -111,6 +111,18 @@ def test_workers_share_the_staging(scratch, rng, threads):
     assert int(r.stdout.split()[-1]) == 16 * MiB
 
 
+def test_bad_thread_counts_are_refused(scratch, rng, monkeypatch):
+    sharded(scratch, rng, nshards=1, per=2)
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        phoenix.load_safetensors(scratch, threads=0)
+    monkeypatch.setenv("PHX_LOAD_THREADS", "many")
+    with pytest.raises(ValueError, match="PHX_LOAD_THREADS='many'"):
+        phoenix.load_safetensors(scratch)
+    with pytest.raises(ValueError, match="PHX_LOAD_THREADS='many'"):
+        phoenix.save_safetensors({"a": np.ones(3)}, scratch / "o")
+    assert not (scratch / "o").exists()
+
+
 @needs_host_views
 def test_select_prefix_predicate_names(dev, scratch, rng):
     wmap = sharded(scratch, rng, nshards=2, per=4, big=True)
