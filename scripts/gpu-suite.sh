@@ -10,7 +10,7 @@
 # Steps (limit in seconds):
 #   suites 330        every carried suite (.gpu/run-tests)
 #   lib 200           libphoenix's suite only
-#   gpu-python 200    the Python GPU tests (torch streams, LMCache's order)
+#   gpu-python 200    the Python suites on the GPU (torch, streams, LMCache's order)
 #   no-hang 300       the torch stream stress test in 20 fresh processes
 #   bench 200         scripts/bench-gpu.sh -s 2G -r 1 -m 4G
 #   interference 150  scripts/bench-stream-interference.py
@@ -39,16 +39,6 @@ st() {
 	PYTHONPATH=$site PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		python3 scripts/bench-safetensors.py --dir /var/tmp "$@"
 }
-no_hang() {
-	i=0
-	while [ $i -lt 20 ]; do
-		i=$((i + 1))
-		echo "== run $i"
-		sh python/tests/run.sh .gpu/bin -q -k no_hang \
-			-o faulthandler_timeout=60 python/tests/test_gpu_streams.py ||
-			return 1
-	done
-}
 step() {
 	name=$1 limit=$2
 	shift 2
@@ -65,9 +55,11 @@ for s in "$@"; do
 	lib) step lib 200 env LD_LIBRARY_PATH="$PWD/.gpu/lib" \
 		sh scripts/test-lib.sh .gpu/bin/test-lib --timeout 120 ;;
 	gpu-python) step gpu-python 200 sh python/tests/run.sh .gpu/bin -q -rs \
-		-o faulthandler_timeout=120 python/tests/test_gpu.py \
-		python/tests/test_phxfile.py python/tests/test_phxfile_lmcache.py ;;
-	no-hang) step no-hang 300 no_hang ;;
+		-o faulthandler_timeout=120 ;;
+	no-hang) step no-hang 300 sh -c 'for i in $(seq 20); do
+		echo "== run $i"
+		sh python/tests/run.sh .gpu/bin -q -o faulthandler_timeout=60 \
+			-k no_hang || exit 1; done' ;;
 	bench) step bench 200 sh scripts/bench-gpu.sh -s 2G -r 1 -m 4G ;;
 	interference) step interference 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-stream-interference.py \

@@ -724,6 +724,9 @@ enum phx_stream_wait {
  *   PHX_ALLOC_CHUNK    64M                   largest device backing chunk
  *   PHX_DIRECT         auto | on | off       O_DIRECT use
  *   PHX_HOT_FRACTION   50                    % cached that counts as hot
+ *   PHX_STREAM_WAIT    auto | copy | kernel | device | host
+ *   PHX_STREAM_RINGS   2                     copy mode: rings (1-4) the
+ *                                            staging is split into
  */
 struct phx_settings {
 	uint64_t staging_size;
@@ -735,6 +738,7 @@ struct phx_settings {
 	unsigned int sim_devices;
 	uint64_t sim_capacity;
 	enum phx_stream_wait stream_wait; /* phx_io_enqueue() */
+	unsigned int stream_rings; /* copy mode: rings sharing the staging */
 };
 
 /**

@@ -24,12 +24,11 @@ struct phx_stream {
 };
 
 /*
- * Copy mode: the first PHX_RINGS workers own a ring each, which splits
- * the staging budget into PHX_RING_SLOTS slots (16 of 2 MiB by default:
- * as many requests in flight as phx_read() has); transfers a ring can
- * have queued.
+ * Copy mode: the first PHX_STREAM_RINGS workers (2) own a ring each, the
+ * staging budget split between them, each cut into PHX_RING_SLOTS slots
+ * (16 of 2 MiB by default: as many requests in flight as phx_read()
+ * has); transfers a ring can have queued.
  */
-#define PHX_RINGS 2
 #define PHX_RING_SLOTS 16
 #define PHX_RING_XFERS 1024
 

@@ -116,6 +116,7 @@ static void settings_init(void)
 		.sim_devices = 1,
 		.sim_capacity = 4ULL << 30,
 		.stream_wait = PHX_STREAM_WAIT_AUTO,
+		.stream_rings = 2,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, 64 << 10);
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, 4096);
@@ -124,6 +125,9 @@ static void settings_init(void)
 	v = settings.queue_depth;
 	env_size("PHX_QUEUE_DEPTH", &v, 1);
 	settings.queue_depth = (unsigned int)phx_min(v, 4096);
+	v = settings.stream_rings;
+	env_size("PHX_STREAM_RINGS", &v, 1);
+	settings.stream_rings = (unsigned int)phx_min(v, 4);
 	v = settings.sim_devices;
 	env_size("PHX_SIM_DEVICES", &v, 1);
 	settings.sim_devices = (unsigned int)phx_min(v, 64);

@@ -278,9 +278,9 @@ static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
 		staging = phx_max(s->staging_size / PHX_ASYNC_WORKERS,
 				  s->chunk_size);
 		ret = phx_engine_new(dev, staging, &t->engine);
-	} else if (index < PHX_RINGS) {
+	} else if (index < s->stream_rings) {
 		/* slots of 64 KiB at least, whatever PHX_STAGING_SIZE says */
-		staging = phx_max(s->staging_size / PHX_RINGS,
+		staging = phx_max(s->staging_size / s->stream_rings,
 				  PHX_RING_SLOTS * (64u << 10));
 		ret = phx_engine_new_ring(dev, staging, PHX_RING_SLOTS,
 					  &t->engine);

@@ -77,6 +77,7 @@ class SettingsStruct(ctypes.Structure):
         ("sim_devices", c_uint),
         ("sim_capacity", c_uint64),
         ("stream_wait", c_int),
+        ("stream_rings", c_uint),
     ]
 
 

@@ -205,9 +205,12 @@ void kb_fill(void *p, uint64_t file_off, uint64_t len)
 		w[i] = bl_gen_word(file_off / 8 + i);
 }
 
-/* Copy @len device bytes at @off back and check them as file bytes. */
-void kb_check_dmem(struct kb *b, const char *what, const struct kb_dmem *m,
-		   uint64_t off, uint64_t file_off, uint64_t len)
+/*
+ * Copy @len device bytes at @off back and check them as file bytes: the
+ * first wrong file offset, or -1.
+ */
+int64_t kb_find_bad_dmem(struct kb *b, const struct kb_dmem *m, uint64_t off,
+			 uint64_t file_off, uint64_t len)
 {
 	for (uint64_t done = 0; done < len; done += KB_HOST) {
 		uint64_t n = len - done < KB_HOST ? len - done : KB_HOST;
@@ -216,10 +219,20 @@ void kb_check_dmem(struct kb *b, const char *what, const struct kb_dmem *m,
 		kb_dmem_to_host(b, b->host, m, off + done, n);
 		bad = bl_check(b->host, file_off + done, n);
 		if (bad >= 0)
-			bl_die("%s: wrong bytes for file offset %" PRId64
-			       "; the result does not count",
-			       what, bad);
+			return bad;
 	}
+	return -1;
+}
+
+void kb_check_dmem(struct kb *b, const char *what, const struct kb_dmem *m,
+		   uint64_t off, uint64_t file_off, uint64_t len)
+{
+	int64_t bad = kb_find_bad_dmem(b, m, off, file_off, len);
+
+	if (bad >= 0)
+		bl_die("%s: wrong bytes for file offset %" PRId64
+		       "; the result does not count",
+		       what, bad);
 }
 
 static void fill_file(void *arg, void *p, uint64_t file_off, uint64_t len)

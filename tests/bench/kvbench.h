@@ -83,6 +83,8 @@ void *kb_stream_new(struct kb *b);
 void kb_stream_free(struct kb *b, void *native);
 
 void kb_fill(void *p, uint64_t file_off, uint64_t len);
+int64_t kb_find_bad_dmem(struct kb *b, const struct kb_dmem *m, uint64_t off,
+			 uint64_t file_off, uint64_t len);
 void kb_check_dmem(struct kb *b, const char *what, const struct kb_dmem *m,
 		   uint64_t off, uint64_t file_off, uint64_t len);
 void kb_make_file(struct kb *b);
