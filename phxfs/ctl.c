@@ -403,6 +403,14 @@ static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 	pthread_rwlock_rdlock(&inode->io_lock);
 	total = phxfs_data_size(inode);
 	ranged = phxfs_ranged(inode);
+	/*
+	 * Sized first: O_DIRECT writes inside the file are taken in
+	 * parallel, where each write past its end waits for the one before
+	 * (ext4 extends a file one write at a time).  Only the data runs are
+	 * written: the holes stay holes in the copy.
+	 */
+	if (ftruncate(dst, (off_t)total))
+		ret = -errno;
 	send_line(c->fd, "PROGRESS 0 %llu", (unsigned long long)total);
 	while (!ret && *done < total && (ranged || inode->buf)) {
 		struct phx_io io = {
@@ -420,10 +428,7 @@ static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 		ret = cp_step(c, inode, &io, total, done, path);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
-	/* Holes at the end (or a file never written) still count. */
-	if (!ret && *done < total && ftruncate(dst, (off_t)total))
-		ret = -errno;
-	else if (!ret)
+	if (!ret)
 		*done = total;
 	return ret;
 }

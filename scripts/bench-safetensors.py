@@ -6,9 +6,9 @@ Cases: a single file of random bytes in mixed dtypes (--size-gib, default
 4) and a checkpoint written by transformers' save_pretrained (Llama-style,
 about 1.6 GB in shards of at most 400 MB).  Loaders, each in its own
 process (so its peak host RSS is its own): safetensors.torch.load_file,
-phoenix.load_safetensors (default threads and one), fastsafetensors (GDS
-on and off),
-runai-model-streamer's SafetensorsStreamer and instanttensor's safe_open;
+phoenix.load_safetensors (one worker, the default, and four),
+fastsafetensors (GDS on and off), runai-model-streamer's
+SafetensorsStreamer and instanttensor's safe_open;
 the ones not installed are reported and skipped.  Limits measured in the
 same run: phx_read of the same files (hot) and the raw disk read into host
 memory (cold: best of O_DIRECT with 8 threads and one buffered reader).
@@ -19,12 +19,16 @@ page cache first (needs root).  The first load of each process is timed
 apart; then --repeat runs of each, median and spread.  After timing,
 every tensor of every loader is compared bit for bit with
 safetensors.torch.load_file's.  Saving: phoenix.save_safetensors against
-safetensors.torch.save_file and phx_write of the same bytes, each followed
-by fsync, the files read back and compared.  Prints one table of ratios.
+safetensors.torch.save_file and phx_write of the same bytes (into a new
+file, and into one sized first as the save sizes its files), each
+followed by fsync, the files read back and compared.  Prints one table
+of ratios.  --save-sim compares the save with phx_write on the simulated
+device, without a GPU.
 
     python3 scripts/bench-safetensors.py --dir /var/tmp
     python3 scripts/bench-safetensors.py --cases sharded,save --repeat 3
     python3 scripts/bench-safetensors.py --overhead   # sim device, no GPU
+    python3 scripts/bench-safetensors.py --save-sim   # sim device, no GPU
 """
 
 from __future__ import annotations
@@ -45,10 +49,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
-LOADERS = ["safetensors", "phoenix", "phoenix-1thread",
+LOADERS = ["safetensors", "phoenix", "phoenix-4threads",
            "fastsafetensors-nogds",
            "fastsafetensors-gds", "runai-streamer", "instanttensor"]
-SAVERS = ["phoenix.save_safetensors", "safetensors.save_file", "phx_write"]
+SAVERS = ["phoenix.save_safetensors", "safetensors.save_file", "phx_write",
+          "phx_write-sized"]
 CHUNK = 8 << 20
 
 
@@ -192,7 +197,7 @@ def loader(name: str, files: list[str], dev: str):
 
         index = Path(files[0]).parent / "model.safetensors.index.json"
         src = index if len(files) > 1 and index.exists() else files
-        threads = 1 if name == "phoenix-1thread" else None
+        threads = 4 if name == "phoenix-4threads" else None
         return lambda: phoenix.load_safetensors(src, device=dev,
                                                 threads=threads)
     if name.startswith("fastsafetensors"):
@@ -351,14 +356,26 @@ def child_save(name: str, files: list[str], args) -> dict:
     out.mkdir(exist_ok=True)
     target = out / "model.safetensors"
     buf = None
-    if name == "phx_write":
+    if name.startswith("phx_write"):
+        # the same bytes, so that nothing is faster for being zeros
         buf = phoenix.Device(args.device).alloc(total)
+        flat = torch.from_dlpack(buf)
+        at = 0
+        for t in sd.values():
+            n = t.numel() * t.element_size()
+            flat[at:at + n].copy_(t.reshape(-1).view(torch.uint8))
+            at += n
+        torch.cuda.synchronize()
+        del flat
 
     def fn():
         if name == "phoenix.save_safetensors":
             phoenix.save_safetensors(sd, target)
         elif name == "safetensors.save_file":
             save_file(sd, str(target))
+        elif name == "phx_write-sized":
+            write_sized(target, buf, total)
+            return
         else:
             phoenix.write_from(target, buf)
         fd = os.open(target, os.O_RDONLY)
@@ -376,7 +393,7 @@ def child_save(name: str, files: list[str], args) -> dict:
         fn()
         res["hot"].append(time.perf_counter() - t0)
     res["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
-    if name != "phx_write":
+    if not name.startswith("phx_write"):
         back = load_file(str(target), device=args.device)
         res["diff"] = same(sd, back)
     target.unlink()
@@ -418,6 +435,9 @@ def main() -> int:
                     help="seconds one measurement may take")
     ap.add_argument("--overhead", action="store_true",
                     help="per-call cost on the simulated device")
+    ap.add_argument("--save-sim", action="store_true",
+                    help="save_safetensors against phx_write on the "
+                    "simulated device (--size-gib, default 1 here)")
     ap.add_argument("--make", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
@@ -425,6 +445,8 @@ def main() -> int:
 
     if args.overhead:
         return overhead(args)
+    if args.save_sim:
+        return save_sim(args)
     if args.make:
         (make_single(Path(args.make[1]), args.size_gib)
          if args.make[0] == "single" else make_sharded(Path(args.make[1])))
@@ -600,6 +622,124 @@ def overhead(args) -> int:
             for f in files:
                 os.unlink(f)
     return 0
+
+
+def save_sim(args) -> int:
+    """Time save_safetensors against phx_write of the same bytes (one
+    device buffer) on sim0, runs interleaved, each up to fsync with the
+    page cache flushed before: what saving costs beyond moving bytes."""
+    import numpy as np
+
+    import phoenix
+
+    size = args.size_gib if "--size-gib" in sys.argv else 1.0
+    dev = phoenix.Device("sim0")
+    rng = np.random.default_rng(3)
+    # A Llama-like state dict (hidden 2048, bfloat16 stored as 2-byte
+    # ints): embeddings, per layer 4 attention, 3 MLP and 2 norm tensors,
+    # plus a few odd-sized ones whose ends fall off 4 KiB boundaries.
+    hid, inter, vocab = 2048, 5632, 32000
+    shapes = {"model.embed_tokens.weight": (vocab, hid)}
+    layer = [("self_attn.q_proj", (hid, hid)), ("self_attn.k_proj",
+             (hid, hid)), ("self_attn.v_proj", (hid, hid)),
+             ("self_attn.o_proj", (hid, hid)), ("mlp.gate_proj",
+             (inter, hid)), ("mlp.up_proj", (inter, hid)),
+             ("mlp.down_proj", (hid, inter)), ("input_layernorm", (hid,)),
+             ("post_attention_layernorm", (hid,))]
+    per_layer = sum(int(np.prod(s)) * 2 for _, s in layer)
+    for i in range(max(1, int((size * (1 << 30) - vocab * hid * 4) //
+                              per_layer))):
+        for name, shape in layer:
+            shapes[f"model.layers.{i}.{name}.weight"] = shape
+        shapes[f"model.layers.{i}.odd.bias"] = (1000 + i,)
+    shapes["lm_head.weight"] = (vocab, hid)
+    # Random bytes, never zeros: one file holds every tensor in a row;
+    # each tensor gets its own allocation (as a framework's would), and
+    # the peer one buffer of all of them.
+    src = Path(args.dir) / "phx-bench-save-src.bin"
+    offs = {}
+    with open(src, "wb") as f:
+        for name, shape in shapes.items():
+            offs[name] = f.tell()
+            f.write(rng.integers(-30000, 30000, shape,
+                                 dtype=np.int16).tobytes())
+    total = src.stat().st_size
+    flat = dev.alloc(total)
+    phoenix.read_into(src, flat)
+    sd = {}
+    for name, shape in shapes.items():
+        arr = phoenix.DeviceArray(dev.alloc(int(np.prod(shape)) * 2), 0,
+                                  phoenix.DTYPES["I16"], shape)
+        phoenix.read_into(src, arr, offs[name])
+        sd[name] = arr
+    src.unlink()
+    out = Path(args.dir) / "phx-bench-save-sim"
+    out.mkdir(exist_ok=True)
+    target = out / "model.safetensors"
+    raw = out / "raw.bin"
+
+    def ours():
+        phoenix.save_safetensors(sd, target)
+        fsync(target)
+
+    def theirs():
+        phoenix.write_from(raw, flat)
+        fsync(raw)
+
+    def theirs_sized():
+        write_sized(raw, flat, total)
+
+    n = max(args.repeat, 5)
+    times: dict = {"phx_write": [], "phx_write, file sized first": [],
+                   "save_safetensors": []}
+    for _ in range(n + 1):  # the first round warms up
+        for name, fn, f in (("phx_write", theirs, raw),
+                            ("phx_write, file sized first", theirs_sized,
+                             raw),
+                            ("save_safetensors", ours, target)):
+            if f.exists():
+                f.unlink()
+            os.sync()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    back = phoenix.load_safetensors(target, dev, framework="numpy")
+    bad = [k for k, a in sd.items() if back[k].tobytes() !=
+           a.numpy().tobytes()]
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"save on sim0: {len(sd)} tensors, {total / 1e9:.2f} GB, median "
+          f"of {n} interleaved runs, up to fsync; read back: "
+          f"{'identical' if not bad else 'DIFFERS in ' + bad[0]}")
+    print("| writer | GB/s | min-max | vs phx_write |")
+    print("|---|---|---|---|")
+    lim = rate(total, times["phx_write"][1:])[0]
+    for name, t in times.items():
+        med, lo, hi = rate(total, t[1:])
+        print(f"| {name} | {med:.2f} | {lo:.2f}-{hi:.2f} | "
+              f"{med / lim:.2f}x |")
+    return 1 if bad else 0
+
+
+def write_sized(path, buf, total: int) -> None:
+    """phx_write into a file truncated to its final size first (as
+    save_safetensors does), up to fsync."""
+    import phoenix
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, total)
+        phoenix.write_from(fd, buf, size=total)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def median_time(fn, n: int) -> float:

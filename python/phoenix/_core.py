@@ -633,12 +633,24 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
             raise
         return tr
     try:
-        io = _lib.IoStruct(op=op, fd=fd, file_off=file_offset, buf=None,
-                           dptr=t.dptr, len=n)
+        io = _lib.IoStruct(op=op, fd=fd, file_off=file_offset, len=n)
+        _aim(io, obj, t)
         ret = lib().phx_io_run(t.device.handle, ctypes.byref(io))
         return check(ret, _describe(op, path, t.device))
     finally:
         f.__exit__()
+
+
+def _aim(io: Any, obj: Any, t: _Target) -> None:
+    """Point @io at @obj: through its Buffer where it has one, so that the
+    engine backs what a read fills in a sparse buffer (and follows a
+    resize); else at the raw address."""
+    if isinstance(obj, Buffer):
+        io.buf, io.buf_off = obj.handle, 0
+    elif isinstance(obj, DeviceArray):
+        io.buf, io.buf_off = obj.owner.handle, obj.offset
+    else:
+        io.buf, io.dptr = None, t.dptr
 
 
 def _describe(op: int, path: Any, dev: Device) -> str:
@@ -689,7 +701,7 @@ def _batch(op: int, path: PathOrFd,
                              f"{t.nbytes}-byte target")
         ios[i].op = op
         ios[i].file_off = off
-        ios[i].dptr = t.dptr
+        _aim(ios[i], items[i][2], t)
         ios[i].len = size
     with _File(path, op == _lib.PHX_OP_WRITE, truncate=False) as fd:
         for i in range(len(items)):

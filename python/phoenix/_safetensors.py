@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from . import _core, _lib
 from ._dtypes import DTYPES, DType
-from ._pipeline import NOT_RUN, Pipeline, ios as new_ios
+from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
 
 # Longest header the format allows (safetensors refuses larger ones).
 _MAX_HEADER = 100 << 20
@@ -257,14 +257,6 @@ def _pieces(plan: _Plan, nparts: int) -> list[Any]:
     return groups
 
 
-def _threads(threads: Optional[int]) -> int:
-    if threads is None:
-        threads = int(os.environ.get("PHX_LOAD_THREADS", "4"))
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, not {threads}")
-    return threads
-
-
 def load(path: Any, device: Any = None, framework: str = "auto",
          metadata: Optional[dict] = None, threads: Optional[int] = None,
          select: Selector = None) -> dict[str, Any]:
@@ -282,7 +274,8 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     ml_dtypes when it is installed, else same-width unsigned integers.
     @metadata: a dict that receives the files' "__metadata__".
     @threads: workers, each with its own batch (default PHX_LOAD_THREADS,
-    else 4; fewer for small checkpoints).
+    else 1; fewer for small checkpoints); they share the staging memory,
+    so more of them do not hold more host memory.
     @select: which tensors: a name prefix (str), a predicate on the name,
     or a collection of names (each must exist).  Unselected bytes are
     never read, and with an index, files holding none are never opened.
@@ -290,7 +283,7 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     dev = device if isinstance(device, _core.Device) else \
         _core.device(device)
     fw = _framework(framework, dev)
-    nthreads = _threads(threads)
+    nthreads = threads_of(threads)
     keep, wanted = _selector(select)
     sources, index = _sources(path)
     if keep is not None:

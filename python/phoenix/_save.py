@@ -1,8 +1,12 @@
 """Write device tensors as a safetensors file, or as shards with an index.
 
-The header is written from host memory; every tensor's bytes go from the
-device to the file through the engine (one pipeline of batched writes
-over all shards, O_DIRECT where the file system allows it).  Files are
+The header is written from host memory and padded so that the data
+section starts on a 4 KiB boundary; the tensors' bytes go from the device
+to the file through the engine, as phx_write() moves one buffer: one
+batch, every shard's tensors queued in file order, tensors of one
+allocation that follow each other there merged into one transfer,
+O_DIRECT for all but the pages two tensors share.  So the file is written front to back
+by one pipeline that never drains between tensors or shards.  Files are
 written under temporary names and renamed into place only when complete,
 so a failed save leaves nothing behind and an old checkpoint intact.
 """
@@ -16,11 +20,9 @@ from typing import Any, Optional, Union
 
 from . import _core, _lib
 from ._dtypes import DType, dtype_of
-from ._pipeline import NOT_RUN, Pipeline, ios as new_ios
-from ._safetensors import INDEX_NAME, _threads
+from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
+from ._safetensors import INDEX_NAME
 
-# Longest single write: the unit the workers share.
-_PIECE = 64 << 20
 _ALIGN = 4096
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
           "TB": 10**12, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30,
@@ -41,8 +43,25 @@ def _shard_limit(size: Union[int, str, None]) -> Optional[int]:
     return max(1, int(float(m.group(1)) * _UNITS[m.group(2)]))
 
 
-def _source(name: str, obj: Any) -> tuple[DType, tuple[int, ...], Any]:
-    """(dtype, shape, transfer target) of one tensor to save."""
+def _allocation(obj: Any) -> Any:
+    """What @obj's memory is part of, where that can be told, else None.
+    One transfer moves bytes of one allocation only: a device copy may
+    not run from one allocation into the next even where they lie side
+    by side."""
+    if isinstance(obj, _core.DeviceArray):
+        return ("phoenix", obj.owner.handle)
+    storage = getattr(obj, "untyped_storage", None)  # torch
+    if callable(storage):
+        try:
+            return ("torch", storage().data_ptr())
+        except (RuntimeError, TypeError):
+            return None
+    return None
+
+
+def _source(name: str, obj: Any
+            ) -> tuple[DType, tuple[int, ...], Any, Any]:
+    """(dtype, shape, transfer target, allocation) of one tensor to save."""
     if not isinstance(name, str):
         raise TypeError(f"tensor names must be strings, not {name!r}")
     if name == "__metadata__":
@@ -62,7 +81,7 @@ def _source(name: str, obj: Any) -> tuple[DType, tuple[int, ...], Any]:
             raise ValueError(f"tensor {name!r} is not contiguous: save "
                              "t.contiguous()")
     target = _core._target(obj) if dtype.nbytes(shape) else None
-    return dtype, shape, target
+    return dtype, shape, target, _allocation(obj)
 
 
 def _header(entries: list[tuple[str, DType, tuple, Any]],
@@ -77,7 +96,7 @@ def _header(entries: list[tuple[str, DType, tuple, Any]],
         head["__metadata__"] = dict(metadata)
     offs = []
     at = 0
-    for name, dtype, shape, _ in entries:
+    for name, dtype, shape, *_ in entries:
         n = dtype.nbytes(shape)
         head[name] = {"dtype": dtype.name, "shape": list(shape),
                       "data_offsets": [at, at + n]}
@@ -117,15 +136,20 @@ def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
     than that is cut into shards named as transformers names them, next
     to @path: "model.safetensors" gives model-00001-of-0000N.safetensors
     and model.safetensors.index.json; a directory as @path means
-    DIR/model.safetensors.  Returns the files written.
+    DIR/model.safetensors.  @threads: workers (default PHX_LOAD_THREADS,
+    else 1), each taking whole shards; together they hold one engine's
+    staging memory.  Returns the files written.
     """
     path = os.fspath(path)
     if os.path.isdir(path) or path.endswith(os.sep):
         path = os.path.join(path, "model.safetensors")
     limit = _shard_limit(max_shard_size)
-    nthreads = _threads(threads)
+    nthreads = threads_of(threads)
     entries = [(name, *_source(name, obj)) for name, obj in tensors.items()]
-    entries.sort(key=lambda e: e[0])
+    # As safetensors orders them (widest elements first, so that each
+    # tensor's offset suits its type), then in device memory order rather
+    # than by name: tensors in a row there go out as one transfer.
+    entries.sort(key=lambda e: (-e[1].bits, e[3].dptr if e[3] else 0, e[0]))
     devs = {e[3].device.name for e in entries if e[3] is not None}
     if len(devs) > 1:
         raise ValueError("save_safetensors: all tensors must be on one "
@@ -160,6 +184,29 @@ def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
     return names
 
 
+def _runs(shard: list, offs: list[int], data_start: int
+          ) -> list[tuple[int, int, int]]:
+    """(device address, file offset, length) of the shard's bytes in file
+    order, one run for tensors of one allocation that follow each other
+    there too (as a loaded checkpoint's do): fewer transfers, and fewer
+    unaligned edges that must go through the page cache."""
+    runs: list[list[int]] = []
+    last = None
+    for (name, dtype, shape, t, alloc), off in zip(shard, offs):
+        n = dtype.nbytes(shape)
+        if not n:
+            continue
+        foff = data_start + off
+        if runs and alloc is not None and alloc == last and \
+                runs[-1][0] + runs[-1][2] == t.dptr and \
+                runs[-1][1] + runs[-1][2] == foff:
+            runs[-1][2] += n
+        else:
+            runs.append([t.dptr, foff, n])
+            last = alloc
+    return [(d, f, n) for d, f, n in runs]
+
+
 def _write_all(shards: list[list], names: list[str],
                metadata: Optional[dict], nthreads: int) -> list[str]:
     """Write every shard under a temporary name; returns those names."""
@@ -178,31 +225,26 @@ def _write_all(shards: list[list], names: list[str],
             tmps.append(tmp)
             fds.append(fd)
             data_start = 8 + len(head)
+            # Sized up front: the data writes then land inside the file,
+            # where the file system takes them in parallel (writes past
+            # the end are serialized), and trailing empty tensors count.
             total = sum(e[1].nbytes(e[2]) for e in shard)
             os.ftruncate(fd, data_start + total)
             os.pwrite(fd, len(head).to_bytes(8, "little") + head, 0)
-            cuts = []
-            for (name, dtype, shape, t), off in zip(shard, offs):
-                n = dtype.nbytes(shape)
-                for o in range(0, n, _PIECE):
-                    cuts.append((t.dptr + o, data_start + off + o,
-                                 min(_PIECE, n - o)))
-            if not cuts:
+            runs = _runs(shard, offs, data_start)
+            if not runs:
                 continue
             if pipe is None:
-                pipe = Pipeline(dev, nthreads if len(shards) > 1 else
-                                max(1, min(nthreads, len(cuts))))
-            per = (len(cuts) + nthreads - 1) // nthreads
-            for g in range(0, len(cuts), per):
-                arr = new_ios(len(cuts[g:g + per]))
-                for io, (dptr, foff, n) in zip(arr, cuts[g:g + per]):
-                    io.op = _lib.PHX_OP_WRITE
-                    io.fd = fd
-                    io.file_off = foff
-                    io.dptr = dptr
-                    io.len = n
-                pipe.put(arr)
-                groups.append((final, arr))
+                pipe = Pipeline(dev, min(nthreads, len(shards)))
+            arr = new_ios(len(runs))
+            for io, (dptr, foff, n) in zip(arr, runs):
+                io.op = _lib.PHX_OP_WRITE
+                io.fd = fd
+                io.file_off = foff
+                io.dptr = dptr
+                io.len = n
+            pipe.put(arr)
+            groups.append((final, arr))
         if pipe is not None:
             pipe.finish()
         for final, arr in groups:

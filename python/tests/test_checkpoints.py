@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -82,6 +84,43 @@ def test_big_shards_share_workers(scratch, rng, threads):
     got = phoenix.load_safetensors(scratch, framework="numpy",
                                    threads=threads)
     same_as(union(scratch, set(wmap.values())), got)
+
+
+_STAGING_PROBE = """
+import sys, phoenix
+dev = phoenix.Device("sim0")
+phoenix.load_safetensors(sys.argv[1], dev, framework="phoenix",
+                         threads=int(sys.argv[2]))
+print(dev.stats()["pinned_bytes"])
+"""
+
+
+@needs_host_views
+@pytest.mark.parametrize("threads", [1, 4])
+def test_workers_share_the_staging(scratch, rng, threads):
+    """However many workers a load has, together they pin one engine's
+    staging (PHX_STAGING_SIZE), as phx_read does; a fresh process, so no
+    engine of an earlier test is reused."""
+    sharded(scratch, rng, nshards=4, per=3, big=True)
+    env = dict(os.environ, PHX_STAGING_SIZE="16M", PHX_CHUNK_SIZE="1M",
+               PHX_DEVICE="sim")
+    r = subprocess.run([sys.executable, "-c", _STAGING_PROBE, str(scratch),
+                        str(threads)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) == 16 * MiB
+
+
+def test_bad_thread_counts_are_refused(scratch, rng, monkeypatch):
+    sharded(scratch, rng, nshards=1, per=2)
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        phoenix.load_safetensors(scratch, threads=0)
+    monkeypatch.setenv("PHX_LOAD_THREADS", "many")
+    with pytest.raises(ValueError, match="PHX_LOAD_THREADS='many'"):
+        phoenix.load_safetensors(scratch)
+    with pytest.raises(ValueError, match="PHX_LOAD_THREADS='many'"):
+        phoenix.save_safetensors({"a": np.ones(3)}, scratch / "o")
+    assert not (scratch / "o").exists()
 
 
 @needs_host_views
@@ -270,6 +309,32 @@ def test_save_round_trip(scratch, rng):
     for name, arr in src.items():
         assert back[name].tobytes() == arr.tobytes() and \
             back[name].shape == arr.shape
+
+
+@needs_host_views
+def test_save_merges_tensors_that_follow_each_other(dev, scratch, rng):
+    """Tensors loaded from one file lie in a row in device memory, as in
+    the file (safetensors orders them by alignment, then name), and are
+    saved in that order as one transfer; a tensor elsewhere splits the
+    row.  The bytes come back identical either way."""
+    write_checkpoint(scratch / "in.safetensors", rng,
+                     {"a": ("float32", (300, 77)), "b": ("int64", (1001,)),
+                      "c": ("bfloat16", (64, 4096))})
+    loaded = phoenix.load_safetensors(scratch / "in.safetensors", dev,
+                                      framework="phoenix")
+    other = phoenix.load_safetensors(scratch / "in.safetensors", dev,
+                                     framework="phoenix", select=["b"])
+    before = dev.stats()["ios"]
+    phoenix.save_safetensors(loaded, scratch / "one.safetensors")
+    assert dev.stats()["ios"] - before == 1
+    assert reference(scratch / "one.safetensors") == \
+        reference(scratch / "in.safetensors")
+    before = dev.stats()["ios"]
+    phoenix.save_safetensors(dict(loaded, b=other["b"]),
+                             scratch / "three.safetensors")
+    assert dev.stats()["ios"] - before == 2  # b (elsewhere) | a c
+    assert reference(scratch / "three.safetensors") == \
+        reference(scratch / "in.safetensors")
 
 
 @needs_host_views

@@ -24,6 +24,24 @@ def test_read_into_buffer_random_offsets(dev, scratch, rng, size):
         assert buf.to_bytes() == data[off:off + size]
 
 
+def test_read_into_sparse_buffer_backs_what_it_fills(dev, scratch, rng):
+    """A sparse buffer (as phxfs files are) is backed by the read itself,
+    whole or through a view at an offset, and the bytes are written back
+    out as they came in."""
+    data = random_file(scratch / "f", 8 << 20, rng)
+    buf = dev.alloc(16 << 20, sparse=True)
+    assert buf.committed == 0
+    assert phoenix.read_into(scratch / "f", buf[4 << 20:12 << 20]) == 8 << 20
+    assert 8 << 20 <= buf.committed < 16 << 20
+    assert buf.to_bytes(4 << 20, 8 << 20) == data
+    assert buf.to_bytes(0, 4096) == bytes(4096)
+    phoenix.write_from(scratch / "g", buf[4 << 20:12 << 20])
+    assert (scratch / "g").read_bytes() == data
+    assert phoenix.read_batch(scratch / "f", [(0, 4096, buf[0:4096])]) == \
+        [4096]
+    assert buf.to_bytes(0, 4096) == data[:4096]
+
+
 def test_read_into_short_at_eof(dev, scratch, rng):
     data = random_file(scratch / "f", 10000, rng)
     buf = dev.alloc(16384)
