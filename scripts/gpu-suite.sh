@@ -16,6 +16,7 @@
 #   interference 150  scripts/bench-stream-interference.py
 #   st-single 200     bench-safetensors.py, 2 GiB single file
 #   st-sharded 200    bench-safetensors.py, sharded checkpoint and save
+#   st-save 150       bench-safetensors.py, the save only, against safetensors
 #   phxfs 150         scripts/bench-phxfs.sh, 2 GiB
 #   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
@@ -66,6 +67,8 @@ for s in "$@"; do
 		--dir /var/tmp ;;
 	st-single) step st-single 200 st --size-gib 2 --repeat 1 --cases single ;;
 	st-sharded) step st-sharded 200 st --repeat 1 --cases sharded,save ;;
+	st-save) step st-save 150 st --repeat 1 --cases save \
+		--loaders safetensors,phoenix ;;
 	phxfs) step phxfs 150 env SIZE=2G MODES=direct \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
 	kv) step kv 250 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \
