@@ -2,35 +2,41 @@
 /*
  * stream.c - device streams and stream-ordered transfers.
  *
- * phx_io_enqueue() places a marker on the stream (a host function, or the
- * copy kernel).  When the stream reaches it, the device's async workers
- * take the transfer; work queued after it on the stream waits until the
- * transfer is done.  The transfer's parameters are read only then, which
- * is what cuFile's and LMCache's callers rely on.  Nothing on a stream may
- * call the driver, hence the workers.
+ * phx_io_enqueue() puts a transfer on a stream: it starts when the stream
+ * gets there, and work queued after it waits until it is done.  The
+ * device's workers move the bytes; nothing on a stream may call the
+ * driver, and a worker that calls the driver while a stream waits on it
+ * can hang behind another thread's driver call that waits for the GPU.
+ * The stream is held one of four ways (PHX_STREAM_WAIT):
  *
- * The stream is held one of three ways (PHX_STREAM_WAIT):
+ *  - copy (the default on CUDA and sim; ring.c): for a stream whose
+ *    values are fixed when queued (PHX_STREAM_FIXED), the transfer's own
+ *    copy-engine copies go on the stream between waits on words of
+ *    mapped host memory that a worker sets as its engine fills a ring of
+ *    slots (sink.c).  No host function, no kernel, and no driver call by
+ *    the worker while the stream waits.  Other transfers take the copy
+ *    kernel.
+ *
+ *  - kernel (feed.c): a copy kernel on the stream says when the stream
+ *    reached it, and the worker feeds it through mapped host memory
+ *    without calling the driver (feed.h); the values are read then, as
+ *    cuFile does for streams without its FIXED flags.
+ *
+ *  - device (the default on phx.ko, whose streams are synchronous): a
+ *    host function queues the transfer and returns; the stream waits
+ *    until a flag in mapped host memory turns nonzero
+ *    (cuStreamWaitValue32), which the worker sets when the transfer is
+ *    done; a last host function returns the flag.  The worker calls the
+ *    driver while the stream waits.
  *
  *  - host: the host function waits for the worker.  CUDA documents that a
  *    host function must not wait for other CUDA work, and on CUDA 13 it
  *    goes wrong: while it waits, cuMemHostRegister() in any thread waits
- *    for it (so each worker owns an engine - pinned staging, streams,
- *    events - built on the caller's thread before anything is queued),
- *    and a thread inside cuStreamSynchronize() on the held stream was
- *    seen to keep a lock that the worker's next copy needed.
- *    phx_stream_sync() polls an event for that reason.
- *
- *  - device (the default on phx.ko): the host function only queues the
- *    transfer and returns; the stream then waits on the device until a
- *    flag in mapped host memory turns nonzero (cuStreamWaitValue32), which
- *    the worker sets when the transfer is done; a last host function
- *    returns the flag.  The worker still calls the driver while the
- *    stream waits.
- *
- *  - kernel (the default on CUDA and sim): no host function at all.  A
- *    copy kernel on the stream says when the stream reached it, and the
- *    worker feeds it through mapped host memory without calling the
- *    driver (feed.h).
+ *    for it (so each worker's engine - pinned staging, streams, events -
+ *    is built on the caller's thread before anything is queued), and a
+ *    thread inside cuStreamSynchronize() on the held stream was seen to
+ *    keep a lock that the worker's next copy needed.  phx_stream_sync()
+ *    polls an event for that reason.
  */
 #include <fcntl.h>
 #include <limits.h>
