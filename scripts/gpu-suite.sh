@@ -35,11 +35,8 @@ wheels() {
 	python3 -m pip install -q --no-index --no-deps --target "$site" \
 		.whl/*.whl >"$logs/wheels.log" 2>&1
 }
-st() {
-	wheels
-	PYTHONPATH=$site PHX_LIBRARY=.gpu/bin/libphoenix.so \
-		python3 scripts/bench-safetensors.py --dir /var/tmp "$@"
-}
+# bench-safetensors.py with the peers' wheels on the path
+st="env PYTHONPATH=$site PHX_LIBRARY=.gpu/bin/libphoenix.so python3 scripts/bench-safetensors.py --dir /var/tmp"
 step() {
 	name=$1 limit=$2
 	shift 2
@@ -65,10 +62,13 @@ for s in "$@"; do
 	interference) step interference 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-stream-interference.py \
 		--dir /var/tmp ;;
-	st-single) step st-single 200 st --size-gib 2 --repeat 1 --cases single ;;
-	st-sharded) step st-sharded 200 st --repeat 1 --cases sharded,save ;;
-	st-save) step st-save 150 st --repeat 1 --cases save \
-		--loaders safetensors,phoenix ;;
+	st-single) wheels
+		step st-single 200 $st --size-gib 2 --repeat 1 --cases single ;;
+	st-sharded) wheels
+		step st-sharded 200 $st --repeat 1 --cases sharded,save ;;
+	st-save) wheels
+		step st-save 150 $st --repeat 1 --cases save \
+			--loaders safetensors,phoenix ;;
 	phxfs) step phxfs 150 env SIZE=2G MODES=direct \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
 	kv) step kv 250 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \
