@@ -10,7 +10,7 @@ layer_of() {
 	errors | settings | device) echo 0 ;;
 	cuda_driver | dev_cuda | dev_sim | dev_kmod | fdmem) echo 1 ;;
 	buf) echo 2 ;;
-	fdcache | engine | sink | transfer | hostcopy | backing) echo 3 ;;
+	fdcache | job | engine | sink | transfer | hostcopy | backing) echo 3 ;;
 	stream | ring | feed) echo 4 ;;
 	registry) echo 5 ;;
 	*) echo "check-layers: $1.o is in no layer: add it to $0" >&2

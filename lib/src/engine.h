@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine.h - what the files of the transfer engine share: the file cache
- * (fdcache.c), the ring, slots and job pipeline (engine.c), the pool with
+ * (fdcache.c), jobs (job.c), the ring, slots and job pipeline (engine.c),
+ * the stream sink (sink.c), the pool with
  * the synchronous and batch API (transfer.c) and host copies
  * (hostcopy.c).  Nothing outside those files includes it.
  */
@@ -155,8 +156,13 @@ void phx_engine_destroy(struct phx_engine *e);
 bool phx_engine_fits(const struct phx_engine *e, struct engine_shape sh);
 int phx_engine_slice(struct phx_engine *e, struct engine_shape sh);
 
+/* ---- jobs (job.c) --------------------------------------------------- */
+
 /* Validate @io and turn it into a job for @e (-EAGAIN: see phx_fd_get). */
 int phx_job_start(struct phx_engine *e, struct phx_io *io, struct job **out);
+/* The same, its bytes moved by @sink's stream (NULL: by the engine). */
+int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
+		 struct job **out);
 void phx_engine_queue(struct phx_engine *e, struct job *j);
 /* One round of the pipeline; with @block it sleeps until something moves. */
 int phx_engine_step(struct phx_engine *e, bool block);
