@@ -2,9 +2,9 @@
 /*
  * engine.h - what the files of the transfer engine share: the file cache
  * (fdcache.c), jobs (job.c), the ring, slots and job pipeline (engine.c),
- * the stream sink (sink.c), the pool with
- * the synchronous and batch API (transfer.c) and host copies
- * (hostcopy.c).  Nothing outside those files includes it.
+ * the stream sink (sink.c), the pool with the synchronous and batch API
+ * (transfer.c) and host copies (hostcopy.c).  Nothing outside those
+ * files includes it.
  */
 #ifndef PHX_ENGINE_H
 #define PHX_ENGINE_H
