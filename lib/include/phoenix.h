@@ -686,7 +686,7 @@ int phx_stream_set_flags(struct phx_stream *stream, unsigned int flags);
  * flag (the default on phx.ko devices); "host", a host function waits
  * for the worker.  On CUDA host and device can hang while another thread
  * is in a driver call that waits for the GPU (README, "Known problems").
- * At most 4096 transfers (1024 per worker in copy mode) can be queued on
+ * At most 4096 transfers (1024 per ring in copy mode) can be queued on
  * a device at once; past that, -EBUSY.
  */
 int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
