@@ -222,7 +222,7 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 		free(r);
 		return phx_err(
 			EBUSY,
-			"%s: %d stream-ordered transfers already queued on every worker; wait for some to finish",
+			"%s: %d stream-ordered transfers already queued on every ring; wait for some to finish",
 			dev->name, PHX_RING_XFERS);
 	}
 	if (++t->ring_t == 0) /* reached[] starts zeroed: never number 0 */
