@@ -73,11 +73,13 @@ fi
 cat "$FILE" > /dev/null # hot in the page cache
 
 declare -A RES
-# measure NAME CMD...: median seconds of RUNS runs into RES[NAME]
-measure() {
-	local name=$1 t all=""
-	shift
+# measure_after PREP NAME CMD...: median seconds of RUNS runs of CMD into
+# RES[NAME], PREP (a command, untimed) before each
+measure_after() {
+	local prep=$1 name=$2 t all=""
+	shift 2
 	for _ in $(seq "$RUNS"); do
+		$prep
 		t=$(time_cmd "$@")
 		all="$all$t"$'\n'
 	done
@@ -85,6 +87,9 @@ measure() {
 	printf '  %-28s %s s (%s GB/s)\n' "$name" "${RES[$name]}" \
 		"$(gbps "${RES[$name]}")"
 }
+
+# measure NAME CMD...: the same with nothing before each run
+measure() { measure_after : "$@"; }
 
 cp_shm() { rm -f "$SHM"; cp "$FILE" "$SHM"; }
 cat_shm() { cat "$SHM" > /dev/null; }
@@ -120,14 +125,7 @@ dst="$MP/$(ls "$MP" | head -n 1)/bench"
 pcp() { "$PHX" cp -q "$FILE" "$dst"; }
 pcp && cmp "$FILE" "$dst" || { echo "MISMATCH after phx cp" >&2; exit 1; }
 measure phxcp.hot pcp
-cold_all=""
-for _ in $(seq "$RUNS"); do
-	drop_caches
-	cold_all="$cold_all$(time_cmd pcp)"$'\n'
-done
-RES[phxcp.cold]=$(printf '%s' "$cold_all" | median)
-printf '  %-28s %s s (%s GB/s)\n' phxcp.cold "${RES[phxcp.cold]}" \
-	"$(gbps "${RES[phxcp.cold]}")"
+measure_after drop_caches phxcp.cold pcp
 
 echo "phx cp out of phxfs (the daemon writes through libphoenix) vs phx_write"
 OUTF="$(dirname "$FILE")/phx-bench.out"
@@ -136,15 +134,8 @@ rm -f "$OUTF"
 pout && cmp "$FILE" "$OUTF" || { echo "MISMATCH after phx cp out" >&2; exit 1; }
 # As for phx_write below: the old copy is removed and everything synced
 # before the clock starts, so neither pays for the other's unlink.
-out_all=""
-for _ in $(seq "$RUNS"); do
-	rm -f "$OUTF"
-	sync
-	out_all="$out_all$(time_cmd pout)"$'\n'
-done
-RES[phxcp.out]=$(printf '%s' "$out_all" | median)
-printf '  %-28s %s s (%s GB/s)\n' phxcp.out "${RES[phxcp.out]}" \
-	"$(gbps "${RES[phxcp.out]}")"
+pout_prep() { rm -f "$OUTF"; sync; }
+measure_after pout_prep phxcp.out pout
 # phx_write of the same bytes from one device buffer, up to fsync; then,
 # to tell the daemon's cost from its file's, into a file sized first (as
 # phx cp out sizes its file) and from a sparse buffer filled by 256 MiB

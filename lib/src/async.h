@@ -160,8 +160,12 @@ void phx_feed_run(struct async_thread *t, struct async_req *r);
 
 /* ---- "copy" mode (ring.c) -------------------------------------------- */
 
-/* Map every worker's ring words (once; the workers have started). */
-int phx_ring_setup(struct phx_device *dev, struct phx_async_worker *w);
+/*
+ * Map @t's ring words, as its worker starts (on the caller's thread,
+ * before any transfer of ours is queued); unmap one worker's or all.
+ */
+int phx_ring_attach(struct phx_device *dev, struct async_thread *t);
+void phx_ring_teardown_one(struct phx_device *dev, struct async_thread *t);
 void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w);
 /*
  * Queue @r's copies on @stream: 0, a negative errno, or 1 when @r cannot

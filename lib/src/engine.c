@@ -250,8 +250,6 @@ static void job_complete(struct phx_engine *e, struct job *j)
 		j->queued = false;
 	}
 	e->nactive--;
-	if (j->sink)
-		e->sink_jobs--;
 
 	for (p = 1; p < PHX_PATH_COUNT; p++)
 		if (j->by_path[p] > j->by_path[best])
@@ -624,7 +622,7 @@ static int engine_step_once(struct phx_engine *e, bool block)
 		e->to_submit = 0;
 	}
 	progressed += engine_poll_copies(e);
-	if (e->sink_jobs)
+	if (e->sink_ring)
 		progressed += sink_poll(e);
 
 	seen = 0;
@@ -641,7 +639,7 @@ static int engine_step_once(struct phx_engine *e, bool block)
 	}
 
 	/* Copies are short next to disk reads: wait on them first. */
-	if (e->sink_jobs && sink_busy(e))
+	if (e->sink_ring && sink_busy(e))
 		return phx_sink_idle(e); /* a stream copies: poll */
 	sl = oldest_copy(e);
 	if (sl) {
@@ -688,8 +686,6 @@ static int engine_run_job(struct phx_engine *e, struct job *j)
 void phx_engine_queue(struct phx_engine *e, struct job *j)
 {
 	e->nactive++;
-	if (j->sink)
-		e->sink_jobs++;
 	if (!j->nregions) {
 		job_complete(e, j); /* nothing to move */
 		return;

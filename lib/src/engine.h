@@ -120,7 +120,7 @@ struct phx_engine {
 	STAILQ_HEAD(, job) done;
 	struct fd_entry fds[PHX_FD_CACHE];
 	struct phx_engine *next_free;
-	unsigned int sink_jobs; /* queued jobs with a sink */
+	bool sink_ring; /* a stream sink's ring: it runs only sink jobs */
 	unsigned int sink_polls; /* polls of a sink with nothing moving */
 };
 

@@ -54,12 +54,38 @@ void phx_fd_put(struct fd_entry *f)
 	memset(f, 0, sizeof(*f));
 }
 
+/* The bytes behind @fd (stat in @st): a regular file or a block device. */
+static int stat_size(int fd, const struct stat *st, uint64_t *size)
+{
+	if (S_ISREG(st->st_mode)) {
+		*size = (uint64_t)st->st_size;
+		return 0;
+	}
+	if (!S_ISBLK(st->st_mode))
+		return phx_err(EINVAL,
+			       "fd %d is not a regular file or block device",
+			       fd);
+	if (ioctl(fd, BLKGETSIZE64, size))
+		return phx_err(errno, "fd %d: cannot size the block device: %s",
+			       fd, strerror(errno));
+	return 0;
+}
+
+int phx_fd_size(int fd, uint64_t *size)
+{
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return phx_err(EBADF, "fd %d is not an open file", fd);
+	return stat_size(fd, &st, size);
+}
+
 int phx_fd_get(struct fd_entry *cache, int fd, enum phx_op op,
 	       struct fd_entry **out)
 {
 	struct fd_entry *f, *free_slot = NULL;
 	struct stat st;
-	int fl, acc, i;
+	int fl, acc, i, ret;
 	uint64_t size;
 
 	fl = fcntl(fd, F_GETFL);
@@ -70,19 +96,9 @@ int phx_fd_get(struct fd_entry *cache, int fd, enum phx_op op,
 		return phx_err(EBADF, "fd %d is not open for reading", fd);
 	if (op == PHX_OP_WRITE && acc == O_RDONLY)
 		return phx_err(EBADF, "fd %d is not open for writing", fd);
-	if (S_ISREG(st.st_mode)) {
-		size = (uint64_t)st.st_size;
-	} else if (S_ISBLK(st.st_mode)) {
-		if (ioctl(fd, BLKGETSIZE64, &size))
-			return phx_err(
-				errno,
-				"fd %d: cannot size the block device: %s", fd,
-				strerror(errno));
-	} else {
-		return phx_err(EINVAL,
-			       "fd %d is not a regular file or block device",
-			       fd);
-	}
+	ret = stat_size(fd, &st, &size);
+	if (ret)
+		return ret;
 
 	for (i = 0; i < PHX_FD_CACHE; i++) {
 		f = &cache[i];

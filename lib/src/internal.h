@@ -97,6 +97,9 @@ void phx_stream_device_open(struct phx_device *dev);
 /* A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added). */
 int phx_reopen(int fd, int flags);
 
+/* The bytes behind @fd, a regular file or a block device (fdcache.c). */
+int phx_fd_size(int fd, uint64_t *size);
+
 struct phx_engine;
 int phx_engine_new(struct phx_device *dev, size_t staging,
 		   struct phx_engine **out);

@@ -27,65 +27,36 @@
  * transfers on one ring from several streams cannot wait on each other
  * in a cycle (a stream can only wait on work queued before it).
  */
-#include <linux/fs.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/stat.h>
 
 #include "async.h"
 
 /* Segments past this go to the copy kernel (cyclic sequence numbers). */
 #define PHX_RING_MAX_SEGS (1u << 24)
 
-int phx_ring_setup(struct phx_device *dev, struct phx_async_worker *w)
+int phx_ring_attach(struct phx_device *dev, struct async_thread *t)
 {
-	unsigned int i;
-	int ret = 0;
+	void *p;
+	int ret = phx_mapped_alloc(dev, sizeof(struct phx_ring_words), &p,
+				   &t->words_daddr);
 
-	pthread_mutex_lock(&w->spawn_lock);
-	for (i = 0; i < w->nthreads && !ret; i++) {
-		struct async_thread *t = &w->threads[i];
-		void *p;
-
-		if (t->words || !t->engine)
-			continue; /* mapped already, or no ring */
-		ret = phx_mapped_alloc(dev, sizeof(struct phx_ring_words), &p,
-				       &t->words_daddr);
-		if (ret)
-			break;
-		pthread_mutex_lock(&w->lock);
+	if (!ret)
 		t->words = p;
-		pthread_mutex_unlock(&w->lock);
-	}
-	pthread_mutex_unlock(&w->spawn_lock);
 	return ret;
+}
+
+void phx_ring_teardown_one(struct phx_device *dev, struct async_thread *t)
+{
+	phx_mapped_free(dev, t->words, sizeof(*t->words));
+	t->words = NULL;
 }
 
 void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w)
 {
-	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
-		struct async_thread *t = &w->threads[i];
-
-		phx_mapped_free(dev, t->words, sizeof(*t->words));
-		t->words = NULL;
-	}
-}
-
-/* Bytes of the file behind @fd, or -1 for what the engine will refuse. */
-static int64_t fd_size(int fd)
-{
-	struct stat st;
-	uint64_t size;
-
-	if (fstat(fd, &st))
-		return -1;
-	if (S_ISREG(st.st_mode))
-		return st.st_size;
-	if (S_ISBLK(st.st_mode) && !ioctl(fd, BLKGETSIZE64, &size))
-		return (int64_t)size;
-	return -1;
+	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++)
+		phx_ring_teardown_one(dev, &w->threads[i]);
 }
 
 /*
@@ -97,16 +68,19 @@ static int64_t fd_size(int fd)
  */
 static bool ring_fits(struct phx_stream *stream, struct async_req *r)
 {
-	uint64_t len = *r->len;
-	int64_t foff = *r->file_off, boff = *r->buf_off, size;
+	uint64_t len = *r->len, size;
+	int64_t foff = *r->file_off, boff = *r->buf_off;
 
 	if ((stream->flags & PHX_STREAM_FIXED) != PHX_STREAM_FIXED)
 		return false;
 	if (foff < 0 || boff < 0 || len > INT64_MAX ||
 	    (uint64_t)foff > (uint64_t)INT64_MAX - len)
 		return false;
-	size = fd_size(r->fd);
-	if (size < 0 || (r->op == PHX_OP_READ && foff + (int64_t)len > size))
+	if (phx_fd_size(r->fd, &size)) {
+		phx_err_clear(); /* the copy kernel's path reports it */
+		return false;
+	}
+	if (r->op == PHX_OP_READ && (uint64_t)foff + len > size)
 		return false;
 	r->val_len = len;
 	r->val_file_off = foff;

@@ -290,19 +290,25 @@ static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
 				  PHX_RING_SLOTS * (64u << 10));
 		ret = phx_engine_new_ring(dev, staging, PHX_RING_SLOTS,
 					  &t->engine);
+		if (!ret)
+			ret = phx_ring_attach(dev, t);
 	} else {
 		ret = 0;
 	}
-	if (ret)
-		return ret;
 	t->w = w;
-	ret = pthread_create(&t->thread, NULL, async_main, t);
+	if (!ret) {
+		ret = pthread_create(&t->thread, NULL, async_main, t);
+		if (ret)
+			ret = phx_err(ret,
+				      "%s: cannot start a transfer thread: %s",
+				      dev->name, strerror(ret));
+	}
 	if (ret) {
+		phx_ring_teardown_one(dev, t);
 		if (t->engine)
 			phx_engine_free(t->engine);
 		t->engine = NULL;
-		return phx_err(ret, "%s: cannot start a transfer thread: %s",
-			       dev->name, strerror(ret));
+		return ret;
 	}
 	pthread_mutex_lock(&w->lock);
 	w->nthreads++;
@@ -619,12 +625,6 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 	}
 	mode = phx_stream_mode(dev);
 	if (mode == PHX_STREAM_WAIT_COPY) {
-		ret = phx_ring_setup(dev, w);
-		if (ret) {
-			async_unreserve(w);
-			free(r);
-			return ret;
-		}
 		ret = phx_ring_enqueue(stream, w, r);
 		if (ret <= 0)
 			return ret; /* queued, or failed: @r is the ring's either way */

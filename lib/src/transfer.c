@@ -175,7 +175,11 @@ int phx_engine_new_ring(struct phx_device *dev, size_t staging,
 	if (!ret && !sh.chunk)
 		ret = phx_err(EINVAL, "%s: %zu bytes of staging for %u slots",
 			      dev->name, staging, nslots);
-	return ret ? ret : phx_engine_create(dev, sh, out);
+	if (!ret)
+		ret = phx_engine_create(dev, sh, out);
+	if (!ret)
+		(*out)->sink_ring = true;
+	return ret;
 }
 
 void phx_engine_free(struct phx_engine *e)

@@ -10,21 +10,10 @@
 # what it printed.
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-dir=${PHX_TEST_DIR:-$(dirname "$bin")/scratch}/kvbench.$$
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/../harness.sh"
+harness_dir "$(dirname "$bin")/scratch" kvbench
 export PHX_DEVICE=sim
 unset PHX_PHXFILE_LIBRARY
-
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "  ok    $1"; }
-bad() {
-	fail=$((fail + 1))
-	echo "  FAIL  $1"
-	sed 's/^/        /' "$dir/out" | tail -n 15
-}
 
 # run NAME PATTERN ARGS...: phx-kvbench succeeds and prints PATTERN
 # (a grep -E expression) on a line of its own output
@@ -99,5 +88,4 @@ refuse "an unknown mode is refused" "unknown mode kvv" kvv "$dir"
 refuse "an unknown option is refused" "unknown option -z" -z kv "$dir"
 refuse "a missing value is refused" "option -r needs a value" kv "$dir" -r
 
-echo "test-kvbench: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+harness_end test-kvbench

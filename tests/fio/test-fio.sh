@@ -10,20 +10,9 @@
 # (and, for the refusals, the engine's one-line message).
 set -u
 engine=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-dir=${PHX_TEST_DIR:-$(dirname "$engine")/scratch}/fio.$$
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/../harness.sh"
+harness_dir "$(dirname "$engine")/scratch" fio
 export PHX_DEVICE=${PHX_DEVICE:-sim}
-
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "  ok    $1"; }
-bad() {
-	fail=$((fail + 1))
-	echo "  FAIL  $1"
-	sed 's/^/        /' "$dir/out" | tail -n 15
-}
 
 # run NAME FIO-ARGS...: fio must succeed
 run() {
@@ -103,5 +92,4 @@ refuse "verify without phx_hostcopy is refused" "verify needs phx_hostcopy=1" \
 refuse "an unknown device is refused" "opening the device" \
 	$phx $job --phx_device=sim9 --phx_hostcopy=1 --rw=write --bs=64k
 
-echo "test-fio: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+harness_end test-fio
