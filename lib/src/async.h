@@ -84,6 +84,7 @@ struct async_req {
 	bool passes; /* its stream will store passed[]; protected by w->lock */
 	bool skip; /* nothing of it is on the stream; protected by w->lock */
 	uint64_t g; /* its number among the rings' transfers of the device */
+	struct phx_engine *engine; /* whose slots its ops copy (copy mode) */
 	/* taken by its ring's worker: the engine's transfer, and its sink */
 	struct phx_io io;
 	struct phx_sink sink;
@@ -117,11 +118,11 @@ struct async_thread {
 	/*
 	 * A ring starts with small slots, so that a process's first
 	 * transfer does not wait for the whole staging to be pinned; the
-	 * grower (ring.c) builds the full engine once a transfer is done,
-	 * and the worker swaps it in while the ring is idle.  grow_to: its
-	 * full staging, 0 once full; grown: the full engine waiting to be
-	 * swapped in; retired: the small one, for the grower to free
-	 * (protected by w->lock).
+	 * grower (ring.c) builds the full engine once a transfer is done.
+	 * grow_to: its full staging, 0 once full; grown: the full engine,
+	 * which transfers queued from then on use; the worker swaps it in
+	 * at the first of them, and the small one is retired, for the
+	 * grower to free (protected by w->lock).
 	 */
 	size_t grow_to;
 	struct phx_engine *grown, *retired;
@@ -221,8 +222,7 @@ int phx_ring_start(struct phx_device *dev, struct async_thread *t,
 		   size_t staging);
 /*
  * After a transfer on the rings, on its worker (w->lock held): start the
- * grower if a ring is still small; swap @t's full engine in if it is
- * ready and the ring idle.
+ * grower if a ring is still small.
  */
 void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t);
 /* Stop the grower, once the workers are stopped; frees what it held. */

@@ -65,20 +65,22 @@ int phx_ring_start(struct phx_device *dev, struct async_thread *t,
 }
 
 /*
- * The grower: build each small ring's full engine, one ring at a time
- * (enqueueing avoids a ring with a full engine waiting, so that it goes
- * idle), and free the small one once its worker swapped them.  It makes
- * driver calls that may wait for streams, so no one waits for it but
- * phx_async_destroy(), after every transfer is done; a ring whose full
- * engine cannot be built keeps its small one.
+ * The grower: build every small ring's full engine and hand them over;
+ * transfers queued from then on are cut for the full engine and use its
+ * slots, and the ring's worker swaps it in when it gets to the first of
+ * them (the small engine is idle by then: all before it are done).  Then
+ * free the small ones.  It makes driver calls that may wait for streams,
+ * so no one waits for it but phx_async_destroy(), after every transfer is
+ * done; a ring whose full engine cannot be built keeps its small one.
  */
 static void *ring_grow_main(void *arg)
 {
 	struct phx_async_worker *w = arg;
+	struct phx_engine *e;
+	unsigned int i;
 
-	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
+	for (i = 0; i < PHX_ASYNC_WORKERS; i++) {
 		struct async_thread *t = &w->threads[i];
-		struct phx_engine *e = NULL;
 		size_t size;
 
 		pthread_mutex_lock(&w->lock);
@@ -92,32 +94,55 @@ static void *ring_grow_main(void *arg)
 		}
 		pthread_mutex_lock(&w->lock);
 		t->grown = e;
-		pthread_cond_broadcast(&w->work);
-		while (t->grown && !w->stop)
+		pthread_mutex_unlock(&w->lock);
+	}
+	for (i = 0; i < PHX_ASYNC_WORKERS; i++) {
+		struct async_thread *t = &w->threads[i];
+
+		pthread_mutex_lock(&w->lock);
+		while (t->grown && !t->retired && !w->stop)
 			pthread_cond_wait(&w->done, &w->lock);
-		e = t->grown ? t->grown : t->retired;
+		/*
+		 * Not swapped in, the device closing: no transfer used it
+		 * (every one is done, and the worker swaps before the first
+		 * cut for it starts), so the full one goes.
+		 */
+		e = t->retired ? t->retired : t->grown;
 		t->grown = t->retired = NULL;
 		t->grow_to = 0;
 		pthread_mutex_unlock(&w->lock);
-		phx_engine_free(e);
+		if (e)
+			phx_engine_free(e);
 	}
 	return NULL;
 }
 
 void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t)
 {
-	if (t->grown && !t->ring_queued) {
-		/* idle: every slot free, every stream past the words */
-		t->retired = t->engine;
-		t->engine = t->grown;
-		t->grown = NULL;
-		pthread_cond_broadcast(&w->done);
-	}
 	if (w->grow_started || !t->grow_to)
 		return;
 	/* a ring served a transfer: the process's first is done */
 	if (!pthread_create(&w->grower, NULL, ring_grow_main, w))
 		w->grow_started = true;
+}
+
+/*
+ * @r is the first transfer cut for @t's full engine: once the small one
+ * has nothing left to do, swap them (the grower frees the small one).
+ * Whether @r may start.
+ */
+static bool ring_swap(struct async_thread *t, struct async_req *r)
+{
+	struct phx_async_worker *w = t->w;
+
+	if (phx_engine_busy(t->engine))
+		return false;
+	pthread_mutex_lock(&w->lock);
+	t->retired = t->engine;
+	t->engine = r->engine;
+	pthread_cond_broadcast(&w->done);
+	pthread_mutex_unlock(&w->lock);
+	return true;
 }
 
 void phx_ring_grow_stop(struct phx_async_worker *w)
@@ -168,15 +193,6 @@ static bool ring_fits(struct phx_stream *stream, struct async_req *r)
 	return true;
 }
 
-/*
- * How busy ring @t is; one whose full engine waits to be swapped in
- * counts as busier than any other, so that it goes idle.
- */
-static unsigned int ring_load(const struct async_thread *t)
-{
-	return t->ring_queued + (t->grown ? PHX_RING_XFERS : 0);
-}
-
 /* The least busy ring, or NULL when every one is full; w->lock held. */
 static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
 {
@@ -185,7 +201,7 @@ static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
 	for (unsigned int i = 0; i < w->nthreads; i++) {
 		struct async_thread *t = &w->threads[i];
 
-		if (t->words && (!best || ring_load(t) < ring_load(best)))
+		if (t->words && (!best || t->ring_queued < best->ring_queued))
 			best = t;
 	}
 	return best && best->ring_queued < PHX_RING_XFERS ? best : NULL;
@@ -206,7 +222,7 @@ static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
 	char *staging;
 	int ret;
 
-	phx_engine_ring(t->engine, &staging, &nslots, &chunk, &pinned);
+	phx_engine_ring(r->engine, &staging, &nslots, &chunk, &pinned);
 	for (k = 0; k < r->nsegs; k++) {
 		uint32_t q = r->seq + k;
 		unsigned int i = q % nslots;
@@ -265,8 +281,11 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 		return 1;
 	pthread_mutex_lock(&w->lock);
 	t = ring_pick_locked(w);
+	/* once the grower handed the full engine over, it is this one's */
 	if (t)
-		phx_engine_ring(t->engine, &staging, &nslots, &chunk, &pinned);
+		r->engine = t->grown ? t->grown : t->engine;
+	if (t)
+		phx_engine_ring(r->engine, &staging, &nslots, &chunk, &pinned);
 	nsegs = t ? phx_sink_nsegs((uint64_t)r->val_file_off, r->val_len,
 				   chunk) :
 		    0;
@@ -436,6 +455,11 @@ bool phx_ring_pump_locked(struct async_thread *t)
 			continue;
 		if (r->op == PHX_OP_READ && r->g > floor)
 			break; /* an earlier write is not in the file yet */
+		if (r->engine != t->engine) {
+			if (!ring_swap(t, r))
+				break; /* the small engine is not done yet */
+			e = t->engine;
+		}
 		if (ring_start(t, r)) {
 			phx_err_clear(); /* again once some finished */
 			break;
@@ -472,7 +496,7 @@ bool phx_ring_pump_locked(struct async_thread *t)
 		 * the buffer has the bytes of the values as queued, or zeros
 		 * where the change was seen before they were read.
 		 */
-		*r->bytes_done = r->queue_err    ? r->queue_err :
+		*r->bytes_done = r->queue_err	 ? r->queue_err :
 				 ring_changed(r) ? -EINVAL :
 						   r->io.result;
 		/* the stream may move on now */

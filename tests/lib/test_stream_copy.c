@@ -214,10 +214,11 @@ Test(copy, many_transfers_on_four_streams)
 }
 
 /*
- * A ring starts with small slots and swaps in its full engine once idle
- * (ring.c): whenever that happens between or under these transfers, on
- * one ring or two, every byte arrives.  Rounds of transfers of every
- * size around both slot sizes, queued back to back on two streams.
+ * A ring starts with small slots and swaps in its full engine at the
+ * first transfer queued after the grower handed it over (ring.c):
+ * whenever that happens among these transfers, on one ring or two, every
+ * byte arrives.  Rounds of transfers of every size around both slot
+ * sizes, queued back to back on two streams.
  */
 static void growing_rings(const char *rings)
 {
@@ -235,6 +236,8 @@ static void growing_rings(const char *rings)
 	struct phx_device *dev;
 	int fd = make_file(dir_direct(), total, 87, true, (void **)&data);
 
+	/* staging for 1 MiB slots, past the first engine's 64 KiB ones */
+	setenv("PHX_STAGING_SIZE", "16M", 1);
 	setenv("PHX_STREAM_RINGS", rings, 1);
 	dev = copy_mode();
 	cr_assert_eq(phx_buf_alloc(dev, total, 0, &dst), 0);
