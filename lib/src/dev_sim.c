@@ -292,6 +292,15 @@ static void sim_va_release(struct phx_device *dev, phx_dptr_t va, uint64_t size)
 	munmap((void *)(uintptr_t)va, size);
 }
 
+/*
+ * A chunk is a memfd of its own, so exporting it hands another process
+ * that chunk and nothing else.  Its pages come on first touch, as in
+ * tmpfs: backing a hole costs what the write touches, not the chunk's
+ * granules.  The device's capacity is the library's count of chunks
+ * (phx_device_charge()), so a full device still fails before anything is
+ * copied; fresh pages read as zeros, and closing the last descriptor and
+ * mapping gives them back.
+ */
 static int sim_chunk_create(struct phx_device *dev, uint64_t size,
 			    phx_chunk_t *out)
 {
@@ -300,28 +309,22 @@ static int sim_chunk_create(struct phx_device *dev, uint64_t size,
 	if (fd < 0)
 		return phx_err(errno, "%s: memfd_create: %s", dev->name,
 			       strerror(errno));
-	/*
-	 * Back it now, as cuMemCreate does: the memory is there (or the call
-	 * fails) before anything is copied into it, and copies do not fault
-	 * page by page.
-	 */
-	if (ftruncate(fd, (off_t)size) || fallocate(fd, 0, 0, (off_t)size)) {
+	if (ftruncate(fd, (off_t)size)) {
 		int err = errno;
 
 		close(fd);
-		return phx_err(err == ENOSPC || err == ENOMEM ? ENOSPC : err,
-			       "%s: backing a %llu-byte chunk: %s", dev->name,
-			       (unsigned long long)size, strerror(err));
+		return phx_err(err, "%s: sizing a %llu-byte chunk: %s",
+			       dev->name, (unsigned long long)size,
+			       strerror(err));
 	}
 	*out = (phx_chunk_t)fd;
 	return 0;
 }
 
-/* Fault the whole chunk in now, as device memory is simply there. */
 static int sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 			 phx_chunk_t chunk)
 {
-	return phx_fdmem_map(dev, at, size, chunk, MAP_POPULATE);
+	return phx_fdmem_map(dev, at, size, chunk, 0);
 }
 
 static int sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
