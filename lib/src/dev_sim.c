@@ -23,7 +23,8 @@
 #define SIM_GRANULARITY (64ULL << 10)
 
 enum sim_op_type {
-	SIM_COPY,
+	SIM_COPY, /* to host memory */
+	SIM_COPY_IN, /* to device memory */
 	SIM_SET,
 	SIM_FN,
 	SIM_MARK,
@@ -67,6 +68,38 @@ struct sim_dev {
 	struct sim_stream *def;
 };
 
+#define SIM_PAGE 4096UL
+#define SIM_PROBE_PAGES 256 /* pages mincore() looks at in one call */
+
+/*
+ * Fault in the pages of device memory at [@p, @p + @len) that are not
+ * there yet with one call per SIM_PROBE_PAGES pages, rather than a trap
+ * per page as a copy into fresh memory would take them; pages already
+ * there cost one mincore() per call.  Best effort: where the kernel has
+ * no MADV_POPULATE_WRITE (before 5.14) the copy faults them in itself.
+ */
+static void sim_prefault(void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p & ~(SIM_PAGE - 1);
+	uintptr_t end = (uintptr_t)p + len;
+	unsigned char vec[SIM_PROBE_PAGES];
+
+	while (a < end) {
+		size_t n = phx_min((end - a + SIM_PAGE - 1) / SIM_PAGE,
+				   SIM_PROBE_PAGES);
+		size_t i = 0;
+
+		if (!mincore((void *)a, n * SIM_PAGE, vec))
+			while (i < n && (vec[i] & 1))
+				i++;
+		if (i < n &&
+		    madvise((void *)a, n * SIM_PAGE, MADV_POPULATE_WRITE) &&
+		    errno == EINVAL)
+			return;
+		a += n * SIM_PAGE;
+	}
+}
+
 static void *sim_stream_main(void *arg)
 {
 	struct sim_stream *s = arg;
@@ -82,10 +115,14 @@ static void *sim_stream_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 
 		switch (op->type) {
+		case SIM_COPY_IN:
+			sim_prefault(op->dst, op->len);
+			/* fall through */
 		case SIM_COPY:
 			memmove(op->dst, op->src, op->len);
 			break;
 		case SIM_SET:
+			sim_prefault(op->dst, op->len);
 			memset(op->dst, op->value, op->len);
 			break;
 		case SIM_FN:
@@ -391,12 +428,10 @@ static void *sim_stream_default(struct phx_device *dev)
 	return sd->def;
 }
 
-static int sim_copy(struct phx_device *dev, void *dst, const void *src,
-		    size_t len, void *stream)
+static int sim_copy(struct phx_device *dev, enum sim_op_type type, void *dst,
+		    const void *src, size_t len, void *stream)
 {
-	struct sim_op op = {
-		.type = SIM_COPY, .dst = dst, .src = src, .len = len
-	};
+	struct sim_op op = { .type = type, .dst = dst, .src = src, .len = len };
 
 	if (!len)
 		return 0;
@@ -406,19 +441,21 @@ static int sim_copy(struct phx_device *dev, void *dst, const void *src,
 static int sim_copy_htod(struct phx_device *dev, phx_dptr_t dst,
 			 const void *src, size_t len, void *stream)
 {
-	return sim_copy(dev, (void *)(uintptr_t)dst, src, len, stream);
+	return sim_copy(dev, SIM_COPY_IN, (void *)(uintptr_t)dst, src, len,
+			stream);
 }
 
 static int sim_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
 			 size_t len, void *stream)
 {
-	return sim_copy(dev, dst, (const void *)(uintptr_t)src, len, stream);
+	return sim_copy(dev, SIM_COPY, dst, (const void *)(uintptr_t)src, len,
+			stream);
 }
 
 static int sim_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
 			 size_t len, void *stream)
 {
-	return sim_copy(dev, (void *)(uintptr_t)dst,
+	return sim_copy(dev, SIM_COPY_IN, (void *)(uintptr_t)dst,
 			(const void *)(uintptr_t)src, len, stream);
 }
 
