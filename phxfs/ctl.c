@@ -229,12 +229,12 @@ static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
 #define CP_WINDOW 3
 
 /*
- * Pull @src into @inode, which the client has just truncated.  The steps
- * go through one batch, CP_WINDOW at a time: the engine fills its slots
- * from the next step while the last ones of a step are still copied, as
- * one phx_read() of the whole file would; progress is reported as the
- * steps complete, and *@done only counts the bytes of the leading steps
- * that did.
+ * Pull @src into @inode, which the client has just cut to at most @total
+ * bytes.  The steps go through one batch, CP_WINDOW at a time: the engine
+ * fills its slots from the next step while the last ones of a step are
+ * still copied, as one phx_read() of the whole file would; progress is
+ * reported as the steps complete, and *@done only counts the bytes of the
+ * leading steps that did.
  */
 static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 		   uint64_t total, uint64_t *done, enum phx_path *path)
@@ -247,7 +247,16 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 	int ret;
 
 	pthread_rwlock_wrlock(&inode->io_lock);
-	ret = phxfs_data_resize(inode, total);
+	/*
+	 * The client left what the file had, up to @total: every byte of it
+	 * is overwritten below.  A phx.ko range is emptied first all the
+	 * same when it must grow, so that growing moves nothing.
+	 */
+	ret = 0;
+	if (phxfs_dev_ranged(inode->dev) && phxfs_data_size(inode) < total)
+		ret = phxfs_data_resize(inode, 0);
+	if (!ret)
+		ret = phxfs_data_resize(inode, total);
 	pthread_rwlock_unlock(&inode->io_lock);
 	if (ret)
 		return ret;

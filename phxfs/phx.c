@@ -333,15 +333,24 @@ static int cp_in(struct cp_run *r, const char *src, const char *dst)
 {
 	char req[64];
 	struct stat st;
+	struct stat sst;
 	int fd, ret;
 
 	fd = open(src, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return cp_err(src, errno);
+	if (fstat(fd, &sst)) {
+		ret = cp_err(src, errno);
+		goto out;
+	}
 	/*
-	 * Create or empty DST without keeping it open: on phx.ko devices an
-	 * open file pins the file's device memory in place, and the daemon
-	 * may have to move it to make room for SRC.
+	 * Create DST without keeping it open: on phx.ko devices an open
+	 * file pins the file's device memory in place, and the daemon may
+	 * have to move it to make room for SRC.  An existing DST is cut to
+	 * at most SRC's size as the caller (the kernel checks the caller
+	 * may write it, and clears set-user-ID bits); the daemon overwrites
+	 * every byte, so the device memory it keeps is reused, not freed
+	 * and allocated again.
 	 */
 	if ((mknod(dst, S_IFREG | 0666, 0) && errno != EEXIST) ||
 	    stat(dst, &st)) {
@@ -352,7 +361,9 @@ static int cp_in(struct cp_run *r, const char *src, const char *dst)
 		ret = cp_err(dst, S_ISDIR(st.st_mode) ? EISDIR : EINVAL);
 		goto out;
 	}
-	if (truncate(dst, 0)) {
+	if (!S_ISREG(sst.st_mode) || sst.st_size < st.st_size)
+		st.st_size = S_ISREG(sst.st_mode) ? sst.st_size : 0;
+	if (truncate(dst, st.st_size)) {
 		ret = cp_err(dst, errno);
 		goto out;
 	}

@@ -11,7 +11,8 @@
 #   BENCH_FILE=path    source file (default /var/tmp/phx-bench.bin; made
 #                      of random bytes if missing or of another size)
 #   PHX_MOUNT=/mnt/phx mount point;  PHX_DEVICE=cuda|sim  devices
-#   MODES="direct writeback"   phxfs modes to measure
+#   MODES="direct writeback"   phxfs modes to measure, each with more
+#                      mount options after a comma (direct,blksize=64M)
 #   RUNS=3
 set -euo pipefail
 
@@ -99,8 +100,11 @@ measure shm.cat cat_shm
 rm -f "$SHM"
 
 for mode in $MODES; do
-	opts=""
-	[ "$mode" = writeback ] && opts="-o writeback"
+	# MODE[,OPTION...]: more mount options, e.g. direct,blksize=64M
+	o=""
+	case $mode in *,*) o=${mode#*,} ;; esac
+	[ "${mode%%,*}" = writeback ] && o="writeback${o:+,$o}"
+	opts=${o:+-o $o}
 	"$PHX" umount "$MP" >/dev/null 2>&1 || true
 	# shellcheck disable=SC2086
 	"$PHX" mount $opts "$MP"
@@ -124,7 +128,11 @@ echo "phx cp (the daemon reads the file through libphoenix)"
 dst="$MP/$(ls "$MP" | head -n 1)/bench"
 pcp() { "$PHX" cp -q "$FILE" "$dst"; }
 pcp && cmp "$FILE" "$dst" || { echo "MISMATCH after phx cp" >&2; exit 1; }
+# over the file of the run before (its device memory reused), and into a
+# new one (allocated as it fills)
 measure phxcp.hot pcp
+pcp_new() { rm -f "$dst"; }
+measure_after pcp_new phxcp.new pcp
 measure_after drop_caches phxcp.cold pcp
 
 echo "phx cp out of phxfs (the daemon writes through libphoenix) vs phx_write"
@@ -139,8 +147,11 @@ measure_after pout_prep phxcp.out pout
 # phx_write of the same bytes from one device buffer, up to fsync; then,
 # to tell the daemon's cost from its file's, into a file sized first (as
 # phx cp out sizes its file) and from a sparse buffer filled by 256 MiB
-# reads (as phx cp fills a phxfs file)
-read -r RES[phx_write] RES[phx_write.sized] RES[phx_write.sparse] < <(
+# reads (as phx cp fills a phxfs file).  The peers of phx cp in: phx_read
+# of the hot file into a buffer allocated before, and the allocation of
+# that much device memory alone.
+read -r RES[phx_write] RES[phx_write.sized] RES[phx_write.sparse] \
+	RES[phx_read] RES[alloc] < <(
 	PHX_LIBRARY="$BUILD/libphoenix.so" \
 	PYTHONPATH="$(dirname "$0")/../python" python3 - "$FILE" "$OUTF" \
 	"$RUNS" <<'EOF'
@@ -168,8 +179,15 @@ def timed(buf, sized):
     return statistics.median(times)
 
 
+t = time.perf_counter()
 buf = dev.alloc(size)
+t_alloc = time.perf_counter() - t
 phoenix.read_into(src, buf)
+reads = []
+for _ in range(runs):
+    t = time.perf_counter()
+    phoenix.read_into(src, buf)
+    reads.append(time.perf_counter() - t)
 res = [timed(buf, False), timed(buf, True)]
 buf.free()
 buf = dev.alloc(size, sparse=True)
@@ -177,7 +195,14 @@ step = 256 << 20
 for off in range(0, size, step):
     phoenix.read_into(src, buf[off:off + step], off)
 res.append(timed(buf, False))
-print(*res)
+buf.free()
+allocs = [t_alloc]
+for _ in range(runs - 1):
+    t = time.perf_counter()
+    buf = dev.alloc(size)
+    allocs.append(time.perf_counter() - t)
+    buf.free()
+print(*res, statistics.median(reads), statistics.median(allocs))
 EOF
 )
 cmp "$FILE" "$OUTF" || { echo "MISMATCH after phx_write" >&2; exit 1; }
@@ -190,8 +215,8 @@ echo "phxfs: $("$(dirname "$PHX")/phxfs" --version 2>&1 | grep -i fuse | head -n
 	"max_pages_limit $(cat "$LIMIT" 2>/dev/null || echo n/a)," \
 	"FUSE over io_uring: not used (libfuse 3.17 has none; kernel" \
 	"enable_uring=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo absent))"
-printf '%-28s %10s %12s\n' case GB/s "vs /dev/shm"
-row() { printf '%-28s %10s %12s\n' "$1" "$(gbps "${RES[$2]}")" \
+printf '%-34s %10s %12s\n' case GB/s "vs /dev/shm"
+row() { printf '%-34s %10s %12s\n' "$1" "$(gbps "${RES[$2]}")" \
 	"$(ratio "${RES[$3]}" "${RES[$2]}")"; }
 row "cp -> /dev/shm" shm.cp shm.cp
 row "cat <- /dev/shm" shm.cat shm.cat
@@ -199,14 +224,20 @@ for mode in $MODES; do
 	row "cp -> phxfs ($mode)" "$mode.cp" shm.cp
 	row "cat <- phxfs ($mode)" "$mode.cat" shm.cat
 done
-row "phx cp, hot" phxcp.hot shm.cp
+printf '%-34s %10s\n' "phx_read, hot" "$(gbps "${RES[phx_read]}")"
+printf '%-34s %10s %12s\n' "phx cp, hot" "$(gbps "${RES[phxcp.hot]}")" \
+	"$(ratio "${RES[phx_read]}" "${RES[phxcp.hot]}")x phx_read"
+printf '%-34s %10s %12s\n' "phx cp, hot, new file" \
+	"$(gbps "${RES[phxcp.new]}")" \
+	"$(ratio "${RES[phx_read]}" "${RES[phxcp.new]}")x phx_read"
+printf '%-34s %10s\n' "device memory allocation" "$(gbps "${RES[alloc]}")"
 row "phx cp, cold" phxcp.cold shm.cp
-printf '%-28s %10s %12s\n' "phx cp out (fsync)" "$(gbps "${RES[phxcp.out]}")" \
+printf '%-34s %10s %12s\n' "phx cp out (fsync)" "$(gbps "${RES[phxcp.out]}")" \
 	"$(ratio "${RES[phx_write]}" "${RES[phxcp.out]}")x phx_write"
-printf '%-28s %10s\n' "phx_write (fsync)" "$(gbps "${RES[phx_write]}")"
-printf '%-28s %10s %12s\n' "phx_write, file sized first" \
+printf '%-34s %10s\n' "phx_write (fsync)" "$(gbps "${RES[phx_write]}")"
+printf '%-34s %10s %12s\n' "phx_write, file sized first" \
 	"$(gbps "${RES[phx_write.sized]}")" \
 	"$(ratio "${RES[phx_write]}" "${RES[phx_write.sized]}")x phx_write"
-printf '%-28s %10s %12s\n' "phx_write, sparse buffer" \
+printf '%-34s %10s %12s\n' "phx_write, sparse buffer" \
 	"$(gbps "${RES[phx_write.sparse]}")" \
 	"$(ratio "${RES[phx_write]}" "${RES[phx_write.sparse]}")x phx_write"

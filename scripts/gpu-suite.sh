@@ -17,7 +17,9 @@
 #   st-single 200     bench-safetensors.py, 2 GiB single file
 #   st-sharded 200    bench-safetensors.py, sharded checkpoint and save
 #   st-save 150       bench-safetensors.py, the save only, against safetensors
-#   phxfs 150         scripts/bench-phxfs.sh, 2 GiB
+#   phxfs 240         scripts/bench-phxfs.sh, 2 GiB (MODES from the
+#                     environment, default direct)
+#   alloc 100         scripts/bench-alloc.py, 2 GiB, by PHX_ALLOC_CHUNK
 #   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
 #   setup 90          bench-kv.sh setup
@@ -69,8 +71,10 @@ for s in "$@"; do
 	st-save) wheels
 		step st-save 150 $st --repeat 1 --cases save \
 			--loaders safetensors,phoenix ;;
-	phxfs) step phxfs 150 env SIZE=2G MODES=direct \
+	phxfs) step phxfs 240 env SIZE=2G MODES="${MODES:-direct}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
+	alloc) step alloc 100 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
+		PYTHONPATH=python python3 scripts/bench-alloc.py --size 2G ;;
 	kv) step kv 250 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \
 		-n 1,4 -o 128 ;;
 	small) step small 150 sh scripts/bench-kv.sh small -s 2G -r 1 -b 4K \

@@ -105,6 +105,17 @@ struct async_thread {
 	struct async_req *ring_passing;
 	unsigned int ring_queued; /* from queued until passed */
 	uint32_t ring_seq, ring_t;
+	/*
+	 * A ring starts with small slots, so that a process's first
+	 * transfer does not wait for the whole staging to be pinned; the
+	 * grower (ring.c) builds the full engine once a transfer is done,
+	 * and the worker swaps it in while the ring is idle.  grow_to: its
+	 * full staging, 0 once full; grown: the full engine waiting to be
+	 * swapped in; retired: the small one, for the grower to free
+	 * (protected by w->lock).
+	 */
+	size_t grow_to;
+	struct phx_engine *grown, *retired;
 };
 
 struct phx_async_worker {
@@ -131,6 +142,10 @@ struct phx_async_worker {
 	struct phx_feed_ctl *ctls; /* made under spawn_lock */
 	uint64_t ctls_daddr;
 	struct async_req *feed_head;
+	/* "copy" mode: the thread growing the rings, once started */
+	struct phx_device *dev;
+	pthread_t grower;
+	bool grow_started; /* protected by lock */
 };
 
 /* The end of a transfer's life: its flag or control block back, one less queued. */
@@ -160,11 +175,7 @@ void phx_feed_run(struct async_thread *t, struct async_req *r);
 
 /* ---- "copy" mode (ring.c) -------------------------------------------- */
 
-/*
- * Map @t's ring words, as its worker starts (on the caller's thread,
- * before any transfer of ours is queued); unmap one worker's or all.
- */
-int phx_ring_attach(struct phx_device *dev, struct async_thread *t);
+/* Unmap one worker's ring words, or all. */
 void phx_ring_teardown_one(struct phx_device *dev, struct async_thread *t);
 void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w);
 /*
@@ -181,5 +192,20 @@ struct async_req *phx_ring_claim_locked(struct async_thread *t);
  */
 void phx_ring_reap_locked(struct async_thread *t);
 void phx_ring_run(struct async_thread *t, struct async_req *r);
+/*
+ * Start @t's ring: small slots at first (PHX_RING_SLOTS of 64 KiB), to
+ * grow to @staging bytes.  On the caller's thread, before any transfer
+ * of ours is queued.
+ */
+int phx_ring_start(struct phx_device *dev, struct async_thread *t,
+		   size_t staging);
+/*
+ * After a transfer on the rings, on its worker (w->lock held): start the
+ * grower if a ring is still small; swap @t's full engine in if it is
+ * ready and the ring idle.
+ */
+void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t);
+/* Stop the grower, once the workers are stopped; frees what it held. */
+void phx_ring_grow_stop(struct phx_async_worker *w);
 
 #endif /* PHX_ASYNC_H */

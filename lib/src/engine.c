@@ -107,6 +107,23 @@ struct engine_shape phx_shape_sync(size_t staging)
 	return sh;
 }
 
+/*
+ * A synchronous transfer of @len bytes: one smaller than a slot takes two
+ * slots its size (it may straddle a slot boundary of the file), so that
+ * a process's first small transfer pins a few KiB, not the staging; a
+ * pooled engine of any size re-cuts to this in no time.
+ */
+struct engine_shape phx_shape_io(uint64_t len)
+{
+	const struct phx_settings *s = phx_settings();
+	struct engine_shape sh = { .nslots = 2 };
+
+	if (len >= s->chunk_size / 2)
+		return phx_shape_sync(0);
+	sh.chunk = phx_align_up(len + 2 * PHX_DIO_ALIGN, 64 << 10);
+	return sh;
+}
+
 struct engine_shape phx_shape_batch(unsigned int depth)
 {
 	const struct phx_settings *s = phx_settings();

@@ -149,6 +149,7 @@ unsigned int phx_cached_percent(int fd, uint64_t off, uint64_t len);
 /* ---- engines and their pipeline (engine.c) -------------------------- */
 
 struct engine_shape phx_shape_sync(size_t staging);
+struct engine_shape phx_shape_io(uint64_t len);
 struct engine_shape phx_shape_batch(unsigned int depth);
 int phx_engine_create(struct phx_device *dev, struct engine_shape sh,
 		      struct phx_engine **out);

@@ -36,15 +36,90 @@
 /* Segments past this go to the copy kernel (cyclic sequence numbers). */
 #define PHX_RING_MAX_SEGS (1u << 24)
 
-int phx_ring_attach(struct phx_device *dev, struct async_thread *t)
-{
-	void *p;
-	int ret = phx_mapped_alloc(dev, sizeof(struct phx_ring_words), &p,
-				   &t->words_daddr);
+/* Slots of a ring's first engine: small, so they pin in no time. */
+#define PHX_RING_FIRST_CHUNK (64u << 10)
 
+int phx_ring_start(struct phx_device *dev, struct async_thread *t,
+		   size_t staging)
+{
+	size_t first = (size_t)PHX_RING_SLOTS * PHX_RING_FIRST_CHUNK;
+	void *p;
+	int ret;
+
+	if (staging <= 2 * first)
+		first = staging;
+	ret = phx_engine_new_ring(dev, first, PHX_RING_SLOTS, &t->engine);
 	if (!ret)
-		t->words = p;
-	return ret;
+		ret = phx_mapped_alloc(dev, sizeof(struct phx_ring_words), &p,
+				       &t->words_daddr);
+	if (ret)
+		return ret;
+	t->words = p;
+	t->grow_to = first < staging ? staging : 0;
+	return 0;
+}
+
+/*
+ * The grower: build each small ring's full engine, one ring at a time
+ * (enqueueing avoids a ring with a full engine waiting, so that it goes
+ * idle), and free the small one once its worker swapped them.  It makes
+ * driver calls that may wait for streams, so no one waits for it but
+ * phx_async_destroy(), after every transfer is done; a ring whose full
+ * engine cannot be built keeps its small one.
+ */
+static void *ring_grow_main(void *arg)
+{
+	struct phx_async_worker *w = arg;
+
+	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
+		struct async_thread *t = &w->threads[i];
+		struct phx_engine *e = NULL;
+		size_t size;
+
+		pthread_mutex_lock(&w->lock);
+		size = w->stop ? 0 : t->grow_to;
+		pthread_mutex_unlock(&w->lock);
+		if (!size)
+			continue;
+		if (phx_engine_new_ring(w->dev, size, PHX_RING_SLOTS, &e)) {
+			phx_err_clear(); /* slower, not wrong */
+			continue;
+		}
+		pthread_mutex_lock(&w->lock);
+		t->grown = e;
+		pthread_cond_broadcast(&w->work);
+		while (t->grown && !w->stop)
+			pthread_cond_wait(&w->done, &w->lock);
+		e = t->grown ? t->grown : t->retired;
+		t->grown = t->retired = NULL;
+		t->grow_to = 0;
+		pthread_mutex_unlock(&w->lock);
+		phx_engine_free(e);
+	}
+	return NULL;
+}
+
+void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t)
+{
+	if (t->grown && !t->ring_queued) {
+		/* idle: every slot free, every stream past the words */
+		t->retired = t->engine;
+		t->engine = t->grown;
+		t->grown = NULL;
+		pthread_cond_broadcast(&w->done);
+	}
+	if (w->grow_started || !t->grow_to)
+		return;
+	/* a ring served a transfer: the process's first is done */
+	if (!pthread_create(&w->grower, NULL, ring_grow_main, w))
+		w->grow_started = true;
+}
+
+void phx_ring_grow_stop(struct phx_async_worker *w)
+{
+	if (w->grow_started)
+		pthread_join(w->grower, NULL);
+	w->grow_started = false;
 }
 
 void phx_ring_teardown_one(struct phx_device *dev, struct async_thread *t)
@@ -88,6 +163,15 @@ static bool ring_fits(struct phx_stream *stream, struct async_req *r)
 	return true;
 }
 
+/*
+ * How busy ring @t is; one whose full engine waits to be swapped in
+ * counts as busier than any other, so that it goes idle.
+ */
+static unsigned int ring_load(const struct async_thread *t)
+{
+	return t->ring_queued + (t->grown ? PHX_RING_XFERS : 0);
+}
+
 /* The least busy ring, or NULL when every one is full; w->lock held. */
 static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
 {
@@ -96,7 +180,7 @@ static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
 	for (unsigned int i = 0; i < w->nthreads; i++) {
 		struct async_thread *t = &w->threads[i];
 
-		if (t->words && (!best || t->ring_queued < best->ring_queued))
+		if (t->words && (!best || ring_load(t) < ring_load(best)))
 			best = t;
 	}
 	return best && best->ring_queued < PHX_RING_XFERS ? best : NULL;

@@ -178,8 +178,12 @@ static void *async_main(void *arg)
 					w->tail = NULL;
 				break;
 			}
-			if (t->ring_passing)
+			if (t->ring_passing) {
 				phx_ring_reap_locked(t);
+				phx_ring_grow_locked(w, t);
+			}
+			if (t->grown)
+				phx_ring_grow_locked(w, t);
 			r = phx_ring_claim_locked(t);
 			if (r)
 				break;
@@ -204,6 +208,7 @@ static void *async_main(void *arg)
 		if (r->ring) {
 			phx_ring_run(t, r);
 			pthread_mutex_lock(&w->lock);
+			phx_ring_grow_locked(w, t);
 			continue;
 		}
 		if (r->ctl) {
@@ -259,6 +264,7 @@ static int async_get(struct phx_device *dev, struct phx_async_worker **out)
 		pthread_mutex_init(&w->spawn_lock, NULL);
 		pthread_cond_init(&w->work, NULL);
 		pthread_cond_init(&w->done, NULL);
+		w->dev = dev;
 		dev->async = w;
 	}
 	pthread_mutex_unlock(&dev->async_lock);
@@ -288,10 +294,7 @@ static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
 		/* slots of 64 KiB at least, whatever PHX_STAGING_SIZE says */
 		staging = phx_max(s->staging_size / s->stream_rings,
 				  PHX_RING_SLOTS * (64u << 10));
-		ret = phx_engine_new_ring(dev, staging, PHX_RING_SLOTS,
-					  &t->engine);
-		if (!ret)
-			ret = phx_ring_attach(dev, t);
+		ret = phx_ring_start(dev, t, staging);
 	} else {
 		ret = 0;
 	}
@@ -672,12 +675,14 @@ void phx_async_destroy(struct phx_device *dev)
 		pthread_cond_wait(&w->done, &w->lock);
 	w->stop = true;
 	pthread_cond_broadcast(&w->work);
+	pthread_cond_broadcast(&w->done);
 	pthread_mutex_unlock(&w->lock);
-	for (i = 0; i < w->nthreads; i++) {
+	for (i = 0; i < w->nthreads; i++)
 		pthread_join(w->threads[i].thread, NULL);
+	phx_ring_grow_stop(w);
+	for (i = 0; i < w->nthreads; i++)
 		if (w->threads[i].engine)
 			phx_engine_free(w->threads[i].engine);
-	}
 	phx_feed_teardown(dev, w, w->ctls);
 	phx_ring_teardown(dev, w);
 	phx_mapped_free(dev, w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));

@@ -143,7 +143,7 @@ PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
 	ret = phx_device_bind(dev);
 	if (ret)
 		return io->result = ret;
-	ret = phx_engine_get(dev, phx_shape_sync(0), true, &e);
+	ret = phx_engine_get(dev, phx_shape_io(io->len), true, &e);
 	if (ret)
 		return io->result = ret;
 	phx_engine_run(e, io);

@@ -214,6 +214,83 @@ Test(copy, many_transfers_on_four_streams)
 }
 
 /*
+ * A ring starts with small slots and swaps in its full engine once idle
+ * (ring.c): whenever that happens between or under these transfers, on
+ * one ring or two, every byte arrives.  Rounds of transfers of every
+ * size around both slot sizes, queued back to back on two streams.
+ */
+static void growing_rings(const char *rings)
+{
+	enum { NS = 2, NX = 6, ROUNDS = 24 };
+	static const uint64_t sizes[NX] = {
+		4096,	 (64 << 10) + 1,   (2 << 20) - 7,
+		2 << 20, (3 << 20) + 4096, 200 << 10
+	};
+	size_t piece = 4 << 20, total = (size_t)NS * NX * piece;
+	struct phx_stream *st[NS];
+	struct phx_buf *dst;
+	unsigned char *data;
+	static uint64_t len[NS][NX];
+	static int64_t foff[NS][NX], boff[NS][NX], done[NS][NX];
+	struct phx_device *dev;
+	int fd = make_file(dir_direct(), total, 87, true, (void **)&data);
+
+	setenv("PHX_STREAM_RINGS", rings, 1);
+	dev = copy_mode();
+	cr_assert_eq(phx_buf_alloc(dev, total, 0, &dst), 0);
+	for (int s = 0; s < NS; s++)
+		st[s] = fixed_stream(dev);
+	for (int round = 0; round < ROUNDS; round++) {
+		for (int x = 0; x < NX; x++)
+			for (int s = 0; s < NS; s++) {
+				/*
+				 * another size and file offset at each place
+				 * every round: stale bytes never match
+				 */
+				uint64_t at = ((uint64_t)x * NS + s) * piece;
+
+				len[s][x] = sizes[(x + round) % NX];
+				foff[s][x] = (int64_t)at + round;
+				boff[s][x] = (int64_t)at;
+				done[s][x] = -12345;
+				cr_assert_eq(phx_io_enqueue(
+						     st[s], PHX_OP_READ, fd,
+						     phx_buf_dptr(dst),
+						     &len[s][x], &foff[s][x],
+						     &boff[s][x], &done[s][x]),
+					     0, "%s", phx_strerror_last());
+			}
+		for (int s = 0; s < NS; s++)
+			cr_assert_eq(phx_stream_sync(st[s]), 0);
+		for (int x = 0; x < NX; x++)
+			for (int s = 0; s < NS; s++) {
+				cr_assert_eq(done[s][x], (int64_t)len[s][x],
+					     "round %d: %lld of %llu", round,
+					     (long long)done[s][x],
+					     (unsigned long long)len[s][x]);
+				assert_buf_eq(dst, (uint64_t)boff[s][x],
+					      data + foff[s][x], len[s][x]);
+			}
+	}
+	for (int s = 0; s < NS; s++)
+		phx_stream_destroy(st[s]);
+	phx_buf_free(dst);
+	phx_device_close(dev);
+	free(data);
+	close(fd);
+}
+
+Test(copy, rings_grow_under_transfers_on_two_rings)
+{
+	growing_rings("2");
+}
+
+Test(copy, a_single_ring_grows_under_transfers)
+{
+	growing_rings("1");
+}
+
+/*
  * A read past the end of the file as it is when queued moves what the
  * file has, exactly (the copy kernel takes it) and leaves the rest of the
  * buffer alone.

@@ -653,6 +653,32 @@ def phx_cp_and_status():
 
 
 @test
+def phx_cp_onto_an_existing_file():
+    """phx cp over a file keeps its device memory and overwrites every
+    byte: larger, smaller, the same size, sparse, and a source of nothing."""
+    d, ref = fresh("cpover")
+    src = os.path.join(ref, "src")
+    for i, (old, new) in enumerate([(9 * MiB + 3, 5 * MiB + 1),
+                                    (2 * MiB, 7 * MiB + 4097),
+                                    (6 * MiB, 6 * MiB), (0, 3 * MiB),
+                                    (4 * MiB, 0)]):
+        dst = d + "/f%d" % i
+        write(dst, rand(old, 40 + i))
+        write(src, rand(new, 50 + i))
+        FS.run_phx("cp", "-q", src, dst)
+        same(src, dst)
+        assert os.stat(dst).st_size == new
+    # a sparse file, its holes and data overwritten
+    with open(d + "/sparse", "wb") as f:
+        f.truncate(16 * MiB)
+        f.seek(9 * MiB)
+        f.write(rand(MiB, 60))
+    write(src, rand(12 * MiB, 61))
+    FS.run_phx("cp", "-q", src, d + "/sparse")
+    same(src, d + "/sparse")
+
+
+@test
 def phx_cp_out_of_phxfs():
     d, ref = fresh("cpout")
     src = os.path.join(ref, "ckpt")
