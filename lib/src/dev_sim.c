@@ -3,10 +3,10 @@
  * dev_sim.c - a simulated device whose memory lives in host RAM.
  *
  * It behaves like a GPU where it matters to libphoenix: a capacity that
- * can run out, an address space with chunks mapped into it (each chunk a
- * memfd, so another process can map the same memory), and copies that are
- * queued on streams and carried out by a worker thread per stream, so
- * callers must wait on events exactly as with CUDA.  What it does not
+ * can run out, an address space with chunks mapped into it that another
+ * process can map too (sim_mem.c), and copies that are queued on streams
+ * and carried out by a worker thread per stream, so callers must wait on
+ * events exactly as with CUDA.  What it does not
  * simulate: bandwidth, and faults on bad device addresses (a bad address
  * is a bug that crashes the process).
  */
@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "sim_mem.h"
 
 #define SIM_GRANULARITY (64ULL << 10)
 
@@ -291,118 +291,6 @@ static void sim_close(struct phx_device *dev)
 	dev->priv = NULL;
 }
 
-/* Reservations of all simulated devices, so an address finds its device. */
-struct sim_range {
-	uintptr_t va;
-	uint64_t size;
-	int index;
-	struct sim_range *next;
-};
-
-static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct sim_range *ranges; /* protected by ranges_lock */
-
-static int sim_locate(phx_dptr_t dptr)
-{
-	struct sim_range *r;
-	int index = -ENODEV;
-
-	pthread_mutex_lock(&ranges_lock);
-	for (r = ranges; r; r = r->next)
-		if (dptr >= r->va && dptr - r->va < r->size) {
-			index = r->index;
-			break;
-		}
-	pthread_mutex_unlock(&ranges_lock);
-	return index;
-}
-
-static int sim_va_reserve(struct phx_device *dev, uint64_t size,
-			  phx_dptr_t *out)
-{
-	struct sim_range *r = malloc(sizeof(*r));
-	phx_dptr_t va;
-	int ret;
-
-	if (!r)
-		return phx_err(ENOMEM, "sim: out of host memory");
-	ret = phx_fdmem_reserve(dev, size, &va);
-	if (ret) {
-		free(r);
-		return ret;
-	}
-	r->va = (uintptr_t)va;
-	r->size = size;
-	r->index = dev->index;
-	pthread_mutex_lock(&ranges_lock);
-	r->next = ranges;
-	ranges = r;
-	pthread_mutex_unlock(&ranges_lock);
-	*out = va;
-	return 0;
-}
-
-static void sim_va_release(struct phx_device *dev, phx_dptr_t va, uint64_t size)
-{
-	struct sim_range **pp, *r;
-
-	pthread_mutex_lock(&ranges_lock);
-	for (pp = &ranges; (r = *pp); pp = &r->next)
-		if (r->va == va) {
-			*pp = r->next;
-			free(r);
-			break;
-		}
-	pthread_mutex_unlock(&ranges_lock);
-	munmap((void *)(uintptr_t)va, size);
-}
-
-/*
- * A chunk is a memfd of its own, so exporting it hands another process
- * that chunk and nothing else.  Its pages come on first touch, as in
- * tmpfs: backing a hole costs what the write touches, not the chunk's
- * granules.  The device's capacity is the library's count of chunks
- * (phx_device_charge()), so a full device still fails before anything is
- * copied; fresh pages read as zeros, and closing the last descriptor and
- * mapping gives them back.
- */
-static int sim_chunk_create(struct phx_device *dev, uint64_t size,
-			    phx_chunk_t *out)
-{
-	int fd = memfd_create("phx-sim", MFD_CLOEXEC);
-
-	if (fd < 0)
-		return phx_err(errno, "%s: memfd_create: %s", dev->name,
-			       strerror(errno));
-	if (ftruncate(fd, (off_t)size)) {
-		int err = errno;
-
-		close(fd);
-		return phx_err(err, "%s: sizing a %llu-byte chunk: %s",
-			       dev->name, (unsigned long long)size,
-			       strerror(err));
-	}
-	*out = (phx_chunk_t)fd;
-	return 0;
-}
-
-static int sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
-			 phx_chunk_t chunk)
-{
-	return phx_fdmem_map(dev, at, size, chunk, 0);
-}
-
-static int sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
-			    phx_chunk_t *out)
-{
-	struct stat st;
-
-	if (fstat(fd, &st) || (uint64_t)st.st_size < size)
-		return phx_err(EINVAL, "%s: imported chunk is not %llu bytes",
-			       dev->name, (unsigned long long)size);
-	return phx_fdmem_dup(dev, fd, out);
-}
-
 /* A memfd: it grows as written, the library counts its capacity. */
 static int sim_backing_alloc(struct phx_device *dev, uint64_t capacity, int *fd)
 {
@@ -598,17 +486,17 @@ const struct phx_backend_ops phx_sim_ops = {
 	.kind = PHX_DEVICE_SIM,
 	.probe = sim_probe,
 	.query = sim_query,
-	.locate = sim_locate,
+	.locate = phx_sim_locate,
 	.open = sim_open,
 	.close = sim_close,
-	.va_reserve = sim_va_reserve,
-	.va_release = sim_va_release,
-	.chunk_create = sim_chunk_create,
-	.chunk_release = phx_fdmem_release,
-	.chunk_map = sim_chunk_map,
+	.va_reserve = phx_sim_va_reserve,
+	.va_release = phx_sim_va_release,
+	.chunk_create = phx_sim_chunk_create,
+	.chunk_release = phx_sim_chunk_release,
+	.chunk_map = phx_sim_chunk_map,
 	.chunk_unmap = phx_fdmem_unmap,
-	.chunk_export = phx_fdmem_export,
-	.chunk_import = sim_chunk_import,
+	.chunk_export = phx_sim_chunk_export,
+	.chunk_import = phx_sim_chunk_import,
 	.host_addr = sim_host_addr,
 	.backing_alloc = sim_backing_alloc,
 	.p2p = false,

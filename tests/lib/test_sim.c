@@ -157,7 +157,7 @@ Test(sim, an_exported_buffer_is_the_same_memory_in_both_mappings)
 	struct phx_device *dev = open_sim();
 	uint64_t gran = dev->granularity, n = 3 * MiB + 1234;
 	unsigned char *data = xmalloc(n), *more = xmalloc(gran);
-	unsigned char *mine, *theirs;
+	unsigned char *mine, *theirs, one = 1;
 	struct phx_buf *buf, *imp;
 
 	fill_random(data, n, 41);
@@ -184,8 +184,21 @@ Test(sim, an_exported_buffer_is_the_same_memory_in_both_mappings)
 	cr_assert_not_null(theirs);
 	mine[200 * MiB + 17] = 0xee;
 	cr_assert_eq(theirs[200 * MiB + 17], 0xee);
+	more[17] = 0xee;
 	/* a hole of the exporter stays one for the importer */
 	cr_assert_eq(phx_memcpy_to_buf(imp, 100 * MiB, more, 1), -EPERM);
+	/*
+	 * What the exporter backs or truncates afterwards is its own: the
+	 * importer keeps the memory it mapped, the exporter's new memory
+	 * there reads as zeros.
+	 */
+	cr_assert_eq(phx_memcpy_to_buf(buf, 100 * MiB, more, gran), 0);
+	cr_assert_eq(phx_buf_resize(buf, 200 * MiB), 0);
+	cr_assert_eq(phx_buf_resize(buf, 256 * MiB), 0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 200 * MiB + gran - 1, &one, 1),
+		     0);
+	cr_assert(reads_zeros(buf, 200 * MiB, gran - 1));
+	assert_buf_eq(imp, 200 * MiB, more, 17);
 	phx_buf_free(buf);
 	/* the importer keeps the memory it holds */
 	assert_buf_eq(imp, 10 * MiB + 100, data + 97, n - 97);
@@ -221,5 +234,46 @@ Test(sim, large_copies_into_fresh_memory_across_chunks)
 	phx_buf_free(copy);
 	phx_buf_free(buf);
 	free(data);
+	phx_device_close(dev);
+}
+
+static unsigned int open_fds(void)
+{
+	char path[64];
+	unsigned int n = 0;
+	int fd;
+
+	for (fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		n += !access(path, F_OK);
+	}
+	return n;
+}
+
+/*
+ * Each chunk a descriptor of its own grew the descriptor table past each
+ * power of two, which waits for an RCU grace period in a threaded
+ * process: a buffer now holds one, however many chunks it has.
+ */
+Test(sim, a_buffer_holds_one_descriptor_however_many_chunks)
+{
+	struct phx_device *dev = open_sim();
+	uint64_t gran = dev->granularity, off;
+	unsigned int before, n = 0;
+	struct phx_buf *buf;
+	char one = 1;
+
+	cr_assert_eq(phx_buf_alloc(dev, 256 * MiB, PHX_BUF_SPARSE, &buf), 0);
+	/* the first copy also makes what copies need (an engine) */
+	cr_assert_eq(phx_memcpy_to_buf(buf, 0, &one, 1), 0);
+	before = open_fds();
+	for (off = 2 * gran, n = 1; off < 256 * MiB; off += 2 * gran, n++)
+		cr_assert_eq(phx_memcpy_to_buf(buf, off, &one, 1), 0, "%s",
+			     phx_strerror_last());
+	cr_assert_eq(phx_buf_committed(buf), n * gran, "one granule each");
+	cr_assert_leq(open_fds(), before, "%u more chunks took %u descriptors",
+		      n - 1, open_fds() - before);
+	phx_buf_free(buf);
+	cr_assert_lt(open_fds(), before, "freeing the buffer closes its one");
 	phx_device_close(dev);
 }
