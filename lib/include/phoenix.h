@@ -725,7 +725,7 @@ enum phx_stream_wait {
  *   PHX_DIRECT         auto | on | off       O_DIRECT use
  *   PHX_HOT_FRACTION   50                    % cached that counts as hot
  *   PHX_STREAM_WAIT    auto | copy | kernel | device | host
- *   PHX_STREAM_RINGS   2                     copy mode: rings (1-4) the
+ *   PHX_STREAM_RINGS   1                     copy mode: rings (1-4) the
  *                                            staging is split into
  */
 struct phx_settings {

@@ -24,9 +24,9 @@ struct phx_stream {
 };
 
 /*
- * Copy mode: the first PHX_STREAM_RINGS workers (2) own a ring each, the
+ * Copy mode: the first PHX_STREAM_RINGS workers (1) own a ring each, the
  * staging budget split between them, each cut into PHX_RING_SLOTS slots
- * (16 of 2 MiB by default: as many requests in flight as phx_read()
+ * (16 of 4 MiB by default: as many requests in flight as phx_read()
  * has); transfers a ring can have queued.
  */
 #define PHX_RING_SLOTS 16
@@ -35,19 +35,20 @@ struct phx_stream {
 /*
  * "copy" mode: the words of mapped host memory through which a ring's
  * worker and the streams its transfers are queued on hand its slots over
- * (ring.c; ready and freed as struct phx_sink describes).  A stream
- * stores reached[t % PHX_RING_XFERS] = t when it gets to transfer t of
- * the ring, waits for done to reach t, and stores passed[t %
- * PHX_RING_XFERS] = t, its last touch of these words for t.
+ * (ring.c; ready and freed as struct phx_sink describes).  A stream waits
+ * for done to reach t and then stores passed[t % PHX_RING_XFERS] = t,
+ * its last touch of these words for t.
  */
 struct phx_ring_words {
 	uint32_t ready[PHX_RING_SLOTS];
 	uint32_t freed[PHX_RING_SLOTS];
 	uint32_t done;
-	uint32_t pad[15]; /* reached[] on a cache line of its own */
-	uint32_t reached[PHX_RING_XFERS];
+	uint32_t pad[15]; /* passed[] on cache lines of its own */
 	uint32_t passed[PHX_RING_XFERS];
 };
+
+/* Transfers a ring's worker gives its engine at once (copy mode). */
+#define PHX_RING_WINDOW 64
 
 struct async_req {
 	struct phx_device *dev;
@@ -82,6 +83,11 @@ struct async_req {
 	bool queuing; /* its ops are being queued; protected by w->lock */
 	bool passes; /* its stream will store passed[]; protected by w->lock */
 	bool skip; /* nothing of it is on the stream; protected by w->lock */
+	uint64_t g; /* its number among the rings' transfers of the device */
+	/* taken by its ring's worker: the engine's transfer, and its sink */
+	struct phx_io io;
+	struct phx_sink sink;
+	bool started, finished; /* given to the engine; it is done */
 	struct async_req *next;
 };
 
@@ -101,6 +107,9 @@ struct async_thread {
 	struct phx_ring_words *words;
 	uint64_t words_daddr;
 	struct async_req *ring_head, *ring_tail;
+	/* taken by the worker, in ring order, and how many (worker only) */
+	struct async_req *act_head, *act_tail;
+	unsigned int nact;
 	/* done, their streams not yet past their last touch of the words */
 	struct async_req *ring_passing;
 	unsigned int ring_queued; /* from queued until passed */
@@ -142,7 +151,13 @@ struct phx_async_worker {
 	struct phx_feed_ctl *ctls; /* made under spawn_lock */
 	uint64_t ctls_daddr;
 	struct async_req *feed_head;
-	/* "copy" mode: the thread growing the rings, once started */
+	/*
+	 * "copy" mode: transfers numbered on all rings, and the writes among
+	 * them not yet retired (protected by lock); the thread growing the
+	 * rings, once started.
+	 */
+	uint64_t ring_g;
+	unsigned int ring_writes;
 	struct phx_device *dev;
 	pthread_t grower;
 	bool grow_started; /* protected by lock */
@@ -184,14 +199,19 @@ void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w);
  */
 int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 		     struct async_req *r);
-/* @t's next transfer once its stream got there, taken off; w->lock held. */
-struct async_req *phx_ring_claim_locked(struct async_thread *t);
+/*
+ * The worker's turn at @t's ring (w->lock held, dropped meanwhile): take
+ * the transfers queued there, run the engine a step, retire the ones that
+ * finished; whether anything moved.
+ */
+bool phx_ring_pump_locked(struct async_thread *t);
+/* Whether @t's ring has transfers not yet finished; w->lock held. */
+bool phx_ring_busy_locked(const struct async_thread *t);
 /*
  * Retire @t's transfers whose streams are past them (w->lock held):
  * only then are they no longer queued, so the words outlive every use.
  */
 void phx_ring_reap_locked(struct async_thread *t);
-void phx_ring_run(struct async_thread *t, struct async_req *r);
 /*
  * Start @t's ring: small slots at first (PHX_RING_SLOTS of 64 KiB), to
  * grow to @staging bytes.  On the caller's thread, before any transfer

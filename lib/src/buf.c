@@ -256,8 +256,9 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 		if (buf->chunks[i].mapped)
 			continue;
 		if (buf->imported)
-			return phx_err(EPERM,
-				       "cannot back a hole in an imported buffer: write it in the owning process");
+			return phx_err(
+				EPERM,
+				"cannot back a hole in an imported buffer: write it in the owning process");
 		s = phx_max(off, buf->chunks[i].off);
 		e = phx_min(end, buf->chunks[i].off + buf->chunks[i].size);
 		back_span(buf, i, s, e, &from, &to);
@@ -314,7 +315,8 @@ PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 	int ret;
 
 	if (size > PHX_MAX_SIZE)
-		return phx_err(EFBIG, "%s: cannot allocate %llu bytes: too large",
+		return phx_err(EFBIG,
+			       "%s: cannot allocate %llu bytes: too large",
 			       dev->name, (unsigned long long)size);
 	ret = phx_device_bind(dev);
 	if (ret)
@@ -360,14 +362,14 @@ static int buf_move(struct phx_buf *buf, uint64_t reserved)
 
 		if (!c->mapped)
 			continue;
-		ret = dev->ops->chunk_map(dev, va + c->off, c->size,
-					  c->handle);
+		ret = dev->ops->chunk_map(dev, va + c->off, c->size, c->handle);
 		if (ret)
 			goto out_unmap;
 	}
 	for (i = 0; i < buf->nchunks; i++)
 		if (buf->chunks[i].mapped)
-			dev->ops->chunk_unmap(dev, buf->dptr + buf->chunks[i].off,
+			dev->ops->chunk_unmap(dev,
+					      buf->dptr + buf->chunks[i].off,
 					      buf->chunks[i].size);
 	dev->ops->va_release(dev, buf->dptr, buf->reserved);
 	buf->dptr = va;
@@ -465,11 +467,11 @@ out:
 int phx_buf_check_range(const struct phx_buf *buf, uint64_t off, uint64_t len)
 {
 	if (off > buf->size || len > buf->size - off)
-		return phx_err(ERANGE,
-			       "range %llu+%llu is outside the %llu-byte buffer",
-			       (unsigned long long)off,
-			       (unsigned long long)len,
-			       (unsigned long long)buf->size);
+		return phx_err(
+			ERANGE,
+			"range %llu+%llu is outside the %llu-byte buffer",
+			(unsigned long long)off, (unsigned long long)len,
+			(unsigned long long)buf->size);
 	return 0;
 }
 
@@ -525,10 +527,10 @@ PHX_EXPORT int phx_buf_next_data(struct phx_buf *buf, uint64_t off,
 		*data_off = start;
 		*data_len = end - start;
 	} else {
-		ret = phx_err(ENXIO,
-			      "no data at or after offset %llu of the %llu-byte buffer",
-			      (unsigned long long)off,
-			      (unsigned long long)buf->size);
+		ret = phx_err(
+			ENXIO,
+			"no data at or after offset %llu of the %llu-byte buffer",
+			(unsigned long long)off, (unsigned long long)buf->size);
 	}
 	pthread_mutex_unlock(&buf->lock);
 	return ret;
@@ -548,12 +550,11 @@ PHX_EXPORT void *phx_buf_host_view(struct phx_buf *buf)
 {
 	struct phx_device *dev = buf->dev;
 
-	return dev->ops->host_addr ? dev->ops->host_addr(dev, buf->dptr) :
-				     NULL;
+	return dev->ops->host_addr ? dev->ops->host_addr(dev, buf->dptr) : NULL;
 }
 
-int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst,
-		     uint64_t len, void *stream)
+int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst, uint64_t len,
+		     void *stream)
 {
 	struct phx_device *dev = buf->dev;
 	uint64_t end = off + len;
@@ -661,8 +662,9 @@ static int recv_all(int sock, void *data, size_t len, int *fds,
 			return phx_err(errno, "receiving a buffer: %s",
 				       strerror(errno));
 		if (n == 0)
-			return phx_err(EPIPE,
-				       "receiving a buffer: the sender closed the socket");
+			return phx_err(
+				EPIPE,
+				"receiving a buffer: the sender closed the socket");
 		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
 			unsigned int k, cnt;
 
@@ -747,8 +749,7 @@ static int share_place(struct phx_buf *buf, const struct share_chunk *sc,
 	if (!sc->size || sc->off % gran || sc->size % gran ||
 	    sc->off + sc->size < sc->off ||
 	    sc->off + sc->size > buf->reserved || buf->chunks[i].mapped ||
-	    sc->off + sc->size >
-		    buf->chunks[i].off + buf->chunks[i].size)
+	    sc->off + sc->size > buf->chunks[i].off + buf->chunks[i].size)
 		return phx_err(EPROTO,
 			       "receiving a buffer: bad chunk %llu+%llu",
 			       (unsigned long long)sc->off,
@@ -776,13 +777,16 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 	if (ret)
 		return ret;
 	if (hdr.magic != PHX_SHARE_MAGIC || hdr.version != PHX_SHARE_VERSION)
-		return phx_err(EPROTO, "receiving a buffer: not a libphoenix buffer message");
+		return phx_err(
+			EPROTO,
+			"receiving a buffer: not a libphoenix buffer message");
 	if (hdr.kind != (uint32_t)dev->ops->kind ||
 	    hdr.granularity != dev->granularity ||
 	    hdr.max_chunk != max_chunk_of(hdr.granularity))
-		return phx_err(EINVAL,
-			       "receiving a buffer: it comes from a %s device with another layout; open the same device kind with the same PHX_ALLOC_CHUNK",
-			       phx_kind_name((enum phx_device_kind)hdr.kind));
+		return phx_err(
+			EINVAL,
+			"receiving a buffer: it comes from a %s device with another layout; open the same device kind with the same PHX_ALLOC_CHUNK",
+			phx_kind_name((enum phx_device_kind)hdr.kind));
 	ret = buf_new(dev, hdr.reserved, PHX_BUF_SPARSE, true, &buf);
 	if (ret)
 		goto out_destroy;
@@ -793,7 +797,9 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 		if (ret)
 			goto out_destroy;
 		if (got != n) {
-			ret = phx_err(EPROTO, "receiving a buffer: descriptors missing");
+			ret = phx_err(
+				EPROTO,
+				"receiving a buffer: descriptors missing");
 			for (k = 0; k < got; k++)
 				close(fds[k]);
 			goto out_destroy;

@@ -437,8 +437,13 @@ static void engine_fill(struct phx_engine *e)
 	struct job *head = next_issuable(e);
 	unsigned int i;
 
+	/* a ring's jobs take its slots in sequence, one job after the other */
 	if (head && head->sink) {
-		phx_sink_fill(e, head);
+		do {
+			phx_sink_fill(e, head);
+			if (job_issuable(head))
+				return; /* its next slot is not free yet */
+		} while ((head = next_issuable(e)));
 		return;
 	}
 	for (i = 0; i < e->nslots; i++) {
@@ -712,15 +717,12 @@ void phx_engine_queue(struct phx_engine *e, struct job *j)
 }
 
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
-static int64_t engine_run(struct phx_engine *e, struct phx_io *io,
-			  struct phx_sink *sink)
+int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
 {
 	struct job *j;
 	int ret;
 
-	ret = phx_job_make(e, io, sink, &j);
-	if (ret && sink)
-		phx_sink_drain(e, io, sink); /* its stream waits all the same */
+	ret = phx_job_make(e, io, NULL, &j);
 	if (ret) {
 		atomic_fetch_add(&e->dev->errors, 1);
 		return io->result = ret;
@@ -737,27 +739,38 @@ static int64_t engine_run(struct phx_engine *e, struct phx_io *io,
 	return io->result;
 }
 
-int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
+int phx_engine_sink_queue(struct phx_engine *e, struct phx_io *io,
+			  struct phx_sink *sink, int err)
 {
-	return engine_run(e, io, NULL);
+	struct job *j = NULL;
+	int ret = err;
+
+	if (!ret) {
+		ret = phx_job_make(e, io, sink, &j);
+		if (ret == -EAGAIN)
+			return ret;
+	}
+	if (ret) {
+		/* nothing moves, but its stream waits for every segment */
+		j = phx_sink_failed_job(e, io, sink, ret);
+		if (!j)
+			return -EAGAIN;
+	}
+	phx_engine_queue(e, j);
+	return 0;
 }
 
-/*
- * Run @io through @sink: the job's segments go through the slots in ring
- * order and the stream the transfer is queued on copies them.  The
- * engine makes no driver call meanwhile: the stream waits on it, and a
- * driver call can wait for the stream.
- */
-int64_t phx_engine_io_sink(struct phx_engine *e, struct phx_io *io,
-			   struct phx_sink *sink)
+struct phx_io *phx_engine_reap(struct phx_engine *e)
 {
-	return engine_run(e, io, sink);
-}
+	struct job *j = STAILQ_FIRST(&e->done);
+	struct phx_io *io;
 
-void phx_engine_drain_sink(struct phx_engine *e, const struct phx_io *io,
-			   struct phx_sink *sink)
-{
-	phx_sink_drain(e, io, sink);
+	if (!j)
+		return NULL;
+	STAILQ_REMOVE_HEAD(&e->done, done);
+	io = j->io;
+	free(j);
+	return io;
 }
 
 void phx_engine_ring(const struct phx_engine *e, char **staging,

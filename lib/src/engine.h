@@ -165,9 +165,6 @@ int phx_job_start(struct phx_engine *e, struct phx_io *io, struct job **out);
 int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
 		 struct job **out);
 void phx_engine_queue(struct phx_engine *e, struct job *j);
-/* One round of the pipeline; with @block it sleeps until something moves. */
-int phx_engine_step(struct phx_engine *e, bool block);
-bool phx_engine_busy(const struct phx_engine *e);
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
 int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
 
@@ -188,9 +185,14 @@ void phx_sink_fill(struct phx_engine *e, struct job *j);
 void phx_sink_publish(struct phx_engine *e, struct slot *sl);
 /* Whether the stream is done with @sl. */
 bool phx_sink_consumed(const struct phx_engine *e, const struct slot *sl);
-/* A job that could not start: hand every slot over all the same. */
-void phx_sink_drain(struct phx_engine *e, const struct phx_io *io,
-		    struct phx_sink *sink);
+/*
+ * A job for @io that moves nothing and fails with @err: its segments
+ * still take their slots in sequence and hand them to the stream (a
+ * read's are zeros), since the stream waits for every one.  NULL when
+ * out of host memory.
+ */
+struct job *phx_sink_failed_job(struct phx_engine *e, struct phx_io *io,
+				struct phx_sink *sink, int err);
 /* Nothing moved: wait a little for the stream or the disk. */
 int phx_sink_idle(struct phx_engine *e);
 

@@ -18,16 +18,15 @@ int phx_fdmem_reserve(struct phx_device *dev, uint64_t size, phx_dptr_t *out)
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	if (p == MAP_FAILED)
-		return phx_err(errno == ENOMEM ? EFBIG : errno,
-			       "%s: cannot reserve %llu bytes of address space: %s",
-			       dev->name, (unsigned long long)size,
-			       strerror(errno));
+		return phx_err(
+			errno == ENOMEM ? EFBIG : errno,
+			"%s: cannot reserve %llu bytes of address space: %s",
+			dev->name, (unsigned long long)size, strerror(errno));
 	*out = (phx_dptr_t)(uintptr_t)p;
 	return 0;
 }
 
-void phx_fdmem_release(struct phx_device *dev, phx_chunk_t chunk,
-		       uint64_t size)
+void phx_fdmem_release(struct phx_device *dev, phx_chunk_t chunk, uint64_t size)
 {
 	close((int)chunk);
 }

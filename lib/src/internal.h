@@ -133,12 +133,22 @@ int phx_engine_new_ring(struct phx_device *dev, size_t staging,
 /* Its slots: slot i is @chunk bytes at @staging + i * @chunk, pinned or not. */
 void phx_engine_ring(const struct phx_engine *e, char **staging,
 		     unsigned int *nslots, uint64_t *chunk, bool *pinned);
-/* Run @io to completion on @e, its bytes moved by @sink's stream. */
-int64_t phx_engine_io_sink(struct phx_engine *e, struct phx_io *io,
-			   struct phx_sink *sink);
-/* Hand every slot of @io's segments to @sink's stream, moving nothing. */
-void phx_engine_drain_sink(struct phx_engine *e, const struct phx_io *io,
-			   struct phx_sink *sink);
+/*
+ * Queue @io on @e, its bytes moved by @sink's stream, after the jobs
+ * queued before it (their segments take the ring's slots first); with
+ * @err, or when it cannot move, it only hands its slots to the stream
+ * and finishes with that error.  -EAGAIN: not now (every file slot of
+ * the engine is busy), again once a job finished.
+ */
+int phx_engine_sink_queue(struct phx_engine *e, struct phx_io *io,
+			  struct phx_sink *sink, int err);
+/*
+ * One step of @e's pipeline; with @block, it waits for something to
+ * happen first.  Then a transfer that finished (result set), or NULL.
+ */
+int phx_engine_step(struct phx_engine *e, bool block);
+bool phx_engine_busy(const struct phx_engine *e);
+struct phx_io *phx_engine_reap(struct phx_engine *e);
 
 /*
  * How a stream-ordered transfer of @len bytes at @file_off is cut for a

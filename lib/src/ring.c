@@ -3,13 +3,13 @@
  * ring.c - stream-ordered transfers in PHX_STREAM_WAIT=copy, the default
  * on CUDA and the simulated device.
  *
- * Each worker thread owns an engine whose staging slots form a ring, and
- * the ring's words in mapped host memory (struct phx_ring_words).  When a
- * transfer is queued on a stream whose values are fixed (PHX_STREAM_FIXED),
- * it gets the least busy ring, a transfer number t and the next nsegs
- * sequence numbers q there, and phx_io_enqueue() puts on the stream:
+ * Each ring worker thread owns an engine whose staging slots form a
+ * ring, and the ring's words in mapped host memory (struct
+ * phx_ring_words).  When a transfer is queued on a stream whose values
+ * are fixed (PHX_STREAM_FIXED), it gets the least busy ring, a transfer
+ * number t and the next nsegs sequence numbers q there, and
+ * phx_io_enqueue() puts on the stream:
  *
- *   store reached[t % PHX_RING_XFERS] = t
  *   for each segment (q, slot = q % nslots):
  *       wait ready[slot] >= q + 1
  *       copy slot <-> buffer        (the copy engine, as for phx_read())
@@ -17,15 +17,19 @@
  *   wait done >= t
  *   store passed[t % PHX_RING_XFERS] = t
  *
- * The worker sees reached, runs the transfer through its engine with the
- * ring as the job's sink (sink.c: file I/O into or out of the slots, in
- * sequence), writes bytes_done and stores done = t; the transfer counts
- * as queued until its stream stored passed, so the words are never
- * unmapped under a stream that still reads them.  It makes no driver
- * call while a stream waits on it, and nothing runs on the GPU's SMs.
- * A worker commits only to a transfer whose stream has reached it, so
- * transfers on one ring from several streams cannot wait on each other
- * in a cycle (a stream can only wait on work queued before it).
+ * The worker takes the ring's transfers in order as soon as their ops
+ * are on their streams, up to PHX_RING_WINDOW at once, and gives them to
+ * its engine with the ring as their sink (sink.c: file I/O into or out of
+ * the slots, in sequence): a transfer's reads run while the stream still
+ * copies the ones before it.  As they finish, in ring order, it writes
+ * bytes_done and stores done = t; a transfer counts as queued until its
+ * stream stored passed, so the words are never unmapped under a stream
+ * that still reads them.  The worker makes no driver call while a stream
+ * waits on it, and nothing runs on the GPU's SMs.
+ *
+ * Transfers on one ring from several streams cannot wait on each other in
+ * a cycle: a transfer only ever waits for slots of transfers queued
+ * before it, and a stream can only wait on work queued before its own.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -190,7 +194,7 @@ static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
 
 /* Put @r's part of the protocol (see the file header) on @stream. */
 static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
-			  struct async_req *r, bool *reached, bool *passes)
+			  struct async_req *r, bool *onstream, bool *passes)
 {
 	struct phx_device *dev = stream->dev;
 	const struct phx_backend_ops *ops = dev->ops;
@@ -202,12 +206,6 @@ static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
 	int ret;
 
 	phx_engine_ring(t->engine, &staging, &nslots, &chunk, &pinned);
-	ret = ops->stream_write_value(dev, stream->native, &wd->reached[x],
-				      WORD(t, reached) + x * sizeof(uint32_t),
-				      r->t);
-	if (ret)
-		return ret;
-	*reached = true;
 	for (k = 0; k < r->nsegs; k++) {
 		uint32_t q = r->seq + k;
 		unsigned int i = q % nslots;
@@ -235,11 +233,13 @@ static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
 		if (ret) {
 			/* what made it onto the stream still runs */
 			__atomic_store_n(&r->live, k, __ATOMIC_RELEASE);
+			*onstream = k > 0;
 			return ret;
 		}
 	}
 	ret = ops->stream_wait_value(dev, stream->native, &wd->done,
 				     WORD(t, done), r->t);
+	*onstream = r->nsegs > 0 || !ret;
 	if (!ret)
 		ret = ops->stream_write_value(
 			dev, stream->native, &wd->passed[x],
@@ -256,7 +256,7 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 	struct async_thread *t;
 	uint64_t chunk = 0, nsegs;
 	unsigned int nslots;
-	bool pinned = false, reached = false, passes = false;
+	bool pinned = false, onstream = false, passes = false;
 	char *staging;
 	int ret;
 
@@ -283,10 +283,13 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 			"%s: %d stream-ordered transfers already queued on every ring; wait for some to finish",
 			dev->name, PHX_RING_XFERS);
 	}
-	if (++t->ring_t == 0) /* reached[] starts zeroed: never number 0 */
+	if (++t->ring_t == 0) /* passed[] starts zeroed: never number 0 */
 		t->ring_t = 1;
 	r->ring = true;
 	r->queuing = true;
+	r->g = ++w->ring_g;
+	if (r->op == PHX_OP_WRITE)
+		w->ring_writes++;
 	r->t = t->ring_t;
 	r->seq = t->ring_seq;
 	r->nsegs = (unsigned int)nsegs;
@@ -303,12 +306,12 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 	pthread_mutex_unlock(&w->lock);
 
 	/* from here on the worker owns @r; it waits for queuing to end */
-	ret = ring_queue_ops(stream, t, r, &reached, &passes);
+	ret = ring_queue_ops(stream, t, r, &onstream, &passes);
 	pthread_mutex_lock(&w->lock);
 	r->passes = passes;
 	if (ret) {
 		r->queue_err = ret;
-		r->skip = !reached; /* nothing of it is on the stream */
+		r->skip = !onstream; /* nothing of it is on the stream */
 	}
 	r->queuing = false;
 	pthread_cond_broadcast(&w->done);
@@ -316,78 +319,152 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 	return ret;
 }
 
-struct async_req *phx_ring_claim_locked(struct async_thread *t)
+/*
+ * Give @r's transfer to @t's engine; -EAGAIN when it cannot take it yet
+ * (its file slots are all busy).  A transfer that cannot move (a value
+ * changed after it was queued, a bad descriptor) still goes through the
+ * ring, moving nothing, since its stream waits for its slots.
+ */
+static int ring_start(struct async_thread *t, struct async_req *r)
 {
-	struct async_req *r = t->ring_head;
+	int err = 0;
 
-	if (!r)
-		return NULL;
-	if (!r->skip &&
-	    __atomic_load_n(&t->words->reached[r->t % PHX_RING_XFERS],
-			    __ATOMIC_ACQUIRE) != r->t)
-		return NULL;
-	t->ring_head = r->next;
-	if (!t->ring_head)
-		t->ring_tail = NULL;
-	return r;
+	r->io = (struct phx_io){
+		.op = r->op,
+		.fd = r->fd,
+		.file_off = r->val_file_off,
+		.dptr = r->dptr + (uint64_t)r->val_buf_off,
+		.len = r->val_len,
+	};
+	r->sink = (struct phx_sink){
+		.ready = t->words->ready,
+		.freed = t->words->freed,
+		.seq = r->seq,
+		.live = &r->live,
+	};
+	/* a promise broken: the copies on the stream are the old ones */
+	if (*r->len != r->val_len || *r->file_off != r->val_file_off ||
+	    *r->buf_off != r->val_buf_off)
+		err = phx_err(
+			EINVAL,
+			"%s: a stream-ordered transfer's size or offsets changed after it was queued on a stream with fixed values",
+			r->dev->name);
+	return phx_engine_sink_queue(t->engine, &r->io, &r->sink, err);
 }
 
-void phx_ring_run(struct async_thread *t, struct async_req *r)
+/*
+ * The number of the oldest write on any ring not yet retired, UINT64_MAX
+ * if none (w->lock held).  A read may go to the file before its stream
+ * gets to it, but not before the writes queued before it are in the file:
+ * one of them may be what its stream waits for.
+ */
+static uint64_t ring_write_floor_locked(struct phx_async_worker *w)
+{
+	uint64_t floor = UINT64_MAX;
+
+	if (!w->ring_writes)
+		return floor;
+	for (unsigned int i = 0; i < w->nthreads; i++) {
+		const struct async_thread *t = &w->threads[i];
+		const struct async_req *lists[2] = { t->act_head,
+						     t->ring_head };
+
+		/* each list is in the order queued: its first write is oldest */
+		for (int l = 0; l < 2; l++)
+			for (const struct async_req *r = lists[l]; r;
+			     r = r->next)
+				if (r->op == PHX_OP_WRITE) {
+					floor = phx_min(floor, r->g);
+					break;
+				}
+	}
+	return floor;
+}
+
+bool phx_ring_busy_locked(const struct async_thread *t)
+{
+	return t->ring_head || t->act_head;
+}
+
+bool phx_ring_pump_locked(struct async_thread *t)
 {
 	struct phx_async_worker *w = t->w;
-	int64_t res = 0;
-	bool skip;
+	struct phx_engine *e = t->engine;
+	bool moved = false;
+	struct async_req *r;
+	struct phx_io *io;
+	uint64_t floor;
+	int ret;
 
-	pthread_mutex_lock(&w->lock);
-	skip = r->skip;
+	/* take the transfers whose ops are all on their streams, in order */
+	while ((r = t->ring_head) && !r->queuing && t->nact < PHX_RING_WINDOW) {
+		t->ring_head = r->next;
+		if (!t->ring_head)
+			t->ring_tail = NULL;
+		r->next = NULL;
+		r->started = r->skip; /* nothing of it is on the stream */
+		r->finished = r->skip;
+		if (t->act_tail)
+			t->act_tail->next = r;
+		else
+			t->act_head = r;
+		t->act_tail = r;
+		t->nact++;
+		moved = true;
+	}
+	floor = ring_write_floor_locked(w);
 	pthread_mutex_unlock(&w->lock);
-	if (!skip) {
-		struct phx_io io = {
-			.op = r->op,
-			.fd = r->fd,
-			.file_off = r->val_file_off,
-			.dptr = r->dptr + (uint64_t)r->val_buf_off,
-			.len = r->val_len,
-		};
-		struct phx_sink sink = {
-			.ready = t->words->ready,
-			.freed = t->words->freed,
-			.seq = r->seq,
-			.live = &r->live,
-		};
 
-		/* a promise broken: the copies on the stream are the old ones */
-		if (*r->len != r->val_len || *r->file_off != r->val_file_off ||
-		    *r->buf_off != r->val_buf_off) {
-			res = phx_err(
-				EINVAL,
-				"%s: a stream-ordered transfer's size or offsets changed after it was queued on a stream with fixed values",
-				r->dev->name);
-			phx_engine_drain_sink(t->engine, &io, &sink);
-		} else {
-			res = phx_engine_io_sink(t->engine, &io, &sink);
+	/* into the engine in ring order: each fills its slots after the last */
+	for (r = t->act_head; r; r = r->next) {
+		if (r->started)
+			continue;
+		if (r->op == PHX_OP_READ && r->g > floor)
+			break; /* an earlier write is not in the file yet */
+		if (ring_start(t, r)) {
+			phx_err_clear(); /* again once some finished */
+			break;
 		}
+		r->started = true;
+		moved = true;
 	}
-	pthread_mutex_lock(&w->lock);
-	while (r->queuing)
-		pthread_cond_wait(&w->done, &w->lock);
-	pthread_mutex_unlock(&w->lock);
-	*r->bytes_done = r->queue_err ? r->queue_err : res;
-	/* the stream may move on now */
-	if (!skip)
-		phx_word_store(&t->words->done, r->t);
-	pthread_mutex_lock(&w->lock);
-	if (r->passes) {
-		/* retired once its stream stored passed[] (reap) */
-		r->next = t->ring_passing;
-		t->ring_passing = r;
-		r = NULL;
-	} else {
-		t->ring_queued--;
-		phx_async_release_locked(w, r);
+	if (phx_engine_busy(e)) {
+		ret = phx_engine_step(e, !moved);
+		if (ret)
+			phx_err_clear(); /* its slots are still there: again */
 	}
-	pthread_mutex_unlock(&w->lock);
-	free(r);
+	while ((io = phx_engine_reap(e))) {
+		r = (struct async_req *)((char *)io -
+					 offsetof(struct async_req, io));
+		r->finished = true;
+		moved = true;
+	}
+
+	pthread_mutex_lock(&w->lock);
+	/* done is one word for the ring: transfers end in ring order */
+	while ((r = t->act_head) && r->finished) {
+		t->act_head = r->next;
+		if (!t->act_head)
+			t->act_tail = NULL;
+		t->nact--;
+		if (r->op == PHX_OP_WRITE)
+			w->ring_writes--;
+		*r->bytes_done = r->queue_err ? r->queue_err : r->io.result;
+		/* the stream may move on now */
+		if (!r->skip)
+			phx_word_store(&t->words->done, r->t);
+		if (r->passes) {
+			/* retired once its stream stored passed[] (reap) */
+			r->next = t->ring_passing;
+			t->ring_passing = r;
+		} else {
+			t->ring_queued--;
+			phx_async_release_locked(w, r);
+			free(r);
+		}
+		moved = true;
+	}
+	return moved;
 }
 
 void phx_ring_reap_locked(struct async_thread *t)

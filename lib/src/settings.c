@@ -116,7 +116,7 @@ static void settings_init(void)
 		.sim_devices = 1,
 		.sim_capacity = 4ULL << 30,
 		.stream_wait = PHX_STREAM_WAIT_AUTO,
-		.stream_rings = 2,
+		.stream_rings = 1,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, 64 << 10);
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, 4096);

@@ -19,6 +19,7 @@
  * SMs.  While the stream waits on these words the engine makes no driver
  * call (a driver call can wait for the stream), so it polls the words.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -127,7 +128,8 @@ void phx_sink_fill(struct phx_engine *e, struct job *j)
 			continue;
 		}
 		if (j->err) {
-			phx_sink_publish(e, sl); /* nothing read: zeros */
+			sl->foff = sl->seg_foff; /* nothing read: zeros */
+			phx_sink_publish(e, sl);
 			continue;
 		}
 		if (j->direct) {
@@ -158,42 +160,24 @@ bool phx_sink_consumed(const struct phx_engine *e, const struct slot *sl)
 	return phx_word_reached(&sink->freed[slot_index(e, sl)], sl->seq + 1);
 }
 
-void phx_sink_drain(struct phx_engine *e, const struct phx_io *io,
-		    struct phx_sink *sink)
+struct job *phx_sink_failed_job(struct phx_engine *e, struct phx_io *io,
+				struct phx_sink *sink, int err)
 {
-	uint64_t n = phx_sink_nsegs((uint64_t)io->file_off, io->len, e->chunk);
-	unsigned int polls = 0;
+	struct job *j = calloc(1, sizeof(*j));
 
-	for (uint64_t k = 0; k < n + e->nslots; k++) {
-		/* segment k takes the slot of k - nslots: wait for its copy */
-		if (k >= e->nslots) {
-			uint64_t p = k - e->nslots;
-			uint32_t q = sink->seq + (uint32_t)p;
-
-			while (p < __atomic_load_n(sink->live,
-						   __ATOMIC_ACQUIRE) &&
-			       !phx_word_reached(&sink->freed[q % e->nslots],
-						 q + 1))
-				phx_poll_backoff(polls++);
-		}
-		if (k < n) {
-			uint32_t q = sink->seq + (uint32_t)k;
-			uint64_t foff, len, off;
-
-			/* a read brings zeros, never what a slot held before */
-			if (io->op == PHX_OP_READ) {
-				phx_sink_seg((uint64_t)io->file_off, io->len,
-					     e->chunk, (unsigned int)k, &foff,
-					     &len, &off);
-				memset(e->staging +
-					       (size_t)(q % e->nslots) *
-						       e->chunk +
-					       off,
-				       0, len);
-			}
-			phx_word_store(&sink->ready[q % e->nslots], q + 1);
-		}
-	}
+	if (!j)
+		return NULL;
+	io->result = 0;
+	io->path = PHX_PATH_NONE;
+	j->io = io;
+	j->sink = sink;
+	j->err = err;
+	/* the values were checked when the transfer was queued */
+	j->start = (uint64_t)io->file_off;
+	j->end = j->start + io->len;
+	j->nsegs = (unsigned int)phx_sink_nsegs(j->start, io->len, e->chunk);
+	j->nregions = j->nsegs ? 1 : 0;
+	return j;
 }
 
 int phx_sink_idle(struct phx_engine *e)

@@ -155,10 +155,11 @@ void phx_async_release_locked(struct phx_async_worker *w, struct async_req *r)
 }
 
 /*
- * A worker: serves its ring's transfers (copy mode) and any device's
- * queued or reached transfers of the other modes, whichever its stream
- * got to first; it never commits to a transfer its stream has not
- * reached, so no transfer waits for a thread busy on another one.
+ * A worker: serves its ring's transfers (copy mode, ring.c) and any
+ * device's queued or reached transfers of the other modes, whichever its
+ * stream got to first; it never commits to another mode's transfer its
+ * stream has not reached, so no transfer waits for a thread busy on
+ * another one.
  */
 static void *async_main(void *arg)
 {
@@ -166,6 +167,7 @@ static void *async_main(void *arg)
 	struct phx_async_worker *w = t->w;
 	struct async_req *r;
 	unsigned int polls = 0;
+	bool moved;
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
@@ -178,24 +180,28 @@ static void *async_main(void *arg)
 					w->tail = NULL;
 				break;
 			}
-			if (t->ring_passing) {
+			moved = false;
+			if (t->ring_passing)
 				phx_ring_reap_locked(t);
+			if (t->words && phx_ring_busy_locked(t))
+				moved = phx_ring_pump_locked(t);
+			if (t->words)
 				phx_ring_grow_locked(w, t);
-			}
-			if (t->grown)
-				phx_ring_grow_locked(w, t);
-			r = phx_ring_claim_locked(t);
-			if (r)
-				break;
 			r = phx_feed_claim_locked(w);
 			if (r)
 				break;
-			if (!w->feed_head && !t->ring_head &&
+			if (moved) {
+				polls = 0;
+				continue;
+			}
+			if (w->head || w->stop)
+				continue;
+			if (!w->feed_head && !phx_ring_busy_locked(t) &&
 			    !t->ring_passing) {
 				pthread_cond_wait(&w->work, &w->lock);
 				continue;
 			}
-			/* queued, their streams not there yet: look again soon */
+			/* waiting for streams to get somewhere: look again soon */
 			pthread_mutex_unlock(&w->lock);
 			phx_poll_backoff(polls++);
 			pthread_mutex_lock(&w->lock);
@@ -205,12 +211,6 @@ static void *async_main(void *arg)
 		polls = 0;
 		pthread_mutex_unlock(&w->lock);
 
-		if (r->ring) {
-			phx_ring_run(t, r);
-			pthread_mutex_lock(&w->lock);
-			phx_ring_grow_locked(w, t);
-			continue;
-		}
 		if (r->ctl) {
 			phx_feed_run(t, r);
 			pthread_mutex_lock(&w->lock);

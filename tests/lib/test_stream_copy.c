@@ -66,8 +66,8 @@ static int64_t xfer(struct phx_stream *st, enum phx_op op, int fd,
 }
 
 /*
- * Every size around the ring's slots (2 MiB with the default 64 MiB of
- * staging: two rings of sixteen) and past the ring, at aligned and
+ * Every size around the ring's slots (64 KiB at first, 4 MiB once grown
+ * with the default 64 MiB of staging) and past the ring, at aligned and
  * unaligned file and buffer offsets, both ways.
  */
 static void round_trips(void)
@@ -288,6 +288,70 @@ Test(copy, rings_grow_under_transfers_on_two_rings)
 Test(copy, a_single_ring_grows_under_transfers)
 {
 	growing_rings("1");
+}
+
+/*
+ * The worker reads ahead of the stream, but never ahead of the writes
+ * queued before: each read queued behind a write of the same bytes, on
+ * one stream whose transfers spread over both rings, brings what the
+ * write put in the file, not what was there before.  A long cold read
+ * first holds the stream, so that the reads could well run before it
+ * gets to the writes.
+ */
+Test(copy, reads_see_the_writes_queued_before_them)
+{
+	enum { NX = 40, PIECE = 777 * 1000 };
+	size_t total = (size_t)NX * PIECE;
+	struct phx_device *dev = copy_mode();
+	struct phx_stream *st = fixed_stream(dev);
+	struct phx_buf *src, *dst;
+	unsigned char *old, *data = xmalloc(total);
+	static uint64_t len[NX];
+	static int64_t off[NX], wdone[NX], rdone[NX];
+	int fd = make_file(dir_direct(), total, 88, false, (void **)&old);
+	uint64_t glen = 96 << 20;
+	int64_t goff = 0, gdone;
+	struct phx_buf *gbuf;
+	void *gdata;
+	int gate = make_file(dir_direct(), glen, 90, true, &gdata);
+
+	fill_random(data, total, 89);
+	cr_assert_eq(phx_buf_alloc(dev, total, 0, &src), 0);
+	cr_assert_eq(phx_buf_alloc(dev, total, 0, &dst), 0);
+	cr_assert_eq(phx_buf_alloc(dev, glen, 0, &gbuf), 0);
+	cr_assert_eq(phx_memcpy_to_buf(src, 0, data, total), 0);
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, gate, phx_buf_dptr(gbuf),
+				    &glen, &goff, &goff, &gdone),
+		     0, "%s", phx_strerror_last());
+	for (int x = 0; x < NX; x++) {
+		len[x] = PIECE;
+		off[x] = (int64_t)x * PIECE;
+		cr_assert_eq(phx_io_enqueue(st, PHX_OP_WRITE, fd,
+					    phx_buf_dptr(src), &len[x], &off[x],
+					    &off[x], &wdone[x]),
+			     0, "%s", phx_strerror_last());
+		cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd,
+					    phx_buf_dptr(dst), &len[x], &off[x],
+					    &off[x], &rdone[x]),
+			     0, "%s", phx_strerror_last());
+	}
+	cr_assert_eq(phx_stream_sync(st), 0);
+	cr_assert_eq(gdone, (int64_t)glen);
+	for (int x = 0; x < NX; x++) {
+		cr_assert_eq(wdone[x], PIECE);
+		cr_assert_eq(rdone[x], PIECE);
+	}
+	assert_buf_eq(dst, 0, data, total);
+	phx_stream_destroy(st);
+	phx_buf_free(src);
+	phx_buf_free(dst);
+	phx_buf_free(gbuf);
+	free(gdata);
+	close(gate);
+	phx_device_close(dev);
+	free(data);
+	free(old);
+	close(fd);
 }
 
 /*
