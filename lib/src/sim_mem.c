@@ -126,9 +126,9 @@ static int file_new(struct phx_device *dev, uint64_t size,
 		err = errno;
 		close(f->fd);
 		free(f);
-		return phx_err(err, "%s: sizing %llu bytes of device memory: %s",
-			       dev->name, (unsigned long long)size,
-			       strerror(err));
+		return phx_err(
+			err, "%s: sizing %llu bytes of device memory: %s",
+			dev->name, (unsigned long long)size, strerror(err));
 	}
 	f->refs = 1;
 	f->size = size;
@@ -148,8 +148,7 @@ int phx_sim_locate(phx_dptr_t dptr)
 	return index;
 }
 
-int phx_sim_va_reserve(struct phx_device *dev, uint64_t size,
-		       phx_dptr_t *out)
+int phx_sim_va_reserve(struct phx_device *dev, uint64_t size, phx_dptr_t *out)
 {
 	struct sim_range *r = calloc(1, sizeof(*r));
 	phx_dptr_t va;
@@ -217,9 +216,10 @@ void phx_sim_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
 		punch = !c->file->shared;
 		pthread_mutex_unlock(&ranges_lock);
 		/* where the hole cannot be made, no new chunk may come */
-		if (punch && fallocate(c->file->fd,
-				       FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				       (off_t)c->off, (off_t)c->size)) {
+		if (punch &&
+		    fallocate(c->file->fd,
+			      FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)c->off, (off_t)c->size)) {
 			pthread_mutex_lock(&ranges_lock);
 			c->file->shared = true;
 			pthread_mutex_unlock(&ranges_lock);
@@ -246,8 +246,10 @@ static int chunk_place(struct phx_device *dev, struct sim_chunk *c,
 	pthread_mutex_lock(&ranges_lock);
 	r = range_find(at);
 	if (!r) {
-		ret = phx_err(EINVAL, "%s: mapping a chunk outside the device's reservations",
-			      dev->name);
+		ret = phx_err(
+			EINVAL,
+			"%s: mapping a chunk outside the device's reservations",
+			dev->name);
 		goto out;
 	}
 	c->off = at - r->va;
@@ -263,10 +265,11 @@ static int chunk_place(struct phx_device *dev, struct sim_chunk *c,
 			c->file->refs++;
 		}
 		if (c->off + c->size > c->file->size)
-			ret = phx_err(EINVAL,
-				      "%s: imported chunk at %llu is past the end of its %llu bytes",
-				      dev->name, (unsigned long long)c->off,
-				      (unsigned long long)c->file->size);
+			ret = phx_err(
+				EINVAL,
+				"%s: imported chunk at %llu is past the end of its %llu bytes",
+				dev->name, (unsigned long long)c->off,
+				(unsigned long long)c->file->size);
 		goto out;
 	}
 	if (r->file && r->file->shared) {

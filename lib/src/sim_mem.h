@@ -10,8 +10,7 @@
 #include "device.h"
 
 int phx_sim_locate(phx_dptr_t dptr);
-int phx_sim_va_reserve(struct phx_device *dev, uint64_t size,
-		       phx_dptr_t *out);
+int phx_sim_va_reserve(struct phx_device *dev, uint64_t size, phx_dptr_t *out);
 void phx_sim_va_release(struct phx_device *dev, phx_dptr_t va, uint64_t size);
 int phx_sim_chunk_create(struct phx_device *dev, uint64_t size,
 			 phx_chunk_t *out);

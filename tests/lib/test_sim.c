@@ -23,8 +23,7 @@ static uint64_t device_used(struct phx_device *dev)
 {
 	struct phx_device_info info;
 
-	cr_assert_eq(phx_device_info(dev, &info), 0, "%s",
-		     phx_strerror_last());
+	cr_assert_eq(phx_device_info(dev, &info), 0, "%s", phx_strerror_last());
 	return info.used;
 }
 
@@ -53,9 +52,9 @@ Test(sim, memory_given_back_reads_as_zeros_when_backed_again)
 
 	fill_random(data, 4 * gran, 31);
 	for (round = 0; round < 20; round++) {
-		cr_assert_eq(phx_buf_alloc(dev, 256 * MiB, PHX_BUF_SPARSE,
-					   &buf),
-			     0, "%s", phx_strerror_last());
+		cr_assert_eq(
+			phx_buf_alloc(dev, 256 * MiB, PHX_BUF_SPARSE, &buf), 0,
+			"%s", phx_strerror_last());
 		/* what was written last round is gone, not just unmapped */
 		cr_assert_eq(phx_memcpy_to_buf(buf, off + gran + 5, &one, 1),
 			     0);
@@ -97,8 +96,8 @@ Test(sim, capacity_is_counted_exactly_through_sparse_cycles)
 				     0, "%s", phx_strerror_last());
 			/* granules far apart: one chunk each */
 			for (k = 0; k < 8; k++) {
-				off = rnd_next(&seed) % (256 * MiB / gran / 16) *
-				      16 * gran;
+				off = rnd_next(&seed) %
+				      (256 * MiB / gran / 16) * 16 * gran;
 				cr_assert_eq(phx_memcpy_to_buf(bufs[i], off,
 							       &one, 1),
 					     0, "round %u: %s", round,
@@ -195,8 +194,7 @@ Test(sim, an_exported_buffer_is_the_same_memory_in_both_mappings)
 	cr_assert_eq(phx_memcpy_to_buf(buf, 100 * MiB, more, gran), 0);
 	cr_assert_eq(phx_buf_resize(buf, 200 * MiB), 0);
 	cr_assert_eq(phx_buf_resize(buf, 256 * MiB), 0);
-	cr_assert_eq(phx_memcpy_to_buf(buf, 200 * MiB + gran - 1, &one, 1),
-		     0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 200 * MiB + gran - 1, &one, 1), 0);
 	cr_assert(reads_zeros(buf, 200 * MiB, gran - 1));
 	assert_buf_eq(imp, 200 * MiB, more, 17);
 	phx_buf_free(buf);
