@@ -6,9 +6,9 @@
  * can run out, an address space with chunks mapped into it that another
  * process can map too (sim_mem.c), and copies that are queued on streams
  * and carried out by a worker thread per stream, so callers must wait on
- * events exactly as with CUDA.  What it does not
- * simulate: bandwidth, and faults on bad device addresses (a bad address
- * is a bug that crashes the process).
+ * events exactly as with CUDA.  What it does not simulate: bandwidth,
+ * and faults on bad device addresses (a bad address is a bug that
+ * crashes the process).
  */
 #include <stdio.h>
 #include <stdlib.h>
