@@ -651,6 +651,10 @@ void phx_stream_destroy(struct phx_stream *stream);
  * itself: the copy engine moves the bytes, at phx_read()'s speed.
  * Without them the values are read when the stream gets there, which
  * only the copy kernel can follow (slower; see phx_io_enqueue()).
+ * With them a read may go to the file before the stream gets there, once
+ * the stream-ordered writes queued before it are in the file; a value
+ * changed after queueing fails the transfer with -EINVAL, the buffer
+ * holding the bytes of the values as queued, or zeros.
  * Returns 0, or -EINVAL for unknown flags.
  */
 int phx_stream_set_flags(struct phx_stream *stream, unsigned int flags);

@@ -173,6 +173,14 @@ static void *sim_stream_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Ops a stream holds before pushing another waits for it to run one, as
+ * a GPU's command queue does (it holds only so many): whoever queues work
+ * on a stream may wait for the stream, and so for whatever the stream
+ * waits for.
+ */
+#define SIM_STREAM_DEPTH 1024
+
 static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 {
 	struct sim_op *op = malloc(sizeof(*op));
@@ -182,6 +190,8 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 	*op = *tmpl;
 	op->next = NULL;
 	pthread_mutex_lock(&s->lock);
+	while (s->submitted - s->completed >= SIM_STREAM_DEPTH)
+		pthread_cond_wait(&s->done, &s->lock);
 	if (s->tail)
 		s->tail->next = op;
 	else

@@ -17,8 +17,9 @@
  *   wait done >= t
  *   store passed[t % PHX_RING_XFERS] = t
  *
- * The worker takes the ring's transfers in order as soon as their ops
- * are on their streams, up to PHX_RING_WINDOW at once, and gives them to
+ * The worker takes the ring's transfers in the order queued, up to
+ * PHX_RING_WINDOW at once (even while their ops are being queued: the
+ * thread queueing them may wait for its stream), and gives them to
  * its engine with the ring as their sink (sink.c: file I/O into or out of
  * the slots, in sequence): a transfer's reads run while the stream still
  * copies the ones before it.  As they finish, in ring order, it writes
@@ -320,6 +321,16 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 }
 
 /*
+ * Whether @r's values changed since it was queued, which its stream's
+ * owner promised they would not (PHX_STREAM_FIXED).
+ */
+static bool ring_changed(const struct async_req *r)
+{
+	return *r->len != r->val_len || *r->file_off != r->val_file_off ||
+	       *r->buf_off != r->val_buf_off;
+}
+
+/*
  * Give @r's transfer to @t's engine; -EAGAIN when it cannot take it yet
  * (its file slots are all busy).  A transfer that cannot move (a value
  * changed after it was queued, a bad descriptor) still goes through the
@@ -343,8 +354,7 @@ static int ring_start(struct async_thread *t, struct async_req *r)
 		.live = &r->live,
 	};
 	/* a promise broken: the copies on the stream are the old ones */
-	if (*r->len != r->val_len || *r->file_off != r->val_file_off ||
-	    *r->buf_off != r->val_buf_off)
+	if (ring_changed(r))
 		err = phx_err(
 			EINVAL,
 			"%s: a stream-ordered transfer's size or offsets changed after it was queued on a stream with fixed values",
@@ -396,14 +406,19 @@ bool phx_ring_pump_locked(struct async_thread *t)
 	uint64_t floor;
 	int ret;
 
-	/* take the transfers whose ops are all on their streams, in order */
-	while ((r = t->ring_head) && !r->queuing && t->nact < PHX_RING_WINDOW) {
+	/*
+	 * Take the ring's transfers in order, even while their ops are
+	 * still being queued: the thread queueing them may be inside a
+	 * driver call that waits for its stream to make room, and the stream
+	 * waits for these slots.
+	 */
+	while ((r = t->ring_head) && t->nact < PHX_RING_WINDOW) {
 		t->ring_head = r->next;
 		if (!t->ring_head)
 			t->ring_tail = NULL;
 		r->next = NULL;
-		r->started = r->skip; /* nothing of it is on the stream */
-		r->finished = r->skip;
+		r->started = false;
+		r->finished = false;
 		if (t->act_tail)
 			t->act_tail->next = r;
 		else
@@ -441,15 +456,25 @@ bool phx_ring_pump_locked(struct async_thread *t)
 	}
 
 	pthread_mutex_lock(&w->lock);
-	/* done is one word for the ring: transfers end in ring order */
-	while ((r = t->act_head) && r->finished) {
+	/*
+	 * done is one word for the ring: transfers end in ring order, and
+	 * only once all of their ops are queued (or failed to be).
+	 */
+	while ((r = t->act_head) && r->finished && !r->queuing) {
 		t->act_head = r->next;
 		if (!t->act_head)
 			t->act_tail = NULL;
 		t->nact--;
 		if (r->op == PHX_OP_WRITE)
 			w->ring_writes--;
-		*r->bytes_done = r->queue_err ? r->queue_err : r->io.result;
+		/*
+		 * Values changed after it was started fail it all the same;
+		 * the buffer has the bytes of the values as queued, or zeros
+		 * where the change was seen before they were read.
+		 */
+		*r->bytes_done = r->queue_err    ? r->queue_err :
+				 ring_changed(r) ? -EINVAL :
+						   r->io.result;
 		/* the stream may move on now */
 		if (!r->skip)
 			phx_word_store(&t->words->done, r->t);

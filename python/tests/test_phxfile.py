@@ -97,7 +97,8 @@ def test_values_changed_after_queueing_are_refused(phx, scratch, rng):
     """The values are read when the call is made, as on a cuFile stream
     with the three FIXED flags (how LMCache uses both): change them after
     queueing, while the stream is still busy with earlier work, and the
-    transfer fails with -EINVAL, bringing zeros rather than stale bytes.
+    transfer fails with -EINVAL, bringing the bytes of the values as
+    queued or zeros, never others.
     The other ways of holding a stream read them when the stream gets
     there: the new values are used."""
     late = os.environ.get("PHX_STREAM_WAIT") in ("kernel", "host", "device")
@@ -128,9 +129,10 @@ def test_values_changed_after_queueing_are_refused(phx, scratch, rng):
                 data[8192 + attempt:8192 + attempt + 4096]
             break
         if still_busy:
-            # changed before the stream reached the read: refused
+            # changed before the read was done: refused; the buffer has
+            # the bytes of the values as queued, or zeros, nothing else
             assert op.bytes_done.value == -errno.EINVAL
-            assert buf.to_bytes(0, 10) == bytes(10)
+            assert buf.to_bytes(0, 10) in (bytes(10), data[:10])
             assert buf.to_bytes(10, 90) == b"\xa5" * 90
             break
         # the read was done before the change: the old values were used
