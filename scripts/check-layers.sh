@@ -8,7 +8,7 @@ set -eu
 layer_of() {
 	case $1 in
 	errors | settings | device) echo 0 ;;
-	cuda_driver | dev_cuda | dev_sim | dev_kmod | fdmem) echo 1 ;;
+	cuda_driver | dev_cuda | dev_sim | sim_mem | dev_kmod | fdmem) echo 1 ;;
 	buf) echo 2 ;;
 	fdcache | job | engine | sink | transfer | hostcopy | backing) echo 3 ;;
 	stream | ring | feed) echo 4 ;;

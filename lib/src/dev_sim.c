@@ -3,27 +3,36 @@
  * dev_sim.c - a simulated device whose memory lives in host RAM.
  *
  * It behaves like a GPU where it matters to libphoenix: a capacity that
- * can run out, an address space with chunks mapped into it (each chunk a
- * memfd, so another process can map the same memory), and copies that are
- * queued on streams and carried out by a worker thread per stream, so
- * callers must wait on events exactly as with CUDA.  What it does not
- * simulate: bandwidth, and faults on bad device addresses (a bad address
- * is a bug that crashes the process).
+ * can run out, an address space with chunks mapped into it that another
+ * process can map too (sim_mem.c), and copies that are queued on streams
+ * and carried out by a worker thread per stream, so callers must wait on
+ * events exactly as with CUDA.  What it does not simulate: bandwidth,
+ * and faults on bad device addresses (a bad address is a bug that
+ * crashes the process).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "sim_mem.h"
 
 #define SIM_GRANULARITY (64ULL << 10)
 
+/*
+ * Polls of a stream's queue, and of its progress by a thread waiting on
+ * it, before sleeping on the condition variable (phx_poll_backoff(): a
+ * few spins, then yields).  A sleeping thread takes tens of microseconds
+ * to wake on an idle virtual CPU, more than a small copy costs.
+ */
+#define SIM_POLLS 256
+
 enum sim_op_type {
-	SIM_COPY,
+	SIM_COPY, /* to host memory */
+	SIM_COPY_IN, /* to device memory */
 	SIM_SET,
 	SIM_FN,
 	SIM_MARK,
@@ -67,25 +76,72 @@ struct sim_dev {
 	struct sim_stream *def;
 };
 
+#define SIM_PAGE 4096UL
+#define SIM_PROBE_PAGES 256 /* pages mincore() looks at in one call */
+
+/*
+ * Fault in the pages of device memory at [@p, @p + @len) that are not
+ * there yet with one call per SIM_PROBE_PAGES pages, rather than a trap
+ * per page as a copy into fresh memory would take them; pages already
+ * there cost one mincore() per call.  Best effort: where the kernel has
+ * no MADV_POPULATE_WRITE (before 5.14) the copy faults them in itself.
+ */
+static void sim_prefault(void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p & ~(SIM_PAGE - 1);
+	uintptr_t end = (uintptr_t)p + len;
+	unsigned char vec[SIM_PROBE_PAGES];
+
+	while (a < end) {
+		size_t n = phx_min((end - a + SIM_PAGE - 1) / SIM_PAGE,
+				   SIM_PROBE_PAGES);
+		size_t i = 0;
+
+		if (!mincore((void *)a, n * SIM_PAGE, vec))
+			while (i < n && (vec[i] & 1))
+				i++;
+		if (i < n &&
+		    madvise((void *)a, n * SIM_PAGE, MADV_POPULATE_WRITE) &&
+		    errno == EINVAL)
+			return;
+		a += n * SIM_PAGE;
+	}
+}
+
+/* Whether @s has work queued or is told to stop; read without its lock. */
+static bool sim_stream_called(struct sim_stream *s)
+{
+	return __atomic_load_n(&s->head, __ATOMIC_ACQUIRE) ||
+	       __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
+}
+
 static void *sim_stream_main(void *arg)
 {
 	struct sim_stream *s = arg;
 	struct sim_op *op;
+	unsigned int n;
 
-	pthread_mutex_lock(&s->lock);
 	for (;;) {
+		/* poll the queue a while first, as a device's engine does */
+		for (n = 0; n < SIM_POLLS && !sim_stream_called(s); n++)
+			phx_poll_backoff(n);
+		pthread_mutex_lock(&s->lock);
 		while (!s->head && !s->stop)
 			pthread_cond_wait(&s->work, &s->lock);
-		if (!s->head)
-			break;
 		op = s->head;
 		pthread_mutex_unlock(&s->lock);
+		if (!op)
+			break;
 
 		switch (op->type) {
+		case SIM_COPY_IN:
+			sim_prefault(op->dst, op->len);
+			/* fall through */
 		case SIM_COPY:
 			memmove(op->dst, op->src, op->len);
 			break;
 		case SIM_SET:
+			sim_prefault(op->dst, op->len);
 			memset(op->dst, op->value, op->len);
 			break;
 		case SIM_FN:
@@ -105,14 +161,15 @@ static void *sim_stream_main(void *arg)
 		}
 
 		pthread_mutex_lock(&s->lock);
-		s->head = op->next;
+		__atomic_store_n(&s->head, op->next, __ATOMIC_RELEASE);
 		if (!s->head)
 			s->tail = NULL;
-		s->completed++;
+		__atomic_store_n(&s->completed, s->completed + 1,
+				 __ATOMIC_RELEASE);
 		pthread_cond_broadcast(&s->done);
+		pthread_mutex_unlock(&s->lock);
 		free(op);
 	}
-	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
@@ -138,7 +195,7 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 	if (s->tail)
 		s->tail->next = op;
 	else
-		s->head = op;
+		__atomic_store_n(&s->head, op, __ATOMIC_RELEASE);
 	s->tail = op;
 	s->submitted++;
 	pthread_cond_signal(&s->work);
@@ -148,6 +205,14 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 
 static void sim_wait_seq(struct sim_stream *s, uint64_t seq)
 {
+	unsigned int n;
+
+	/* poll a while before sleeping, as CUDA's default synchronization */
+	for (n = 0; n < SIM_POLLS; n++) {
+		if (__atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) >= seq)
+			return;
+		phx_poll_backoff(n);
+	}
 	pthread_mutex_lock(&s->lock);
 	while (s->completed < seq)
 		pthread_cond_wait(&s->done, &s->lock);
@@ -177,7 +242,7 @@ static int sim_stream_new(struct sim_stream **out)
 static void sim_stream_free(struct sim_stream *s)
 {
 	pthread_mutex_lock(&s->lock);
-	s->stop = true;
+	__atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	pthread_join(s->thread, NULL);
@@ -236,115 +301,6 @@ static void sim_close(struct phx_device *dev)
 	dev->priv = NULL;
 }
 
-/* Reservations of all simulated devices, so an address finds its device. */
-struct sim_range {
-	uintptr_t va;
-	uint64_t size;
-	int index;
-	struct sim_range *next;
-};
-
-static pthread_mutex_t ranges_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct sim_range *ranges; /* protected by ranges_lock */
-
-static int sim_locate(phx_dptr_t dptr)
-{
-	struct sim_range *r;
-	int index = -ENODEV;
-
-	pthread_mutex_lock(&ranges_lock);
-	for (r = ranges; r; r = r->next)
-		if (dptr >= r->va && dptr - r->va < r->size) {
-			index = r->index;
-			break;
-		}
-	pthread_mutex_unlock(&ranges_lock);
-	return index;
-}
-
-static int sim_va_reserve(struct phx_device *dev, uint64_t size,
-			  phx_dptr_t *out)
-{
-	struct sim_range *r = malloc(sizeof(*r));
-	phx_dptr_t va;
-	int ret;
-
-	if (!r)
-		return phx_err(ENOMEM, "sim: out of host memory");
-	ret = phx_fdmem_reserve(dev, size, &va);
-	if (ret) {
-		free(r);
-		return ret;
-	}
-	r->va = (uintptr_t)va;
-	r->size = size;
-	r->index = dev->index;
-	pthread_mutex_lock(&ranges_lock);
-	r->next = ranges;
-	ranges = r;
-	pthread_mutex_unlock(&ranges_lock);
-	*out = va;
-	return 0;
-}
-
-static void sim_va_release(struct phx_device *dev, phx_dptr_t va, uint64_t size)
-{
-	struct sim_range **pp, *r;
-
-	pthread_mutex_lock(&ranges_lock);
-	for (pp = &ranges; (r = *pp); pp = &r->next)
-		if (r->va == va) {
-			*pp = r->next;
-			free(r);
-			break;
-		}
-	pthread_mutex_unlock(&ranges_lock);
-	munmap((void *)(uintptr_t)va, size);
-}
-
-static int sim_chunk_create(struct phx_device *dev, uint64_t size,
-			    phx_chunk_t *out)
-{
-	int fd = memfd_create("phx-sim", MFD_CLOEXEC);
-
-	if (fd < 0)
-		return phx_err(errno, "%s: memfd_create: %s", dev->name,
-			       strerror(errno));
-	/*
-	 * Back it now, as cuMemCreate does: the memory is there (or the call
-	 * fails) before anything is copied into it, and copies do not fault
-	 * page by page.
-	 */
-	if (ftruncate(fd, (off_t)size) || fallocate(fd, 0, 0, (off_t)size)) {
-		int err = errno;
-
-		close(fd);
-		return phx_err(err == ENOSPC || err == ENOMEM ? ENOSPC : err,
-			       "%s: backing a %llu-byte chunk: %s", dev->name,
-			       (unsigned long long)size, strerror(err));
-	}
-	*out = (phx_chunk_t)fd;
-	return 0;
-}
-
-/* Fault the whole chunk in now, as device memory is simply there. */
-static int sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
-			 phx_chunk_t chunk)
-{
-	return phx_fdmem_map(dev, at, size, chunk, MAP_POPULATE);
-}
-
-static int sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
-			    phx_chunk_t *out)
-{
-	struct stat st;
-
-	if (fstat(fd, &st) || (uint64_t)st.st_size < size)
-		return phx_err(EINVAL, "%s: imported chunk is not %llu bytes",
-			       dev->name, (unsigned long long)size);
-	return phx_fdmem_dup(dev, fd, out);
-}
-
 /* A memfd: it grows as written, the library counts its capacity. */
 static int sim_backing_alloc(struct phx_device *dev, uint64_t capacity, int *fd)
 {
@@ -398,12 +354,10 @@ static void *sim_stream_default(struct phx_device *dev)
 	return sd->def;
 }
 
-static int sim_copy(struct phx_device *dev, void *dst, const void *src,
-		    size_t len, void *stream)
+static int sim_copy(struct phx_device *dev, enum sim_op_type type, void *dst,
+		    const void *src, size_t len, void *stream)
 {
-	struct sim_op op = {
-		.type = SIM_COPY, .dst = dst, .src = src, .len = len
-	};
+	struct sim_op op = { .type = type, .dst = dst, .src = src, .len = len };
 
 	if (!len)
 		return 0;
@@ -413,19 +367,21 @@ static int sim_copy(struct phx_device *dev, void *dst, const void *src,
 static int sim_copy_htod(struct phx_device *dev, phx_dptr_t dst,
 			 const void *src, size_t len, void *stream)
 {
-	return sim_copy(dev, (void *)(uintptr_t)dst, src, len, stream);
+	return sim_copy(dev, SIM_COPY_IN, (void *)(uintptr_t)dst, src, len,
+			stream);
 }
 
 static int sim_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
 			 size_t len, void *stream)
 {
-	return sim_copy(dev, dst, (const void *)(uintptr_t)src, len, stream);
+	return sim_copy(dev, SIM_COPY, dst, (const void *)(uintptr_t)src, len,
+			stream);
 }
 
 static int sim_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
 			 size_t len, void *stream)
 {
-	return sim_copy(dev, (void *)(uintptr_t)dst,
+	return sim_copy(dev, SIM_COPY_IN, (void *)(uintptr_t)dst,
 			(const void *)(uintptr_t)src, len, stream);
 }
 
@@ -540,17 +496,17 @@ const struct phx_backend_ops phx_sim_ops = {
 	.kind = PHX_DEVICE_SIM,
 	.probe = sim_probe,
 	.query = sim_query,
-	.locate = sim_locate,
+	.locate = phx_sim_locate,
 	.open = sim_open,
 	.close = sim_close,
-	.va_reserve = sim_va_reserve,
-	.va_release = sim_va_release,
-	.chunk_create = sim_chunk_create,
-	.chunk_release = phx_fdmem_release,
-	.chunk_map = sim_chunk_map,
+	.va_reserve = phx_sim_va_reserve,
+	.va_release = phx_sim_va_release,
+	.chunk_create = phx_sim_chunk_create,
+	.chunk_release = phx_sim_chunk_release,
+	.chunk_map = phx_sim_chunk_map,
 	.chunk_unmap = phx_fdmem_unmap,
-	.chunk_export = phx_fdmem_export,
-	.chunk_import = sim_chunk_import,
+	.chunk_export = phx_sim_chunk_export,
+	.chunk_import = phx_sim_chunk_import,
 	.host_addr = sim_host_addr,
 	.backing_alloc = sim_backing_alloc,
 	.p2p = false,
