@@ -22,14 +22,6 @@
 
 #define SIM_GRANULARITY (64ULL << 10)
 
-/*
- * Polls of a stream's queue, and of its progress by a thread waiting on
- * it, before sleeping on the condition variable (phx_poll_backoff(): a
- * few spins, then yields).  A sleeping thread takes tens of microseconds
- * to wake on an idle virtual CPU, more than a small copy costs.
- */
-#define SIM_POLLS 256
-
 enum sim_op_type {
 	SIM_COPY, /* to host memory */
 	SIM_COPY_IN, /* to device memory */
@@ -108,30 +100,19 @@ static void sim_prefault(void *p, size_t len)
 	}
 }
 
-/* Whether @s has work queued or is told to stop; read without its lock. */
-static bool sim_stream_called(struct sim_stream *s)
-{
-	return __atomic_load_n(&s->head, __ATOMIC_ACQUIRE) ||
-	       __atomic_load_n(&s->stop, __ATOMIC_ACQUIRE);
-}
-
 static void *sim_stream_main(void *arg)
 {
 	struct sim_stream *s = arg;
 	struct sim_op *op;
-	unsigned int n;
 
+	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		/* poll the queue a while first, as a device's engine does */
-		for (n = 0; n < SIM_POLLS && !sim_stream_called(s); n++)
-			phx_poll_backoff(n);
-		pthread_mutex_lock(&s->lock);
 		while (!s->head && !s->stop)
 			pthread_cond_wait(&s->work, &s->lock);
+		if (!s->head)
+			break;
 		op = s->head;
 		pthread_mutex_unlock(&s->lock);
-		if (!op)
-			break;
 
 		switch (op->type) {
 		case SIM_COPY_IN:
@@ -161,15 +142,14 @@ static void *sim_stream_main(void *arg)
 		}
 
 		pthread_mutex_lock(&s->lock);
-		__atomic_store_n(&s->head, op->next, __ATOMIC_RELEASE);
+		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;
-		__atomic_store_n(&s->completed, s->completed + 1,
-				 __ATOMIC_RELEASE);
+		s->completed++;
 		pthread_cond_broadcast(&s->done);
-		pthread_mutex_unlock(&s->lock);
 		free(op);
 	}
+	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
@@ -195,7 +175,7 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 	if (s->tail)
 		s->tail->next = op;
 	else
-		__atomic_store_n(&s->head, op, __ATOMIC_RELEASE);
+		s->head = op;
 	s->tail = op;
 	s->submitted++;
 	pthread_cond_signal(&s->work);
@@ -205,14 +185,6 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 
 static void sim_wait_seq(struct sim_stream *s, uint64_t seq)
 {
-	unsigned int n;
-
-	/* poll a while before sleeping, as CUDA's default synchronization */
-	for (n = 0; n < SIM_POLLS; n++) {
-		if (__atomic_load_n(&s->completed, __ATOMIC_ACQUIRE) >= seq)
-			return;
-		phx_poll_backoff(n);
-	}
 	pthread_mutex_lock(&s->lock);
 	while (s->completed < seq)
 		pthread_cond_wait(&s->done, &s->lock);
@@ -242,7 +214,7 @@ static int sim_stream_new(struct sim_stream **out)
 static void sim_stream_free(struct sim_stream *s)
 {
 	pthread_mutex_lock(&s->lock);
-	__atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
+	s->stop = true;
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	pthread_join(s->thread, NULL);
