@@ -126,6 +126,7 @@ struct async_thread {
 	 */
 	size_t grow_to;
 	struct phx_engine *grown, *retired;
+	bool served; /* it finished a transfer (protected by w->lock) */
 };
 
 struct phx_async_worker {
@@ -221,8 +222,8 @@ void phx_ring_reap_locked(struct async_thread *t);
 int phx_ring_start(struct phx_device *dev, struct async_thread *t,
 		   size_t staging);
 /*
- * After a transfer on the rings, on its worker (w->lock held): start the
- * grower if a ring is still small.
+ * On a ring's worker (w->lock held): start the grower if the ring is
+ * still small and has finished a transfer.
  */
 void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t);
 /* Stop the grower, once the workers are stopped; frees what it held. */

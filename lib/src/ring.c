@@ -119,9 +119,12 @@ static void *ring_grow_main(void *arg)
 
 void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t)
 {
-	if (w->grow_started || !t->grow_to)
+	/*
+	 * Once a ring has finished a transfer: the process's first one does
+	 * not wait for the driver calls of pinning the full rings.
+	 */
+	if (w->grow_started || !t->grow_to || !t->served)
 		return;
-	/* a ring served a transfer: the process's first is done */
 	if (!pthread_create(&w->grower, NULL, ring_grow_main, w))
 		w->grow_started = true;
 }
@@ -489,6 +492,7 @@ bool phx_ring_pump_locked(struct async_thread *t)
 		if (!t->act_head)
 			t->act_tail = NULL;
 		t->nact--;
+		t->served = true;
 		if (r->op == PHX_OP_WRITE)
 			w->ring_writes--;
 		/*
