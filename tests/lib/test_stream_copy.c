@@ -296,17 +296,17 @@ Test(copy, a_single_ring_grows_under_transfers)
 /*
  * The worker reads ahead of the stream, but never ahead of the writes
  * queued before: each read queued behind a write of the same bytes, on
- * one stream whose transfers spread over both rings, brings what the
- * write put in the file, not what was there before.  A long cold read
+ * one stream (on one ring, or spread over two), brings what the write
+ * put in the file, not what was there before.  A long cold read
  * first holds the stream, so that the reads could well run before it
  * gets to the writes.
  */
-Test(copy, reads_see_the_writes_queued_before_them)
+static void reads_see_writes(const char *rings)
 {
 	enum { NX = 40, PIECE = 777 * 1000 };
 	size_t total = (size_t)NX * PIECE;
-	struct phx_device *dev = copy_mode();
-	struct phx_stream *st = fixed_stream(dev);
+	struct phx_device *dev;
+	struct phx_stream *st;
 	struct phx_buf *src, *dst;
 	unsigned char *old, *data = xmalloc(total);
 	static uint64_t len[NX];
@@ -318,6 +318,9 @@ Test(copy, reads_see_the_writes_queued_before_them)
 	void *gdata;
 	int gate = make_file(dir_direct(), glen, 90, true, &gdata);
 
+	setenv("PHX_STREAM_RINGS", rings, 1);
+	dev = copy_mode();
+	st = fixed_stream(dev);
 	fill_random(data, total, 89);
 	cr_assert_eq(phx_buf_alloc(dev, total, 0, &src), 0);
 	cr_assert_eq(phx_buf_alloc(dev, total, 0, &dst), 0);
@@ -355,6 +358,16 @@ Test(copy, reads_see_the_writes_queued_before_them)
 	free(data);
 	free(old);
 	close(fd);
+}
+
+Test(copy, reads_see_the_writes_queued_before_them)
+{
+	reads_see_writes("1");
+}
+
+Test(copy, reads_see_the_writes_queued_before_them_on_two_rings)
+{
+	reads_see_writes("2");
 }
 
 /*
