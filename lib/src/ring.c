@@ -64,6 +64,17 @@ int phx_ring_start(struct phx_device *dev, struct async_thread *t,
 	return 0;
 }
 
+static bool ring_pinned(const struct phx_engine *e)
+{
+	unsigned int nslots;
+	uint64_t chunk;
+	char *staging;
+	bool pinned;
+
+	phx_engine_ring(e, &staging, &nslots, &chunk, &pinned);
+	return pinned;
+}
+
 /*
  * The grower: build every small ring's full engine and hand them over;
  * transfers queued from then on are cut for the full engine and use its
@@ -90,6 +101,11 @@ static void *ring_grow_main(void *arg)
 			continue;
 		if (phx_engine_new_ring(w->dev, size, PHX_RING_SLOTS, &e)) {
 			phx_err_clear(); /* slower, not wrong */
+			continue;
+		}
+		if (!ring_pinned(e)) {
+			/* the streams could not copy its slots: keep the small one */
+			phx_engine_free(e);
 			continue;
 		}
 		pthread_mutex_lock(&w->lock);
