@@ -104,7 +104,7 @@ static void *ring_grow_main(void *arg)
 			continue;
 		}
 		if (!ring_pinned(e)) {
-			/* the streams could not copy its slots: keep the small one */
+			/* streams copy only pinned slots: keep the small */
 			phx_engine_free(e);
 			continue;
 		}
