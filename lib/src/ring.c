@@ -300,11 +300,11 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 		return 1;
 	pthread_mutex_lock(&w->lock);
 	t = ring_pick_locked(w);
-	/* once the grower handed the full engine over, it is this one's */
-	if (t)
+	if (t) {
+		/* once the grower handed the full engine over, it is this one's */
 		r->engine = t->grown ? t->grown : t->engine;
-	if (t)
 		phx_engine_ring(r->engine, &staging, &nslots, &chunk, &pinned);
+	}
 	nsegs = t ? phx_sink_nsegs((uint64_t)r->val_file_off, r->val_len,
 				   chunk) :
 		    0;
@@ -455,8 +455,6 @@ bool phx_ring_pump_locked(struct async_thread *t)
 		if (!t->ring_head)
 			t->ring_tail = NULL;
 		r->next = NULL;
-		r->started = false;
-		r->finished = false;
 		if (t->act_tail)
 			t->act_tail->next = r;
 		else
