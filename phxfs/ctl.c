@@ -143,6 +143,8 @@ static void do_open(struct conn *c, unsigned long long ino)
 		send_line(c->fd, "ERR %d OPEN: %s", -ret, phx_strerror_last());
 		goto out;
 	}
+	/* the client writes the memory unseen: no read-ahead can be trusted */
+	atomic_store(&inode->shared, true);
 	send_line(c->fd, "OK %s %llu", inode->dev->name,
 		  (unsigned long long)atomic_load(&inode->size));
 	ret = phx_buf_send(inode->buf, c->fd);
@@ -357,6 +359,8 @@ static void do_cp(struct conn *c, unsigned long long ino, int src)
 				    &path);
 	else
 		ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path);
+	/* the copy ran with the io_lock shared, beside readers */
+	phxfs_data_changed(inode);
 	if (ret) {
 		/* Keep what arrived; the rest was never there. */
 		char msg[512];

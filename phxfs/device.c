@@ -172,6 +172,7 @@ int phxfs_data_resize(struct phxfs_inode *inode, uint64_t size)
 	}
 out:
 	atomic_store(&inode->size, size);
+	phxfs_data_changed(inode);
 	return 0;
 }
 
@@ -200,6 +201,7 @@ int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to)
 		return -EXDEV;
 	if (!inode->buf) {
 		inode->dev = to;
+		phxfs_data_changed(inode);
 		return 0;
 	}
 	ret = phx_buf_alloc(to->dev, size, PHX_BUF_SPARSE, &nb);
@@ -215,6 +217,7 @@ int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to)
 	atomic_fetch_add(&to->files, 1);
 	inode->buf = nb;
 	inode->dev = to;
+	phxfs_data_changed(inode);
 	return 0;
 }
 
@@ -232,5 +235,6 @@ void phxfs_data_free(struct phxfs_inode *inode)
 	phx_buf_free(inode->buf);
 	inode->buf = NULL;
 	atomic_fetch_sub(&inode->dev->files, 1);
+	phxfs_data_changed(inode);
 	pthread_rwlock_unlock(&inode->io_lock);
 }

@@ -14,11 +14,6 @@
 
 #include "phxfs.h"
 
-static bool file_passthrough(struct fuse_file_info *fi)
-{
-	return fi->fh & 1;
-}
-
 static pthread_key_t tbuf_key;
 static pthread_once_t tbuf_once = PTHREAD_ONCE_INIT;
 
@@ -76,32 +71,55 @@ static void open_flags(struct phxfs *fs, struct fuse_file_info *fi)
 #endif
 }
 
+/* An open of @inode, in fi->fh until release. */
+static struct phxfs_handle *handle_new(struct phxfs_inode *inode,
+				       struct fuse_file_info *fi)
+{
+	struct phxfs_handle *h = malloc(sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->inode = inode;
+	h->passthrough = false;
+	phxfs_ra_init(h, false);
+	fi->fh = (uintptr_t)h;
+	return h;
+}
+
 /*
  * Set up @fi for regular file @inode, which holds an open reference:
  * truncate it for O_TRUNC, and on a passthrough device give the kernel
  * its range file, with room to grow when it is opened for writing.
+ * Files the daemon serves itself in direct I/O are read ahead.
  */
 int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
 		    struct fuse_file_info *fi)
 {
-	bool pass = false;
+	struct phxfs_handle *h = handle_new(inode, fi);
+	bool ranged = false;
 	int err = 0;
 
+	if (!h)
+		return ENOMEM;
 	pthread_rwlock_wrlock(&inode->io_lock);
 	if (fi->flags & O_TRUNC)
 		err = -phxfs_data_resize(inode, 0); /* atomic_o_trunc */
-	if (!err && phxfs_dev_ranged(inode->dev)) {
+	ranged = phxfs_dev_ranged(inode->dev);
+	if (!err && ranged) {
 		uint64_t size = phxfs_data_size(inode);
 		bool writing = (fi->flags & O_ACCMODE) != O_RDONLY;
 
 		err = -phxfs_range_reserve(
 			inode, size, writing ? size + fs->headroom : size);
 		if (!err)
-			pass = phxfs_passthrough_open(fs, req, inode, fi);
+			h->passthrough =
+				phxfs_passthrough_open(fs, req, inode, fi);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
-	if (err)
+	if (err) {
+		free(h);
 		return err;
+	}
 	if (fi->flags & O_TRUNC) {
 		bool killed;
 
@@ -113,9 +131,9 @@ int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
 		if (killed)
 			phxfs_attr_changed(fs, inode);
 	}
-	if (!pass)
+	if (!h->passthrough)
 		open_flags(fs, fi);
-	fi->fh = (uintptr_t)inode | pass;
+	phxfs_ra_init(h, !ranged && !fs->opts.writeback);
 	return 0;
 }
 
@@ -145,9 +163,14 @@ static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 			pthread_mutex_unlock(&fs->lock);
 			goto out_err;
 		}
-	} else {
-		fi->fh = (uintptr_t)inode;
+	} else if (handle_new(inode, fi)) {
 		open_flags(fs, fi);
+	} else {
+		err = ENOMEM;
+		pthread_mutex_lock(&fs->lock);
+		phxfs_inode_unref(fs, inode, 0, 1);
+		pthread_mutex_unlock(&fs->lock);
+		goto out_err;
 	}
 	fuse_reply_open(req, fi);
 	return;
@@ -160,16 +183,19 @@ static void phxfs_release(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct phxfs *fs = phxfs_fs(req);
-	struct phxfs_inode *inode = phxfs_file(fi);
+	struct phxfs_handle *h = phxfs_handle(fi);
+	struct phxfs_inode *inode = h->inode;
 
+	phxfs_ra_release(h);
 	if (S_ISREG(inode->mode) && phxfs_dev_ranged(inode->dev)) {
 		pthread_rwlock_wrlock(&inode->io_lock);
-		if (file_passthrough(fi))
+		if (h->passthrough)
 			phxfs_passthrough_release(fs, req, inode);
 		else
 			phxfs_range_trim(inode);
 		pthread_rwlock_unlock(&inode->io_lock);
 	}
+	free(h);
 	pthread_mutex_lock(&fs->lock);
 	phxfs_inode_unref(fs, inode, 0, 1);
 	pthread_mutex_unlock(&fs->lock);
@@ -185,15 +211,34 @@ static int backing_read(struct phxfs_inode *inode, void *host, uint64_t len,
 	return n < 0 ? (int)n : (uint64_t)n == len ? 0 : -EIO;
 }
 
+/* Answer a read with @n bytes at @host. */
+static void reply_data(fuse_req_t req, struct phxfs_dev *dev, const void *host,
+		       uint64_t n)
+{
+	atomic_fetch_add(&dev->fuse_reads, 1);
+	atomic_fetch_add(&dev->fuse_out, n);
+	/* the reply copies the data into the kernel before returning */
+	fuse_reply_buf(req, host, n);
+}
+
 static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
-	struct phxfs_inode *inode = phxfs_file(fi);
+	struct phxfs_handle *h = phxfs_handle(fi);
+	struct phxfs_inode *inode = h->inode;
+	struct phxfs_ra_hit hit;
 	struct phxfs_dev *dev;
 	uint64_t fsize, n = 0;
 	void *host = NULL, *pooled = NULL;
 	int err = 0;
 
+	if (off >= 0 && phxfs_ra_take(h, (uint64_t)off, size, &hit)) {
+		/* the next range is copied while this one is answered */
+		phxfs_ra_advance(h, hit.dev, (uint64_t)off, hit.len, size);
+		reply_data(req, hit.dev, hit.host, hit.len);
+		phxfs_ra_put(&hit);
+		return;
+	}
 	pthread_rwlock_rdlock(&inode->io_lock);
 	/*
 	 * The pooled buffer goes back to this device after the reply, when
@@ -217,13 +262,13 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						   (uint64_t)off, n);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
-	atomic_fetch_add(&dev->fuse_reads, 1);
 	if (err) {
+		atomic_fetch_add(&dev->fuse_reads, 1);
 		fuse_reply_err(req, err);
 	} else {
-		atomic_fetch_add(&dev->fuse_out, n);
-		/* the reply copies the data into the kernel before returning */
-		fuse_reply_buf(req, host, n);
+		if (off >= 0)
+			phxfs_ra_advance(h, dev, (uint64_t)off, n, size);
+		reply_data(req, dev, host, n);
 	}
 	if (pooled)
 		phx_host_free(dev->dev, pooled, rbuf_len);
@@ -282,6 +327,8 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	}
 	if (size) {
 		err = -write_data(inode, buf, size, (uint64_t)off);
+		/* a failed write may have stored part of it */
+		phxfs_data_changed(inode);
 		if (err)
 			goto out_err;
 	}
@@ -344,6 +391,7 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	if (err && end > old)
 		phxfs_data_resize(inode, old);
 	pthread_rwlock_unlock(&inode->io_lock);
+	phxfs_data_changed(inode);
 out:
 	fuse_reply_err(req, err);
 }

@@ -19,6 +19,7 @@
  *   -o max_write=SIZE largest read or write request (see request_cap())
  *   -o writeback      page-cached writes instead of direct I/O
  *   -o headroom=SIZE  room to grow of a passthrough file open for writing
+ *   -o no_readahead   no read-ahead of sequential reads (readahead.c)
  *
  * On phx.ko devices files are served by the kernel (FUSE passthrough to
  * the module's range files, backing.c) where libfuse, kernel and
@@ -49,6 +50,7 @@ static const struct fuse_opt phxfs_opt_spec[] = {
 	PHXFS_OPT("max_write=%s", max_write, 0),
 	PHXFS_OPT("writeback", writeback, 1),
 	PHXFS_OPT("headroom=%s", headroom, 0),
+	PHXFS_OPT("no_readahead", no_readahead, 1),
 	FUSE_OPT_END
 };
 
@@ -83,7 +85,8 @@ static void usage(const char *prog)
 	       "    -o max_write=SIZE  largest read or write request (16M where\n"
 	       "                       libfuse and fs.fuse.max_pages_limit allow)\n"
 	       "    -o writeback       page-cached writes instead of direct I/O\n"
-	       "    -o headroom=SIZE   growth room of passthrough files (1G)\n\n",
+	       "    -o headroom=SIZE   growth room of passthrough files (1G)\n"
+	       "    -o no_readahead    do not read ahead of sequential reads\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -313,8 +316,10 @@ int main(int argc, char *argv[])
 		ret = 1;
 		goto out_unmount;
 	}
+	phxfs_ra_start(&fs);
 	report_ready(pipe_fd);
 	ret = run_loop(&fs, &cmd) ? 1 : 0;
+	phxfs_ra_stop();
 	phxfs_ctl_stop(&fs);
 out_unmount:
 	fuse_session_unmount(fs.se);

@@ -92,6 +92,8 @@ struct phxfs_dev {
 	atomic_uint files; /* regular files that hold a buffer */
 	atomic_uint_fast64_t fuse_in, fuse_out; /* bytes through the mount */
 	atomic_uint_fast64_t fuse_writes, fuse_reads; /* requests served */
+	/* reads served from a read-ahead, and read-aheads thrown away */
+	atomic_uint_fast64_t ra_hits, ra_dropped;
 	/* its files are libphoenix backing files that the kernel serves
 	 * through passthrough (see backing.c) */
 	bool backing;
@@ -106,6 +108,7 @@ struct phxfs_opts {
 	unsigned int threads; /* -o threads=N: FUSE worker threads */
 	int writeback; /* -o writeback: page cache instead of direct I/O */
 	char *headroom; /* -o headroom=SIZE: growth room of passthrough files */
+	int no_readahead; /* -o no_readahead: serve each read on its own */
 };
 
 struct phxfs {
@@ -159,6 +162,14 @@ struct phxfs_inode {
 	struct phx_buf *buf; /* NULL until the first byte is stored */
 	_Atomic uint64_t size; /* written with io_lock held exclusive */
 	_Atomic int path; /* enum phx_path of the last write */
+	/*
+	 * Bumped once a change of the data or size is complete, before it
+	 * is answered (phxfs_data_changed()): a read-ahead made before is
+	 * stale.  @shared: another process maps @buf (ctl.c OPEN) and may
+	 * write it unseen, so nothing is read ahead any more.
+	 */
+	atomic_uint_fast64_t data_gen;
+	atomic_bool shared;
 
 	/*
 	 * Instead of @buf, on a device with backing files: @backing, of
@@ -183,6 +194,40 @@ struct phxfs_dentry {
 	struct phxfs_dentry *hash_next; /* fs->lock */
 	struct phxfs_dentry *sib_next, *sib_prev; /* fs->lock */
 	char name[];
+};
+
+enum phxfs_ra_state {
+	PHXFS_RA_NONE, /* nothing read ahead */
+	PHXFS_RA_QUEUED, /* waits for a worker */
+	PHXFS_RA_RUNNING, /* being copied */
+	PHXFS_RA_DONE, /* copied, or failed (@err) */
+};
+
+/*
+ * The read-ahead of one open file: [@off, @off + @want) asked for, copied
+ * from the device into @host (pinned, from @dev's pool) while the read
+ * before it is answered; @len bytes of it exist.  @on is set at open and
+ * never changes; the rest is protected by the read-ahead lock
+ * (readahead.c), except that whoever moved it to RUNNING fills @len and
+ * @err without it.
+ */
+struct phxfs_ra {
+	bool on;
+	enum phxfs_ra_state state;
+	uint64_t next; /* where a sequential read starts: the last one's end */
+	uint64_t off, want, len;
+	uint64_t gen; /* the inode's data_gen when it was asked for */
+	int err;
+	void *host;
+	struct phxfs_dev *dev;
+	struct phxfs_handle *queue_next;
+	pthread_cond_t done; /* signalled when it leaves RUNNING */
+};
+
+struct phxfs_handle {
+	struct phxfs_inode *inode; /* holds an open reference (nopen) */
+	bool passthrough; /* the kernel serves it (backing.c) */
+	struct phxfs_ra ra;
 };
 
 /* ---- inode.c: the inode table --------------------------------------- */
@@ -213,13 +258,22 @@ bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode);
 /* Tell the kernel that @inode's cached attributes are stale. */
 void phxfs_attr_changed(struct phxfs *fs, struct phxfs_inode *inode);
 
+/* @inode's data or size changed, and the change is complete. */
+static inline void phxfs_data_changed(struct phxfs_inode *inode)
+{
+	atomic_fetch_add(&inode->data_gen, 1);
+}
+
 /* ---- device.c: the device layer glue -------------------------------- */
 int phxfs_devices_open(struct phxfs *fs);
 void phxfs_devices_close(struct phxfs *fs);
 void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 		      struct statvfs *st);
-/* Resize @inode's buffer to @size, allocating it if needed; io_lock held
- * exclusive. */
+/*
+ * Resize @inode's buffer to @size, allocating it if needed; io_lock held
+ * exclusive.  This, phxfs_data_move() and phxfs_data_free() mark the
+ * data changed (phxfs_data_changed()) themselves.
+ */
 int phxfs_data_resize(struct phxfs_inode *inode, uint64_t size);
 /* Give @inode a (possibly empty) buffer; io_lock held exclusive. */
 int phxfs_data_ensure(struct phxfs_inode *inode);
@@ -290,13 +344,15 @@ static inline struct phxfs *phxfs_fs(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-/*
- * The inode of an open file (fh is set in open/create); its low bit says
- * that the kernel serves the file through passthrough.
- */
+/* An open file (fi->fh), made in open and create, freed in release. */
+static inline struct phxfs_handle *phxfs_handle(struct fuse_file_info *fi)
+{
+	return (struct phxfs_handle *)(uintptr_t)fi->fh;
+}
+
 static inline struct phxfs_inode *phxfs_file(struct fuse_file_info *fi)
 {
-	return (struct phxfs_inode *)(uintptr_t)(fi->fh & ~(uint64_t)1);
+	return phxfs_handle(fi)->inode;
 }
 
 /*
@@ -305,6 +361,38 @@ static inline struct phxfs_inode *phxfs_file(struct fuse_file_info *fi)
  */
 int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
 		    struct fuse_file_info *fi);
+
+/* ---- readahead.c: sequential read-ahead of open files --------------- */
+/* Bytes of a read taken from a read-ahead: give them back with
+ * phxfs_ra_put() once answered. */
+struct phxfs_ra_hit {
+	void *host;
+	struct phxfs_dev *dev;
+	uint64_t len;
+};
+
+/* Start the workers (after the daemon forked); off on failure. */
+void phxfs_ra_start(struct phxfs *fs);
+void phxfs_ra_stop(void);
+/* Set up @h's read-ahead, used when @on and the workers run. */
+void phxfs_ra_init(struct phxfs_handle *h, bool on);
+/* Wait for @h's read-ahead and free it; before @h goes. */
+void phxfs_ra_release(struct phxfs_handle *h);
+/*
+ * Serve a read of @size bytes at @off from @h's read-ahead if it holds
+ * exactly that and the data did not change since it was asked for; any
+ * other read-ahead is thrown away.  May wait for one being copied.
+ */
+bool phxfs_ra_take(struct phxfs_handle *h, uint64_t off, size_t size,
+		   struct phxfs_ra_hit *hit);
+void phxfs_ra_put(struct phxfs_ra_hit *hit);
+/*
+ * After a read of @size bytes at @off, answered with @n bytes of the file
+ * on @dev and not answered yet: read the next @size bytes ahead when this
+ * one continued the last.
+ */
+void phxfs_ra_advance(struct phxfs_handle *h, struct phxfs_dev *dev,
+		      uint64_t off, uint64_t n, size_t size);
 
 /* ---- ctl.c: the control socket -------------------------------------- */
 int phxfs_ctl_start(struct phxfs *fs);

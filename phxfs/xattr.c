@@ -117,12 +117,17 @@ static int phx_value(struct phxfs *fs, struct phxfs_inode *inode,
 		return snprintf(out, len, "%s",
 				phxfs_path_name(atomic_load(&inode->path)));
 	/* FUSE requests the daemon served on the device, not the kernel. */
-	if (!strcmp(name, "user.phx.requests") && inode->dev)
-		return snprintf(out, len, "write %llu read %llu",
-				(unsigned long long)atomic_load(
-					&inode->dev->fuse_writes),
-				(unsigned long long)atomic_load(
-					&inode->dev->fuse_reads));
+	if (!strcmp(name, "user.phx.requests") && inode->dev) {
+		struct phxfs_dev *d = inode->dev;
+
+		return snprintf(
+			out, len,
+			"write %llu read %llu readahead %llu dropped %llu",
+			(unsigned long long)atomic_load(&d->fuse_writes),
+			(unsigned long long)atomic_load(&d->fuse_reads),
+			(unsigned long long)atomic_load(&d->ra_hits),
+			(unsigned long long)atomic_load(&d->ra_dropped));
+	}
 	if (!strcmp(name, "user.phx.handle") && file) {
 		if (uid && uid != inode->uid)
 			return -EACCES;
