@@ -92,7 +92,7 @@ struct phxfs_dev {
 	atomic_uint files; /* regular files that hold a buffer */
 	atomic_uint_fast64_t fuse_in, fuse_out; /* bytes through the mount */
 	atomic_uint_fast64_t fuse_writes, fuse_reads; /* requests served */
-	/* reads served from a read-ahead, and read-aheads thrown away */
+	/* reads served from a read-ahead, read-aheads a read threw away */
 	atomic_uint_fast64_t ra_hits, ra_dropped;
 	/* its files are libphoenix backing files that the kernel serves
 	 * through passthrough (see backing.c) */
@@ -170,6 +170,7 @@ struct phxfs_inode {
 	 */
 	atomic_uint_fast64_t data_gen;
 	atomic_bool shared;
+	atomic_uint_fast64_t ra_hits, ra_dropped; /* as the device's */
 
 	/*
 	 * Instead of @buf, on a device with backing files: @backing, of

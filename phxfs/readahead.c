@@ -143,19 +143,23 @@ void phxfs_ra_init(struct phxfs_handle *h, bool on)
 		pthread_cond_init(&h->ra.done, NULL);
 }
 
-/*
- * Wait until @ra is no longer being copied, taking it off the queue
- * first; ra_lock held.
- */
-static void ra_settle(struct phxfs_ra *ra, struct phxfs_handle *h)
+static void ra_cancel(struct phxfs_ra *ra, struct phxfs_handle *h)
 {
-	if (ra->state == PHXFS_RA_QUEUED) {
-		queue_remove(h);
-		ra->state = PHXFS_RA_DONE;
-		ra->err = -ECANCELED;
-	}
-	while (ra->state == PHXFS_RA_RUNNING)
-		pthread_cond_wait(&ra->done, &ra_lock);
+	queue_remove(h);
+	ra->state = PHXFS_RA_DONE;
+	ra->err = -ECANCELED;
+}
+
+/* Copy @h's queued read-ahead here; ra_lock held, dropped meanwhile. */
+static void ra_copy_here(struct phxfs_ra *ra, struct phxfs_handle *h)
+{
+	queue_remove(h);
+	ra->state = PHXFS_RA_RUNNING;
+	pthread_mutex_unlock(&ra_lock);
+	ra_copy(h);
+	pthread_mutex_lock(&ra_lock);
+	ra->state = PHXFS_RA_DONE;
+	pthread_cond_broadcast(&ra->done);
 }
 
 static void ra_free(struct phxfs_dev *dev, void *host)
@@ -172,10 +176,11 @@ void phxfs_ra_release(struct phxfs_handle *h)
 	if (!ra->on)
 		return;
 	pthread_mutex_lock(&ra_lock);
-	ra_settle(ra, h);
+	while (ra->state == PHXFS_RA_RUNNING)
+		pthread_cond_wait(&ra->done, &ra_lock);
+	if (ra->state == PHXFS_RA_QUEUED)
+		ra_cancel(ra, h);
 	host = ra->host;
-	if (host)
-		atomic_fetch_add(&ra->dev->ra_dropped, 1);
 	pthread_mutex_unlock(&ra_lock);
 	ra_free(ra->dev, host);
 	pthread_cond_destroy(&ra->done);
@@ -200,22 +205,24 @@ bool phxfs_ra_take(struct phxfs_handle *h, uint64_t off, size_t size,
 	if (!ra->on)
 		return false;
 	pthread_mutex_lock(&ra_lock);
-	if (ra->state == PHXFS_RA_QUEUED && ra_matches(h, off, size)) {
-		/* No worker came to it yet: copy it here rather than wait. */
-		queue_remove(h);
-		ra->state = PHXFS_RA_RUNNING;
-		pthread_mutex_unlock(&ra_lock);
-		ra_copy(h);
-		pthread_mutex_lock(&ra_lock);
-		ra->state = PHXFS_RA_DONE;
-		pthread_cond_broadcast(&ra->done);
+	/*
+	 * Until it is copied or gone.  While we wait, another read of this
+	 * file may take it and queue the next one.
+	 */
+	for (;;) {
+		if (ra->state == PHXFS_RA_RUNNING)
+			pthread_cond_wait(&ra->done, &ra_lock);
+		else if (ra->state != PHXFS_RA_QUEUED)
+			break;
+		else if (ra_matches(h, off, size))
+			ra_copy_here(ra, h); /* no worker came to it yet */
+		else
+			ra_cancel(ra, h);
 	}
-	ra_settle(ra, h);
 	if (ra->state == PHXFS_RA_NONE) {
 		pthread_mutex_unlock(&ra_lock);
 		return false;
 	}
-	/* Another read of this file may have replaced it while we waited. */
 	if (!ra->err && ra_matches(h, off, size) &&
 	    ra->gen == atomic_load(&inode->data_gen) &&
 	    !atomic_load(&inode->shared)) {
@@ -230,6 +237,7 @@ bool phxfs_ra_take(struct phxfs_handle *h, uint64_t off, size_t size,
 	ra->host = NULL;
 	ra->state = PHXFS_RA_NONE;
 	atomic_fetch_add(served ? &dev->ra_hits : &dev->ra_dropped, 1);
+	atomic_fetch_add(served ? &inode->ra_hits : &inode->ra_dropped, 1);
 	pthread_mutex_unlock(&ra_lock);
 	ra_free(dev, host);
 	return served;

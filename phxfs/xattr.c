@@ -24,9 +24,10 @@ struct phxfs_xattr {
 	char data[];
 };
 
-static const char *const phx_names[] = { "user.phx.device", "user.phx.path",
-					 "user.phx.handle", "user.phx.requests",
-					 "user.phx.socket" };
+static const char *const phx_names[] = {
+	"user.phx.device",   "user.phx.path",	   "user.phx.handle",
+	"user.phx.requests", "user.phx.readahead", "user.phx.socket"
+};
 
 static bool stored_namespace(const char *name)
 {
@@ -128,6 +129,12 @@ static int phx_value(struct phxfs *fs, struct phxfs_inode *inode,
 			(unsigned long long)atomic_load(&d->ra_hits),
 			(unsigned long long)atomic_load(&d->ra_dropped));
 	}
+	/* Reads of the file served from a read-ahead, read-aheads dropped. */
+	if (!strcmp(name, "user.phx.readahead") && file)
+		return snprintf(
+			out, len, "served %llu dropped %llu",
+			(unsigned long long)atomic_load(&inode->ra_hits),
+			(unsigned long long)atomic_load(&inode->ra_dropped));
 	if (!strcmp(name, "user.phx.handle") && file) {
 		if (uid && uid != inode->uid)
 			return -EACCES;

@@ -989,6 +989,7 @@ def main():
     import conformance  # noqa: F401  (registers its tests)
     import posix_vs_tmpfs  # noqa: F401
     import fsx  # noqa: F401
+    import readahead  # noqa: F401
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
         return 0
