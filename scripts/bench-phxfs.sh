@@ -12,7 +12,8 @@
 #                      of random bytes if missing or of another size)
 #   PHX_MOUNT=/mnt/phx mount point;  PHX_DEVICE=cuda|sim  devices
 #   MODES="direct writeback"   phxfs modes to measure, each with more
-#                      mount options after a comma (direct,blksize=64M)
+#                      mount options after a comma (direct,blksize=64M;
+#                      direct,no_readahead: without the daemon's read-ahead)
 #   RUNS=3
 set -euo pipefail
 
