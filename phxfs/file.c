@@ -391,8 +391,9 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	if (err && end > old)
 		phxfs_data_resize(inode, old);
 	pthread_rwlock_unlock(&inode->io_lock);
-	phxfs_data_changed(inode);
 out:
+	/* whatever a mode did to the file, read-aheads made before are off */
+	phxfs_data_changed(inode);
 	fuse_reply_err(req, err);
 }
 
