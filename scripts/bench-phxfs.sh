@@ -152,7 +152,7 @@ measure_after pout_prep phxcp.out pout
 # of the hot file into a buffer allocated before, and the allocation of
 # that much device memory alone.
 read -r RES[phx_write] RES[phx_write.sized] RES[phx_write.sparse] \
-	RES[phx_read] RES[alloc] < <(
+	RES[phx_read] RES[alloc] RES[phx_read.cold] < <(
 	PHX_LIBRARY="$BUILD/libphoenix.so" \
 	PYTHONPATH="$(dirname "$0")/../python" python3 - "$FILE" "$OUTF" \
 	"$RUNS" <<'EOF'
@@ -189,6 +189,17 @@ for _ in range(runs):
     t = time.perf_counter()
     phoenix.read_into(src, buf)
     reads.append(time.perf_counter() - t)
+colds = []
+for _ in range(runs):
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+    except OSError:
+        pass  # not root: the "cold" reads are as warm as the file
+    t = time.perf_counter()
+    phoenix.read_into(src, buf)
+    colds.append(time.perf_counter() - t)
 res = [timed(buf, False), timed(buf, True)]
 buf.free()
 buf = dev.alloc(size, sparse=True)
@@ -203,7 +214,8 @@ for _ in range(runs - 1):
     buf = dev.alloc(size)
     allocs.append(time.perf_counter() - t)
     buf.free()
-print(*res, statistics.median(reads), statistics.median(allocs))
+print(*res, statistics.median(reads), statistics.median(allocs),
+      statistics.median(colds))
 EOF
 )
 cmp "$FILE" "$OUTF" || { echo "MISMATCH after phx_write" >&2; exit 1; }
@@ -232,7 +244,9 @@ printf '%-34s %10s %12s\n' "phx cp, hot, new file" \
 	"$(gbps "${RES[phxcp.new]}")" \
 	"$(ratio "${RES[phx_read]}" "${RES[phxcp.new]}")x phx_read"
 printf '%-34s %10s\n' "device memory allocation" "$(gbps "${RES[alloc]}")"
-row "phx cp, cold" phxcp.cold shm.cp
+printf '%-34s %10s\n' "phx_read, cold" "$(gbps "${RES[phx_read.cold]}")"
+printf '%-34s %10s %12s\n' "phx cp, cold" "$(gbps "${RES[phxcp.cold]}")" \
+	"$(ratio "${RES[phx_read.cold]}" "${RES[phxcp.cold]}")x phx_read"
 printf '%-34s %10s %12s\n' "phx cp out (fsync)" "$(gbps "${RES[phxcp.out]}")" \
 	"$(ratio "${RES[phx_write]}" "${RES[phxcp.out]}")x phx_write"
 printf '%-34s %10s\n' "phx_write (fsync)" "$(gbps "${RES[phx_write]}")"
