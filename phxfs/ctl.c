@@ -326,22 +326,12 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 	return ret;
 }
 
-/*
- * Drop the kernel's cached size and pages of @inode before the client
- * hears the copy is over: the kernel handles the notification within
- * the write that carries it, so a stat() after `phx cp` returns sees the
- * new size.
- */
-static void inval_size(struct conn *c, struct phxfs_inode *inode)
-{
-	fuse_lowlevel_notify_inval_inode(c->fs->se, inode->ino, 0, 0);
-}
-
 static void do_cp(struct conn *c, unsigned long long ino, int src)
 {
 	struct phxfs_inode *inode = file_get(c->fs, ino);
 	enum phx_path path = PHX_PATH_NONE;
 	uint64_t done = 0;
+	char msg[512];
 	int64_t total;
 	int ret;
 
@@ -374,21 +364,26 @@ static void do_cp(struct conn *c, unsigned long long ino, int src)
 	phxfs_data_changed(inode);
 	if (ret) {
 		/* Keep what arrived; the rest was never there. */
-		char msg[512];
-
 		snprintf(msg, sizeof(msg), "%s", phx_strerror_last());
 		pthread_rwlock_wrlock(&inode->io_lock);
 		phxfs_data_resize(inode, done);
 		pthread_rwlock_unlock(&inode->io_lock);
-		inval_size(c, inode);
-		send_line(c->fd, "ERR %d %s", -ret,
-			  *msg ? msg : strerror(-ret));
 	} else {
 		atomic_store(&inode->path, path);
-		inval_size(c, inode);
+	}
+	/*
+	 * The kernel's cached size and pages go before the client hears the
+	 * copy is over: the kernel handles the notification within the
+	 * write that carries it, so a stat() once `phx cp` returns sees the
+	 * new size.
+	 */
+	fuse_lowlevel_notify_inval_inode(c->fs->se, inode->ino, 0, 0);
+	if (ret)
+		send_line(c->fd, "ERR %d %s", -ret,
+			  *msg ? msg : strerror(-ret));
+	else
 		send_line(c->fd, "OK %llu %s", (unsigned long long)done,
 			  phx_path_name(path));
-	}
 out:
 	file_put(c->fs, inode);
 }

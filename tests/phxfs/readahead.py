@@ -15,7 +15,6 @@ import ctypes
 import mmap
 import os
 import random
-import socket
 import threading
 
 import test_phxfs as T
@@ -278,13 +277,7 @@ def share(path):
     """Map @path's memory in this process (control socket OPEN): returns
     (device, buffer) for phx_memcpy_to_buf()."""
     L = T.lib()
-    sock, ino = os.getxattr(path, "user.phx.handle").decode().rsplit(" ", 1)
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(sock)
-    s.sendall(b"OPEN %s\n" % ino.encode())
-    line = b""
-    while not line.endswith(b"\n"):
-        line += s.recv(1)
+    s, line = T.ctl_open(path)
     ok, devname, _ = line.decode().split()
     assert ok == "OK", line
     dev, buf = ctypes.c_void_p(), ctypes.c_void_p()

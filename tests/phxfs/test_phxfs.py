@@ -829,15 +829,11 @@ def lib():
     return LIB
 
 
-@test
-def share_in_place():
-    """Another process maps a file's memory through the control socket."""
+def ctl_open(path):
+    """Ask the daemon to share @path's memory (control socket OPEN):
+    returns the connected socket and the reply line."""
     import socket
-    L = lib()
-    d, _ = fresh("share")
-    data = rand(3 * MiB, 13)
-    write(d + "/t", data)
-    sock_path, ino = os.getxattr(d + "/t", "user.phx.handle").decode() \
+    sock_path, ino = os.getxattr(path, "user.phx.handle").decode() \
         .rsplit(" ", 1)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(sock_path)
@@ -845,6 +841,17 @@ def share_in_place():
     line = b""
     while not line.endswith(b"\n"):
         line += s.recv(1)
+    return s, line
+
+
+@test
+def share_in_place():
+    """Another process maps a file's memory through the control socket."""
+    L = lib()
+    d, _ = fresh("share")
+    data = rand(3 * MiB, 13)
+    write(d + "/t", data)
+    s, line = ctl_open(d + "/t")
     ok, devname, size = line.decode().split()
     assert ok == "OK" and int(size) == len(data), line
     dev, buf = ctypes.c_void_p(), ctypes.c_void_p()
