@@ -134,7 +134,8 @@ pcp && cmp "$FILE" "$dst" || { echo "MISMATCH after phx cp" >&2; exit 1; }
 measure phxcp.hot pcp
 pcp_new() { rm -f "$dst"; }
 measure_after pcp_new phxcp.new pcp
-measure_after drop_caches phxcp.cold pcp
+# phx cp cold is timed below, each run beside a cold phx_read: the disk's
+# rate drifts between runs more than the two differ.
 
 echo "phx cp out of phxfs (the daemon writes through libphoenix) vs phx_write"
 OUTF="$(dirname "$FILE")/phx-bench.out"
@@ -150,15 +151,16 @@ measure_after pout_prep phxcp.out pout
 # phx cp out sizes its file) and from a sparse buffer filled by 256 MiB
 # reads (as phx cp fills a phxfs file).  The peers of phx cp in: phx_read
 # of the hot file into a buffer allocated before, and the allocation of
-# that much device memory alone.
+# that much device memory alone; cold, phx_read and phx cp in turns.
 read -r RES[phx_write] RES[phx_write.sized] RES[phx_write.sparse] \
-	RES[phx_read] RES[alloc] RES[phx_read.cold] < <(
+	RES[phx_read] RES[alloc] RES[phx_read.cold] RES[phxcp.cold] < <(
 	PHX_LIBRARY="$BUILD/libphoenix.so" \
 	PYTHONPATH="$(dirname "$0")/../python" python3 - "$FILE" "$OUTF" \
-	"$RUNS" <<'EOF'
-import os, statistics, sys, time
+	"$RUNS" "$PHX" "$dst" <<'EOF'
+import os, statistics, subprocess, sys, time
 import phoenix
-src, out, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src, out, runs, phx, dst = sys.argv[1:6]
+runs = int(runs)
 size = os.path.getsize(src)
 dev = phoenix.Device()
 
@@ -189,17 +191,27 @@ for _ in range(runs):
     t = time.perf_counter()
     phoenix.read_into(src, buf)
     reads.append(time.perf_counter() - t)
-colds = []
-for _ in range(runs):
+
+
+def drop_caches():
     os.sync()
     try:
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3")
     except OSError:
         pass  # not root: the "cold" reads are as warm as the file
+
+
+colds, cp_colds = [], []
+for _ in range(runs):
+    drop_caches()
     t = time.perf_counter()
     phoenix.read_into(src, buf)
     colds.append(time.perf_counter() - t)
+    drop_caches()
+    t = time.perf_counter()
+    subprocess.run([phx, "cp", "-q", src, dst], check=True)
+    cp_colds.append(time.perf_counter() - t)
 res = [timed(buf, False), timed(buf, True)]
 buf.free()
 buf = dev.alloc(size, sparse=True)
@@ -215,7 +227,7 @@ for _ in range(runs - 1):
     allocs.append(time.perf_counter() - t)
     buf.free()
 print(*res, statistics.median(reads), statistics.median(allocs),
-      statistics.median(colds))
+      statistics.median(colds), statistics.median(cp_colds))
 EOF
 )
 cmp "$FILE" "$OUTF" || { echo "MISMATCH after phx_write" >&2; exit 1; }

@@ -17,10 +17,11 @@
 #   st-single 200     bench-safetensors.py, 2 GiB single file
 #   st-sharded 200    bench-safetensors.py, sharded checkpoint and save
 #   st-save 150       bench-safetensors.py, the save only, against safetensors
-#   phxfs 240         scripts/bench-phxfs.sh, 2 GiB (MODES from the
-#                     environment, default direct with and without
-#                     the daemon's read-ahead, and with 16 MiB st_blksize:
-#                     cat's read size)
+#   phxfs 300         scripts/bench-phxfs.sh, 4 GiB as its figures are
+#                     published (PHXFS_SIZE, MODES from the environment;
+#                     default direct with and without the daemon's
+#                     read-ahead, and with 16 MiB st_blksize: cat's
+#                     read size)
 #   alloc 100         scripts/bench-alloc.py, 2 GiB, by PHX_ALLOC_CHUNK
 #   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
@@ -73,7 +74,7 @@ for s in "$@"; do
 	st-save) wheels
 		step st-save 150 $st --repeat 1 --cases save \
 			--loaders safetensors,phoenix ;;
-	phxfs) step phxfs 240 env SIZE=2G \
+	phxfs) step phxfs 300 env SIZE="${PHXFS_SIZE:-4G}" \
 		MODES="${MODES:-direct direct,blksize=16M direct,no_readahead}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
 	alloc) step alloc 100 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
