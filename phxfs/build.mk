@@ -27,7 +27,7 @@ FUSE317_CFLAGS := -I$(FUSE317)/include/fuse3 -DFUSE_USE_VERSION=317
 FUSE317_LIB := $(FUSE317)/lib/libfuse3.a -lrt
 
 PHXFS_SRCS := phxfs/main.c phxfs/inode.c phxfs/device.c phxfs/ops.c \
-	phxfs/dir.c phxfs/file.c phxfs/readahead.c phxfs/xattr.c phxfs/ctl.c \
+	phxfs/dir.c phxfs/file.c phxfs/loop.c phxfs/readahead.c phxfs/xattr.c phxfs/ctl.c \
 	phxfs/backing.c phxfs/client.c
 PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
 PHXFS_317_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs317-obj/%.o)

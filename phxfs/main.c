@@ -309,6 +309,7 @@ int main(int argc, char *argv[])
 		goto out_session;
 	if (fuse_session_mount(fs.se, cmd.mountpoint))
 		goto out_signals;
+	phxfs_loop_setup(&fs);
 	ret = phxfs_ctl_start(&fs);
 	if (ret) {
 		fprintf(stderr, "phxfs: control socket %s: %s\n", fs.sock_path,

@@ -289,8 +289,8 @@ uint64_t phxfs_data_size(struct phxfs_inode *inode);
 /* Bytes of device memory the file holds; as phxfs_data_size(). */
 uint64_t phxfs_data_held(struct phxfs_inode *inode);
 /* The first run of data at or after @off (phx_buf_next_data()); -ENXIO. */
-int phxfs_data_next(struct phxfs_inode *inode, uint64_t off,
-		    uint64_t *data_off, uint64_t *data_len);
+int phxfs_data_next(struct phxfs_inode *inode, uint64_t off, uint64_t *data_off,
+		    uint64_t *data_len);
 
 /* ---- backing.c: passthrough backing files from phx.ko ---------------- */
 /* Decide whether passthrough can be used; after phxfs_devices_open(). */
@@ -373,6 +373,9 @@ struct phxfs_ra_hit {
 };
 
 /* Start the workers (after the daemon forked); off on failure. */
+/* loop.c: the worker that has just replied takes the next request */
+void phxfs_loop_setup(struct phxfs *fs);
+
 void phxfs_ra_start(struct phxfs *fs);
 void phxfs_ra_stop(void);
 /* Set up @h's read-ahead, used when @on and the workers run. */
