@@ -23,6 +23,12 @@
  * when none is left).  Each worker has its own clone of the /dev/fuse
  * descriptor, so one can block while another does not.
  *
+ * Each worker's receive buffer, where a WRITE's data arrives, is pinned on
+ * every device (phx_host_register()) the first time it comes here: the
+ * data then goes from it to device memory directly instead of through
+ * libphoenix's pinned staging, one copy fewer.  Where pinning is refused
+ * (memlock limit) writes are staged as before.
+ *
  * Only with libfuse 3.17 and later, whose custom I/O can clone the
  * descriptor; older ones keep the stock loop.
  */
@@ -107,6 +113,43 @@ static void leave_place(enum role r)
 	pthread_mutex_unlock(&loop_lock);
 }
 
+/* This worker's receive buffer as pinned on the devices, and its file system. */
+static __thread void *pinned;
+static __thread struct phxfs *pinned_fs;
+static pthread_key_t pin_key;
+static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
+
+static void unpin(void *unused)
+{
+	unsigned int i;
+
+	(void)unused;
+	for (i = 0; pinned && i < pinned_fs->ndevs; i++)
+		phx_host_unregister(pinned_fs->devs[i].dev, pinned);
+	pinned = NULL;
+}
+
+static void pin_key_init(void)
+{
+	/* unpinned when the worker exits (libfuse has freed it by then) */
+	pthread_key_create(&pin_key, unpin);
+}
+
+static void pin(struct phxfs *fs, void *buf, size_t len)
+{
+	unsigned int i;
+
+	if (buf == pinned)
+		return;
+	pthread_once(&pin_once, pin_key_init);
+	unpin(NULL); /* libfuse gave this worker a new one */
+	for (i = 0; i < fs->ndevs; i++)
+		phx_host_register(fs->devs[i].dev, buf, len);
+	pinned = buf;
+	pinned_fs = fs;
+	pthread_setspecific(pin_key, fs);
+}
+
 static ssize_t loop_read(int fd, void *buf, size_t len, void *userdata)
 {
 	enum role r = take_place();
@@ -114,7 +157,7 @@ static ssize_t loop_read(int fd, void *buf, size_t len, void *userdata)
 	ssize_t n;
 	int err;
 
-	(void)userdata;
+	pin(userdata, buf, len);
 	set_nonblock(fd, r == ROLE_WATCHER);
 	for (;;) {
 		n = read(fd, buf, len);

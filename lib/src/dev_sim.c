@@ -56,6 +56,7 @@ struct sim_stream {
 	struct sim_op *head, *tail; /* protected by lock */
 	uint64_t submitted; /* protected by lock */
 	uint64_t completed; /* protected by lock */
+	bool running; /* the head is being carried out; protected by lock */
 	bool stop;
 };
 
@@ -100,6 +101,75 @@ static void sim_prefault(void *p, size_t len)
 	}
 }
 
+/* Ranges cleared from here up are given back rather than written. */
+#define SIM_CLEAR_FREE (64UL << 10)
+
+/*
+ * memset() of device memory.  Clearing whole pages of a large range gives
+ * them back to the memfd behind the mapping instead (MADV_REMOVE): they
+ * read as zeros, as a GPU's cleared memory does, and cost nothing until
+ * written again, where writing zeros would touch every page, even those
+ * never written (shrinking a file clears its tail).
+ */
+static void sim_set(void *dst, uint8_t value, size_t len)
+{
+	uintptr_t a = ((uintptr_t)dst + SIM_PAGE - 1) & ~(SIM_PAGE - 1);
+	uintptr_t b = ((uintptr_t)dst + len) & ~(SIM_PAGE - 1);
+
+	if (!value && len >= SIM_CLEAR_FREE && b > a &&
+	    !madvise((void *)a, b - a, MADV_REMOVE)) {
+		memset(dst, 0, a - (uintptr_t)dst);
+		memset((void *)b, 0, (uintptr_t)dst + len - b);
+		return;
+	}
+	sim_prefault(dst, len);
+	memset(dst, value, len);
+}
+
+/* Carry out one op of a stream. */
+static void sim_run(struct sim_op *op)
+{
+	switch (op->type) {
+	case SIM_COPY_IN:
+		sim_prefault(op->dst, op->len);
+		/* fall through */
+	case SIM_COPY:
+		memmove(op->dst, op->src, op->len);
+		break;
+	case SIM_SET:
+		sim_set(op->dst, op->value, op->len);
+		break;
+	case SIM_FN:
+		op->fn(op->arg);
+		break;
+	case SIM_MARK:
+		break;
+	case SIM_WAIT:
+		phx_word_wait(op->word, op->word_value);
+		break;
+	case SIM_WRITE:
+		phx_word_store(op->word, op->word_value);
+		break;
+	case SIM_FEED:
+		op->play(op->arg, op->dst);
+		break;
+	}
+}
+
+/* @op, the stream's head, is done; s->lock held. */
+static void sim_retire(struct sim_stream *s, struct sim_op *op)
+{
+	s->head = op->next;
+	if (!s->head)
+		s->tail = NULL;
+	s->completed++;
+	s->running = false;
+	pthread_cond_broadcast(&s->done);
+	if (s->head)
+		pthread_cond_signal(&s->work);
+	free(op);
+}
+
 static void *sim_stream_main(void *arg)
 {
 	struct sim_stream *s = arg;
@@ -107,47 +177,21 @@ static void *sim_stream_main(void *arg)
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while (!s->head && !s->stop)
+		while ((!s->head || s->running) && !s->stop)
 			pthread_cond_wait(&s->work, &s->lock);
 		if (!s->head)
 			break;
-		op = s->head;
-		pthread_mutex_unlock(&s->lock);
-
-		switch (op->type) {
-		case SIM_COPY_IN:
-			sim_prefault(op->dst, op->len);
-			/* fall through */
-		case SIM_COPY:
-			memmove(op->dst, op->src, op->len);
-			break;
-		case SIM_SET:
-			sim_prefault(op->dst, op->len);
-			memset(op->dst, op->value, op->len);
-			break;
-		case SIM_FN:
-			op->fn(op->arg);
-			break;
-		case SIM_MARK:
-			break;
-		case SIM_WAIT:
-			phx_word_wait(op->word, op->word_value);
-			break;
-		case SIM_WRITE:
-			phx_word_store(op->word, op->word_value);
-			break;
-		case SIM_FEED:
-			op->play(op->arg, op->dst);
-			break;
+		if (s->running) {
+			/* stopping while a waiter runs the last ops */
+			pthread_cond_wait(&s->work, &s->lock);
+			continue;
 		}
-
+		op = s->head;
+		s->running = true;
+		pthread_mutex_unlock(&s->lock);
+		sim_run(op);
 		pthread_mutex_lock(&s->lock);
-		s->head = op->next;
-		if (!s->head)
-			s->tail = NULL;
-		s->completed++;
-		pthread_cond_broadcast(&s->done);
-		free(op);
+		sim_retire(s, op);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
@@ -183,11 +227,39 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 	return 0;
 }
 
+/* Ops a thread waiting for its stream may carry out itself. */
+static bool sim_inline(const struct sim_op *op)
+{
+	return op->type == SIM_COPY || op->type == SIM_COPY_IN ||
+	       op->type == SIM_SET || op->type == SIM_MARK ||
+	       op->type == SIM_WRITE;
+}
+
+/*
+ * Wait until @s has completed @seq ops.  Copies at the head of the stream
+ * that its thread has not started yet are carried out here, in order, as
+ * the thread would: the waiter would only sleep meanwhile, and handing
+ * each small copy to another thread and back costs two wake-ups, more
+ * than the copy.  Host functions, waits on memory and the copy kernel
+ * stay on the stream's thread.
+ */
 static void sim_wait_seq(struct sim_stream *s, uint64_t seq)
 {
+	struct sim_op *op;
+
 	pthread_mutex_lock(&s->lock);
-	while (s->completed < seq)
+	while (s->completed < seq) {
+		op = s->head;
+		if (op && !s->running && sim_inline(op)) {
+			s->running = true;
+			pthread_mutex_unlock(&s->lock);
+			sim_run(op);
+			pthread_mutex_lock(&s->lock);
+			sim_retire(s, op);
+			continue;
+		}
 		pthread_cond_wait(&s->done, &s->lock);
+	}
 	pthread_mutex_unlock(&s->lock);
 }
 
