@@ -27,7 +27,8 @@
  * every device (phx_host_register()) the first time it comes here: the
  * data then goes from it to device memory directly instead of through
  * libphoenix's pinned staging, one copy fewer.  Where pinning is refused
- * (memlock limit) writes are staged as before.
+ * (memlock limit), and past PIN_WORKERS workers, writes are staged as
+ * before.
  *
  * Only with libfuse 3.17 and later, whose custom I/O can clone the
  * descriptor; older ones keep the stock loop.
@@ -35,6 +36,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -113,8 +115,16 @@ static void leave_place(enum role r)
 	pthread_mutex_unlock(&loop_lock);
 }
 
-/* This worker's receive buffer as pinned on the devices, and its file system. */
-static __thread void *pinned;
+/*
+ * Receive buffers pinned at once: pinning makes the whole buffer (the
+ * largest request, 16 MiB by default) resident, so a burst that starts
+ * many workers does not pin that much per worker; the others stage.
+ */
+#define PIN_WORKERS 4
+
+static atomic_uint npinned;
+/* This worker's receive buffer: pinned, or left as it is; its fs. */
+static __thread void *pinned, *unpinned;
 static __thread struct phxfs *pinned_fs;
 static pthread_key_t pin_key;
 static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
@@ -124,25 +134,32 @@ static void unpin(void *unused)
 	unsigned int i;
 
 	(void)unused;
-	for (i = 0; pinned && i < pinned_fs->ndevs; i++)
+	if (!pinned)
+		return;
+	for (i = 0; i < pinned_fs->ndevs; i++)
 		phx_host_unregister(pinned_fs->devs[i].dev, pinned);
 	pinned = NULL;
+	atomic_fetch_sub(&npinned, 1);
 }
 
 static void pin_key_init(void)
 {
-	/* unpinned when the worker exits (libfuse has freed it by then) */
-	pthread_key_create(&pin_key, unpin);
+	pthread_key_create(&pin_key, unpin); /* when the worker exits */
 }
 
 static void pin(struct phxfs *fs, void *buf, size_t len)
 {
 	unsigned int i;
 
-	if (buf == pinned)
+	if (buf == pinned || buf == unpinned)
 		return;
-	pthread_once(&pin_once, pin_key_init);
 	unpin(NULL); /* libfuse gave this worker a new one */
+	if (atomic_fetch_add(&npinned, 1) >= PIN_WORKERS) {
+		atomic_fetch_sub(&npinned, 1);
+		unpinned = buf;
+		return;
+	}
+	pthread_once(&pin_once, pin_key_init);
 	for (i = 0; i < fs->ndevs; i++)
 		phx_host_register(fs->devs[i].dev, buf, len);
 	pinned = buf;
