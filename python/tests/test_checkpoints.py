@@ -98,9 +98,11 @@ print(dev.stats()["pinned_bytes"])
 @needs_host_views
 @pytest.mark.parametrize("threads", [1, 4])
 def test_workers_share_the_staging(scratch, rng, threads):
-    """However many workers a load has, together they pin one engine's
-    staging (PHX_STAGING_SIZE), as phx_read does; a fresh process, so no
-    engine of an earlier test is reused."""
+    """However many workers a load has, together they pin at most one
+    engine's staging (PHX_STAGING_SIZE), as phx_read does, each worker's
+    engine its share of it; a fresh process, so no engine of an earlier
+    test is reused.  A worker whose thread starts after another has given
+    its engine back takes that one, so fewer engines may be built."""
     sharded(scratch, rng, nshards=4, per=3, big=True)
     env = dict(os.environ, PHX_STAGING_SIZE="16M", PHX_CHUNK_SIZE="1M",
                PHX_DEVICE="sim")
@@ -108,7 +110,8 @@ def test_workers_share_the_staging(scratch, rng, threads):
                         str(threads)], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert int(r.stdout.split()[-1]) == 16 * MiB
+    pinned, share = int(r.stdout.split()[-1]), 16 * MiB // threads
+    assert 0 < pinned <= 16 * MiB and pinned % share == 0, pinned
 
 
 def test_bad_thread_counts_are_refused(scratch, rng, monkeypatch):
