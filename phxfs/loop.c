@@ -35,6 +35,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -46,9 +47,6 @@
 #include "phxfs.h"
 
 #if FUSE_USE_VERSION >= 317 && FUSE_VERSION >= FUSE_MAKE_VERSION(3, 17)
-
-/* The kernel's FUSE_DEV_IOC_CLONE (<linux/fuse.h>, beside libfuse's). */
-#define PHXFS_DEV_IOC_CLONE _IOR(229, 0, uint32_t)
 
 static pthread_mutex_t loop_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t place_free = PTHREAD_COND_INITIALIZER;
@@ -123,28 +121,28 @@ static void leave_place(enum role r)
 #define PIN_WORKERS 4
 
 static atomic_uint npinned;
-/* This worker's receive buffer: pinned, or left as it is; its fs. */
+/* This worker's receive buffer: pinned, or left as it is. */
 static __thread void *pinned, *unpinned;
-static __thread struct phxfs *pinned_fs;
+/* Its file system while one is pinned: unpin() runs when the worker exits. */
 static pthread_key_t pin_key;
 static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
 
-static void unpin(void *unused)
+static void unpin(void *fs)
 {
+	struct phxfs *f = fs;
 	unsigned int i;
 
-	(void)unused;
 	if (!pinned)
 		return;
-	for (i = 0; i < pinned_fs->ndevs; i++)
-		phx_host_unregister(pinned_fs->devs[i].dev, pinned);
+	for (i = 0; i < f->ndevs; i++)
+		phx_host_unregister(f->devs[i].dev, pinned);
 	pinned = NULL;
 	atomic_fetch_sub(&npinned, 1);
 }
 
 static void pin_key_init(void)
 {
-	pthread_key_create(&pin_key, unpin); /* when the worker exits */
+	pthread_key_create(&pin_key, unpin);
 }
 
 static void pin(struct phxfs *fs, void *buf, size_t len)
@@ -153,7 +151,7 @@ static void pin(struct phxfs *fs, void *buf, size_t len)
 
 	if (buf == pinned || buf == unpinned)
 		return;
-	unpin(NULL); /* libfuse gave this worker a new one */
+	unpin(fs); /* libfuse gave this worker a new one */
 	if (atomic_fetch_add(&npinned, 1) >= PIN_WORKERS) {
 		atomic_fetch_sub(&npinned, 1);
 		unpinned = buf;
@@ -163,7 +161,6 @@ static void pin(struct phxfs *fs, void *buf, size_t len)
 	for (i = 0; i < fs->ndevs; i++)
 		phx_host_register(fs->devs[i].dev, buf, len);
 	pinned = buf;
-	pinned_fs = fs;
 	pthread_setspecific(pin_key, fs);
 }
 
@@ -204,7 +201,7 @@ static int loop_clone(int master)
 
 	if (fd < 0)
 		return -1;
-	if (ioctl(fd, PHXFS_DEV_IOC_CLONE, &m)) {
+	if (ioctl(fd, FUSE_DEV_IOC_CLONE, &m)) {
 		close(fd);
 		return -1;
 	}

@@ -292,6 +292,10 @@ uint64_t phxfs_data_held(struct phxfs_inode *inode);
 int phxfs_data_next(struct phxfs_inode *inode, uint64_t off, uint64_t *data_off,
 		    uint64_t *data_len);
 
+/* ---- loop.c: which worker takes the next request ---------------------- */
+/* Read requests through phxfs's own I/O; after fuse_session_mount(). */
+void phxfs_loop_setup(struct phxfs *fs);
+
 /* ---- backing.c: passthrough backing files from phx.ko ---------------- */
 /* Decide whether passthrough can be used; after phxfs_devices_open(). */
 void phxfs_backing_setup(struct phxfs *fs);
@@ -373,9 +377,6 @@ struct phxfs_ra_hit {
 };
 
 /* Start the workers (after the daemon forked); off on failure. */
-/* loop.c: the worker that has just replied takes the next request */
-void phxfs_loop_setup(struct phxfs *fs);
-
 void phxfs_ra_start(struct phxfs *fs);
 void phxfs_ra_stop(void);
 /* Set up @h's read-ahead, used when @on and the workers run. */

@@ -165,7 +165,8 @@ static void sim_retire(struct sim_stream *s, struct sim_op *op)
 	s->completed++;
 	s->running = false;
 	pthread_cond_broadcast(&s->done);
-	if (s->head)
+	/* the stream's thread waits for what is left, or to stop */
+	if (s->head || s->stop)
 		pthread_cond_signal(&s->work);
 	free(op);
 }
@@ -177,15 +178,11 @@ static void *sim_stream_main(void *arg)
 
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
-		while ((!s->head || s->running) && !s->stop)
+		/* a waiter carrying out the head finishes it even when stopping */
+		while ((!s->head && !s->stop) || s->running)
 			pthread_cond_wait(&s->work, &s->lock);
 		if (!s->head)
 			break;
-		if (s->running) {
-			/* stopping while a waiter runs the last ops */
-			pthread_cond_wait(&s->work, &s->lock);
-			continue;
-		}
 		op = s->head;
 		s->running = true;
 		pthread_mutex_unlock(&s->lock);
