@@ -58,6 +58,8 @@ struct sim_stream {
 	uint64_t completed; /* protected by lock */
 	bool running; /* the head is being carried out; protected by lock */
 	bool stop;
+	/* stream_create_waited: copies are left for the waiting thread */
+	bool waited;
 };
 
 struct sim_event {
@@ -202,6 +204,8 @@ static void *sim_stream_main(void *arg)
  */
 #define SIM_STREAM_DEPTH 1024
 
+static bool sim_inline(const struct sim_op *op);
+
 static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 {
 	struct sim_op *op = malloc(sizeof(*op));
@@ -211,15 +215,23 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 	*op = *tmpl;
 	op->next = NULL;
 	pthread_mutex_lock(&s->lock);
-	while (s->submitted - s->completed >= SIM_STREAM_DEPTH)
+	while (s->submitted - s->completed >= SIM_STREAM_DEPTH) {
+		pthread_cond_signal(&s->work); /* a waited stream's too */
 		pthread_cond_wait(&s->done, &s->lock);
+	}
 	if (s->tail)
 		s->tail->next = op;
 	else
 		s->head = op;
 	s->tail = op;
 	s->submitted++;
-	pthread_cond_signal(&s->work);
+	/*
+	 * On a waited stream the thread that queued a copy carries it out
+	 * when it waits (sim_wait_seq): waking the stream's thread as well
+	 * would cost the wake-up of an idle CPU and a race for the copy.
+	 */
+	if (!s->waited || !sim_inline(op))
+		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -260,7 +272,7 @@ static void sim_wait_seq(struct sim_stream *s, uint64_t seq)
 	pthread_mutex_unlock(&s->lock);
 }
 
-static int sim_stream_new(struct sim_stream **out)
+static int sim_stream_new(bool waited, struct sim_stream **out)
 {
 	struct sim_stream *s = calloc(1, sizeof(*s));
 	int ret;
@@ -270,6 +282,7 @@ static int sim_stream_new(struct sim_stream **out)
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->work, NULL);
 	pthread_cond_init(&s->done, NULL);
+	s->waited = waited;
 	ret = pthread_create(&s->thread, NULL, sim_stream_main, s);
 	if (ret) {
 		free(s);
@@ -323,7 +336,7 @@ static int sim_open(struct phx_device *dev)
 
 	if (!sd)
 		return phx_err(ENOMEM, "sim: out of host memory");
-	ret = sim_stream_new(&sd->def);
+	ret = sim_stream_new(false, &sd->def);
 	if (ret) {
 		free(sd);
 		return ret;
@@ -368,7 +381,12 @@ static void sim_host_unregister(struct phx_device *dev, void *p)
 
 static int sim_stream_create(struct phx_device *dev, void **stream)
 {
-	return sim_stream_new((struct sim_stream **)stream);
+	return sim_stream_new(false, (struct sim_stream **)stream);
+}
+
+static int sim_stream_create_waited(struct phx_device *dev, void **stream)
+{
+	return sim_stream_new(true, (struct sim_stream **)stream);
 }
 
 static void sim_stream_destroy(struct phx_device *dev, void *stream)
@@ -555,6 +573,7 @@ const struct phx_backend_ops phx_sim_ops = {
 	.host_register = sim_host_register,
 	.host_unregister = sim_host_unregister,
 	.stream_create = sim_stream_create,
+	.stream_create_waited = sim_stream_create_waited,
 	.stream_destroy = sim_stream_destroy,
 	.stream_sync = sim_stream_sync,
 	.stream_default = sim_stream_default,

@@ -124,6 +124,14 @@ struct phx_backend_ops {
 
 	/* Streams: @native NULL asks for a new stream. */
 	int (*stream_create)(struct phx_device *dev, void **stream);
+	/*
+	 * A stream whose work is always waited for by the thread that
+	 * queued it, with stream_sync before anything else uses the stream
+	 * (the synchronous copies' pool): the backend may leave that work
+	 * for the sync to carry out.  NULL: stream_create (cuda, whose copy
+	 * engines start on their own).
+	 */
+	int (*stream_create_waited)(struct phx_device *dev, void **stream);
 	void (*stream_destroy)(struct phx_device *dev, void *stream);
 	int (*stream_sync)(struct phx_device *dev, void *stream);
 	/* Default stream handle for wrap(NULL). */

@@ -28,6 +28,9 @@ static int stream_get(struct phx_device *dev, void **stream)
 		return 0;
 	}
 	pthread_mutex_unlock(&dev->pool_lock);
+	/* every use of a pooled stream ends in copy_finish()'s sync */
+	if (dev->ops->stream_create_waited)
+		return dev->ops->stream_create_waited(dev, stream);
 	return dev->ops->stream_create(dev, stream);
 }
 
@@ -342,14 +345,18 @@ static int copy_begin(struct phx_device *dev, void **stream)
 }
 
 /*
- * End a synchronous copy queued on a pooled stream: wait for it unless
- * queueing failed, return the stream, count @memcpy_bytes when it worked.
+ * End a synchronous copy queued on a pooled stream: wait for what was
+ * queued, also when queueing the rest failed (the caller's memory must
+ * not be read after it returns), return the stream, count @memcpy_bytes
+ * when it worked.
  */
 static int copy_finish(struct phx_device *dev, void *stream, int ret,
 		       uint64_t memcpy_bytes)
 {
+	int sret = dev->ops->stream_sync(dev, stream);
+
 	if (!ret)
-		ret = dev->ops->stream_sync(dev, stream);
+		ret = sret;
 	stream_put(dev, stream);
 	if (!ret)
 		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], memcpy_bytes);

@@ -275,3 +275,36 @@ Test(sim, a_buffer_holds_one_descriptor_however_many_chunks)
 	cr_assert_lt(open_fds(), before, "freeing the buffer closes its one");
 	phx_device_close(dev);
 }
+
+/*
+ * A synchronous copy leaves its work on a pooled stream for its own wait
+ * to carry out: one device-to-device copy of more chunks than a stream
+ * holds (1024 ops) goes through whole, holes and all.
+ */
+Test(sim, a_copy_of_more_chunks_than_a_stream_holds)
+{
+	struct phx_device *dev = open_sim();
+	uint64_t gran = dev->granularity, off, len = 3000 * gran;
+	struct phx_buf *src, *dst;
+	unsigned char v;
+
+	cr_assert_eq(phx_buf_alloc(dev, len, PHX_BUF_SPARSE, &src), 0);
+	cr_assert_eq(phx_buf_alloc(dev, len, PHX_BUF_SPARSE, &dst), 0);
+	/* every other granule written: 1500 chunks of data between holes */
+	for (off = 0; off < len; off += 2 * gran) {
+		v = (unsigned char)(off / gran / 2 + 1);
+		cr_assert_eq(phx_memcpy_to_buf(src, off + gran - 1, &v, 1), 0);
+	}
+	cr_assert_eq(phx_memcpy_buf(dst, 0, src, 0, len), 0, "%s",
+		     phx_strerror_last());
+	for (off = 0; off < len; off += 2 * gran) {
+		cr_assert_eq(phx_memcpy_from_buf(&v, dst, off + gran - 1, 1),
+			     0);
+		cr_assert_eq(v, (unsigned char)(off / gran / 2 + 1),
+			     "granule %llu", (unsigned long long)(off / gran));
+	}
+	cr_assert_eq(phx_buf_committed(dst), len / 2, "holes stay holes");
+	phx_buf_free(dst);
+	phx_buf_free(src);
+	phx_device_close(dev);
+}
