@@ -3,7 +3,7 @@
 #   make kmod        fetch the guest kernel's headers, build phx.ko
 #   make test-kmod   run the QEMU suite (checks 1-5 of the module)
 #   make test-passthrough  the QEMU suite of phxfs over phx.ko (FUSE
-#                    passthrough; phxfs static with libfuse 3.17)
+#                    passthrough; phxfs static with libfuse 3.18)
 
 KMOD_KVER := 6.12.95+deb12-amd64
 KMOD_DIR := $(BUILD)/kmod
@@ -52,10 +52,10 @@ $(KMOD_DIR)/tests/kmod_fuse: tests/kmod/kmod_fuse.c $(KMOD_TEST_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KMOD_CFLAGS) -static -o $@ $<
 
-$(KMOD_DIR)/tests/phxfs: $(PHXFS_317_OBJS) $(LIB_A)
+$(KMOD_DIR)/tests/phxfs: $(PHXFS_318_OBJS) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) \
-		$(FUSE317_LIB) $(URING_LIB) -ldl -pthread
+	$(CC) -static -o $@ $(PHXFS_318_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) \
+		$(FUSE318_LIB) $(URING_LIB) -ldl -pthread
 
 $(KMOD_DIR)/tests/phx: $(PHX_CLI_OBJS) $(LIB_A)
 	@mkdir -p $(dir $@)

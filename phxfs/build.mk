@@ -4,15 +4,15 @@
 # run on machines without them (the GPU hosts).
 #
 # PHX_FUSE picks the libfuse phxfs is built with:
-#   3.17    (default) libfuse 3.17 built from Debian trixie's source
+#   3.18    (default) libfuse 3.18 built from Debian forky's source
 #           package into $(BUILD)/libfuse by scripts/libfuse.sh: FUSE
-#           passthrough to phx.ko, requests past 1 MiB, shared writable
-#           mmap of direct-I/O files, O_TMPFILE
+#           over io_uring, FUSE passthrough to phx.ko, requests past
+#           1 MiB, shared writable mmap of direct-I/O files, O_TMPFILE
 #   system  the distribution's (3.14 on Debian 12): none of those
 # Both variants always exist as $(BUILD)/phxfs-<variant>; $(BUILD)/phxfs
 # is the one PHX_FUSE names.
 
-PHX_FUSE ?= 3.17
+PHX_FUSE ?= 3.18
 
 FUSE_SYS_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
 FUSE_SYS_A := $(firstword $(wildcard $(shell pkg-config --variable=libdir fuse3 2>/dev/null)/libfuse3.a))
@@ -22,15 +22,18 @@ else
 FUSE_SYS_LIB := $(FUSE_SYS_A)
 endif
 
-FUSE317 := $(BUILD)/libfuse/prefix
-FUSE317_CFLAGS := -I$(FUSE317)/include/fuse3 -DFUSE_USE_VERSION=317
-FUSE317_LIB := $(FUSE317)/lib/libfuse3.a -lrt
+# libnuma for libfuse's io_uring queues (one per CPU, memory of its node)
+NUMA_A := $(firstword $(wildcard $(shell pkg-config --variable=libdir numa 2>/dev/null)/libnuma.a /usr/lib/$(shell $(CC) -dumpmachine)/libnuma.a))
+NUMA_LIB := $(if $(NUMA_A),$(NUMA_A),-lnuma)
+FUSE318 := $(BUILD)/libfuse/prefix
+FUSE318_CFLAGS := -I$(FUSE318)/include/fuse3 -DFUSE_USE_VERSION=317
+FUSE318_LIB := $(FUSE318)/lib/libfuse3.a $(NUMA_LIB) -lrt
 
 PHXFS_SRCS := phxfs/main.c phxfs/inode.c phxfs/device.c phxfs/ops.c \
 	phxfs/dir.c phxfs/file.c phxfs/loop.c phxfs/readahead.c phxfs/xattr.c phxfs/ctl.c \
 	phxfs/backing.c phxfs/client.c
 PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
-PHXFS_317_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs317-obj/%.o)
+PHXFS_318_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs318-obj/%.o)
 
 # libphxfsctl: the one client of the control socket (phxfs_client.h), a
 # shared library for C programs and the Python package, and an object
@@ -49,23 +52,23 @@ $(PHXFSCTL_SO): $(PHXFSCTL_OBJ)
 	$(CC) -shared -Wl,-soname,libphxfsctl.so.0 -Wl,--no-undefined \
 		$(LDFLAGS) -o $@ $^
 
-$(FUSE317)/.built:
+$(FUSE318)/.built-3.18:
 	@sh scripts/libfuse.sh $(BUILD)
 
 $(BUILD)/phxfs-obj/%.o: phxfs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Iphxfs -c $< -o $@
 
-$(BUILD)/phxfs317-obj/%.o: phxfs/%.c $(FUSE317)/.built
+$(BUILD)/phxfs318-obj/%.o: phxfs/%.c $(FUSE318)/.built-3.18
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE317_CFLAGS) -Iphxfs -c $< -o $@
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE318_CFLAGS) -Iphxfs -c $< -o $@
 
 $(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE_SYS_LIB) \
 		$(URING_LIB) $(LDLIBS)
 
-$(BUILD)/phxfs-3.17: $(PHXFS_317_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_317_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE317_LIB) \
+$(BUILD)/phxfs-3.18: $(PHXFS_318_OBJS) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_318_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE318_LIB) \
 		$(URING_LIB) $(LDLIBS)
 
 # Copied whenever it differs, so that switching PHX_FUSE takes effect.
@@ -99,14 +102,22 @@ install: install-phxfs
 .PHONY: test-phxfs
 # Every device directory in turn: three simulated devices here, every GPU
 # under make test-gpu.
+# Requests through /dev/fuse here; test-phxfs-uring runs the suite again
+# with FUSE over io_uring switched on (root, a kernel that has it).
 test-phxfs: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	@PHX_SIM_DEVICES=$${PHX_SIM_DEVICES:-3} \
-		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device
+		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device \
+		--io-uring off
+
+.PHONY: test-phxfs-uring
+test-phxfs-uring: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
+	@echo "== phxfs over io_uring"
+	@python3 tests/phxfs/test_phxfs.py --build $(BUILD) --io-uring on
 
 # The same suite against the variant PHX_FUSE did not pick (simulated
 # devices: the daemon path; passthrough itself is proved by
 # test-passthrough in QEMU).
-PHXFS_OTHER := $(if $(filter 3.17,$(PHX_FUSE)),system,3.17)
+PHXFS_OTHER := $(if $(filter 3.18,$(PHX_FUSE)),system,3.18)
 PHXFS_OTHER_DIR := $(BUILD)/fuse-$(PHXFS_OTHER)
 .PHONY: test-phxfs-other
 test-phxfs-other: $(BUILD)/phxfs-$(PHXFS_OTHER) $(BUILD)/phx $(LIB_SO) \
@@ -117,5 +128,5 @@ test-phxfs-other: $(BUILD)/phxfs-$(PHXFS_OTHER) $(BUILD)/phx $(LIB_SO) \
 	@echo "== phxfs built with libfuse $(PHXFS_OTHER)"
 	@python3 tests/phxfs/test_phxfs.py --build $(PHXFS_OTHER_DIR)
 
-TESTS += test-phxfs test-phxfs-other
--include $(PHXFS_SYS_OBJS:.o=.d) $(PHXFS_317_OBJS:.o=.d) $(PHX_CLI_OBJS:.o=.d)
+TESTS += test-phxfs test-phxfs-uring test-phxfs-other
+-include $(PHXFS_SYS_OBJS:.o=.d) $(PHXFS_318_OBJS:.o=.d) $(PHX_CLI_OBJS:.o=.d)

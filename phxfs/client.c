@@ -315,6 +315,15 @@ static int parse_line(struct phxfs_status *st, const char *line)
 				      sizeof(st->passthrough_why)) < 0 ?
 			       -EPROTO :
 			       0;
+	if (!strcmp(line, "URING on")) {
+		st->uring = true;
+		return 0;
+	}
+	if (!strncmp(line, "URING off ", 10))
+		return phxfs_unescape(line + 10, st->uring_why,
+				      sizeof(st->uring_why)) < 0 ?
+			       -EPROTO :
+			       0;
 	if (!strncmp(line, "MOUNT ", 6))
 		return phxfs_unescape(line + 6, st->mountpoint,
 				      sizeof(st->mountpoint)) < 0 ?

@@ -573,6 +573,11 @@ static void do_status(struct conn *c)
 	else
 		send_line(c->fd, "PASSTHROUGH off %s",
 			  esc(c->fs->passthrough_why, why, sizeof(why)));
+	if (c->fs->uring)
+		send_line(c->fd, "URING on");
+	else
+		send_line(c->fd, "URING off %s",
+			  esc(c->fs->uring_why, why, sizeof(why)));
 	pthread_mutex_lock(&c->fs->lock);
 	send_files(c, c->fs->root, path, sizeof(path));
 	pthread_mutex_unlock(&c->fs->lock);
@@ -618,6 +623,8 @@ static void *conn_main(void *arg)
 	unsigned long long ino;
 	int passed;
 
+	/* its own name, not its creator's (ps, top, perf) */
+	pthread_setname_np(pthread_self(), "phxfs-ctl");
 	if (recv_request(c->fd, line, sizeof(line), &passed))
 		goto out;
 	if (!strcmp(line, "STATUS"))
@@ -642,6 +649,8 @@ static void *accept_main(void *arg)
 {
 	struct phxfs *fs = arg;
 
+	/* its own name, not its creator's (ps, top, perf) */
+	pthread_setname_np(pthread_self(), "phxfs-ctl");
 	for (;;) {
 		struct conn *c;
 		socklen_t sl = sizeof(c->cred);

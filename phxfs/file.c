@@ -230,6 +230,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct phxfs_dev *dev;
 	uint64_t fsize, n = 0;
 	void *host = NULL, *pooled = NULL;
+	size_t psize = 0;
 	int err = 0;
 
 	if (off >= 0 && phxfs_ra_take(h, (uint64_t)off, size, &hit)) {
@@ -250,7 +251,15 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (off >= 0 && (uint64_t)off < fsize)
 		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	if (n) {
-		host = pooled = rbuf_get(dev, n);
+		/*
+		 * Over io_uring the reply is built in the request's payload:
+		 * read into it, or libfuse copies the data there.
+		 */
+		host = phxfs_req_payload(req, &psize);
+		if (host && psize < n)
+			host = NULL;
+		if (!host)
+			host = pooled = rbuf_get(dev, n);
 		if (!host)
 			host = thread_buf(size);
 		if (!host)
@@ -320,6 +329,8 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	int err = 0;
 
 	atomic_fetch_add(&inode->dev->fuse_writes, 1);
+	/* @buf is the payload over io_uring: pinned, it needs no staging */
+	phxfs_req_payload(req, &(size_t){ 0 });
 	if (off < 0 || (uint64_t)off > PHXFS_MAX_FILE ||
 	    size > PHXFS_MAX_FILE - (uint64_t)off) {
 		err = EFBIG;

@@ -41,6 +41,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -114,54 +115,105 @@ static void leave_place(enum role r)
 }
 
 /*
- * Receive buffers pinned at once: pinning makes the whole buffer (the
- * largest request, 16 MiB by default) resident, so a burst that starts
- * many workers does not pin that much per worker; the others stage.
+ * Host memory pinned for requests' data, all threads together: pinning
+ * makes a whole buffer resident (a receive buffer or an io_uring payload
+ * is as large as the largest request, 16 MiB by default), so a burst that
+ * starts many workers does not pin that much each; the rest stage.
  */
-#define PIN_WORKERS 4
+#define PIN_BUDGET (64ULL << 20)
+/* io_uring payloads one ring thread keeps pinned (its queue's depth) */
+#define PIN_PAYLOADS 16
 
-static atomic_uint npinned;
-/* This worker's receive buffer: pinned, or left as it is. */
-static __thread void *pinned, *unpinned;
-/* Its file system while one is pinned: unpin() runs when the worker exits. */
-static pthread_key_t pin_key;
-static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
+static atomic_uint_fast64_t pinned_bytes;
 
-static void unpin(void *fs)
-{
-	struct phxfs *f = fs;
-	unsigned int i;
+/* What one thread has pinned: its receive buffer, its ring's payloads. */
+struct pins {
+	struct phxfs *fs;
+	void *recv; /* pinned receive buffer, or NULL */
+	size_t recv_len;
+	void *recv_seen; /* the last one offered, pinned or not */
+	unsigned int npayloads;
+	struct {
+		char *p;
+		size_t len;
+		bool pinned;
+	} payload[PIN_PAYLOADS];
+};
 
-	if (!pinned)
-		return;
-	for (i = 0; i < f->ndevs; i++)
-		phx_host_unregister(f->devs[i].dev, pinned);
-	pinned = NULL;
-	atomic_fetch_sub(&npinned, 1);
-}
+static __thread struct pins *my_pins;
+static pthread_key_t pins_key; /* the same, for its destructor */
+static pthread_once_t pins_once = PTHREAD_ONCE_INIT;
 
-static void pin_key_init(void)
-{
-	pthread_key_create(&pin_key, unpin);
-}
-
-static void pin(struct phxfs *fs, void *buf, size_t len)
+static bool pin_range(struct phxfs *fs, void *p, size_t len)
 {
 	unsigned int i;
 
-	if (buf == pinned || buf == unpinned)
-		return;
-	unpin(fs); /* libfuse gave this worker a new one */
-	if (atomic_fetch_add(&npinned, 1) >= PIN_WORKERS) {
-		atomic_fetch_sub(&npinned, 1);
-		unpinned = buf;
-		return;
+	if (atomic_fetch_add(&pinned_bytes, len) + len > PIN_BUDGET) {
+		atomic_fetch_sub(&pinned_bytes, len);
+		return false;
 	}
-	pthread_once(&pin_once, pin_key_init);
 	for (i = 0; i < fs->ndevs; i++)
-		phx_host_register(fs->devs[i].dev, buf, len);
-	pinned = buf;
-	pthread_setspecific(pin_key, fs);
+		phx_host_register(fs->devs[i].dev, p, len);
+	return true;
+}
+
+static void unpin_range(struct phxfs *fs, void *p, size_t len)
+{
+	unsigned int i;
+
+	for (i = 0; i < fs->ndevs; i++)
+		phx_host_unregister(fs->devs[i].dev, p);
+	atomic_fetch_sub(&pinned_bytes, len);
+}
+
+/* A thread exits (libfuse ends idle workers, the rings at unmount). */
+static void pins_free(void *arg)
+{
+	struct pins *pn = arg;
+	unsigned int i;
+
+	if (pn->recv)
+		unpin_range(pn->fs, pn->recv, pn->recv_len);
+	for (i = 0; i < pn->npayloads; i++)
+		if (pn->payload[i].pinned)
+			unpin_range(pn->fs, pn->payload[i].p,
+				    pn->payload[i].len);
+	free(pn);
+}
+
+static void pins_key_init(void)
+{
+	pthread_key_create(&pins_key, pins_free);
+}
+
+static struct pins *pins_of(struct phxfs *fs)
+{
+	if (my_pins)
+		return my_pins;
+	pthread_once(&pins_once, pins_key_init);
+	my_pins = calloc(1, sizeof(*my_pins));
+	if (my_pins) {
+		my_pins->fs = fs;
+		pthread_setspecific(pins_key, my_pins);
+	}
+	return my_pins;
+}
+
+/* A WRITE arrived in this worker's receive buffer @buf: pin it once. */
+static void pin_recv(struct phxfs *fs, void *buf, size_t len)
+{
+	struct pins *pn = pins_of(fs);
+
+	if (!pn || buf == pn->recv_seen)
+		return;
+	if (pn->recv) /* libfuse gave this worker a new one */
+		unpin_range(fs, pn->recv, pn->recv_len);
+	pn->recv = NULL;
+	pn->recv_seen = buf;
+	if (pin_range(fs, buf, len)) {
+		pn->recv = buf;
+		pn->recv_len = len;
+	}
 }
 
 static ssize_t loop_read(int fd, void *buf, size_t len, void *userdata)
@@ -171,7 +223,6 @@ static ssize_t loop_read(int fd, void *buf, size_t len, void *userdata)
 	ssize_t n;
 	int err;
 
-	pin(userdata, buf, len);
 	set_nonblock(fd, r == ROLE_WATCHER);
 	for (;;) {
 		n = read(fd, buf, len);
@@ -183,6 +234,10 @@ static ssize_t loop_read(int fd, void *buf, size_t len, void *userdata)
 	}
 	err = errno;
 	leave_place(r);
+	/* the data goes to the device from here: pinned, it needs no staging */
+	if (n >= (ssize_t)sizeof(struct fuse_in_header) &&
+	    ((struct fuse_in_header *)buf)->opcode == FUSE_WRITE)
+		pin_recv(userdata, buf, len);
 	errno = err;
 	return n;
 }
@@ -228,6 +283,121 @@ void phxfs_loop_setup(struct phxfs *fs)
 void phxfs_loop_setup(struct phxfs *fs)
 {
 	(void)fs;
+}
+
+#endif
+
+/*
+ * FUSE over io_uring (Linux 6.14, libfuse 3.18): the kernel keeps a queue
+ * per CPU, and libfuse a thread per queue bound to that CPU, which serves
+ * the requests made there.  A request is then served on the CPU that
+ * made it, where the caller has just gone to sleep, instead of waking an
+ * idle CPU and the caller's again for the reply (tens of microseconds on
+ * a virtual machine, several times a small request's work).  The kernel
+ * offers it only while the fuse module's enable_uring parameter is on.
+ */
+#define URING_PARAM "/sys/module/fuse/parameters/enable_uring"
+
+static void uring_off(struct phxfs *fs, const char *why)
+{
+	fs->uring = false;
+	snprintf(fs->uring_why, sizeof(fs->uring_why), "%s", why);
+	fprintf(stderr,
+		"phxfs: FUSE over io_uring off, requests go through /dev/fuse: %s\n",
+		why);
+}
+
+#if FUSE_USE_VERSION >= 317 && FUSE_VERSION >= FUSE_MAKE_VERSION(3, 18)
+
+int phxfs_uring_args(struct phxfs *fs, struct fuse_args *args)
+{
+	char val = 0;
+	int fd;
+
+	if (fs->opts.no_io_uring) {
+		uring_off(fs, "-o no_io_uring");
+		return 0;
+	}
+	fd = open(URING_PARAM, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		uring_off(
+			fs,
+			"the kernel has none (needs Linux 6.14 with CONFIG_FUSE_IO_URING)");
+		return 0;
+	}
+	if (read(fd, &val, 1) != 1)
+		val = 0;
+	close(fd);
+	if (val != 'Y' && val != '1') {
+		uring_off(fs,
+			  "the kernel's is switched off (echo 1 > " URING_PARAM
+			  ")");
+		return 0;
+	}
+	fs->uring = true; /* unless the kernel says no in init */
+	return fuse_opt_add_arg(args, "-oio_uring");
+}
+
+void phxfs_uring_init(struct phxfs *fs, struct fuse_conn_info *conn)
+{
+	if (fs->uring && !fuse_get_feature_flag(conn, FUSE_CAP_OVER_IO_URING))
+		uring_off(fs, "the kernel did not offer it in FUSE init");
+}
+
+void *phxfs_req_payload(fuse_req_t req, size_t *size)
+{
+	struct phxfs *fs = fuse_req_userdata(req);
+	struct pins *pn;
+	unsigned int i;
+	size_t len;
+	char *p;
+	void *mr;
+
+	if (!fuse_req_is_uring(req) || fuse_req_get_payload(req, &p, &len, &mr))
+		return NULL;
+	pn = pins_of(fs);
+	if (!pn)
+		return NULL;
+	for (i = 0; i < pn->npayloads && pn->payload[i].p != p; i++)
+		;
+	if (i == pn->npayloads) {
+		if (i == PIN_PAYLOADS)
+			return NULL; /* deeper queues than that stage */
+		pn->payload[i].p = p;
+		pn->payload[i].len = len;
+		pn->payload[i].pinned = pin_range(fs, p, len);
+		pn->npayloads++;
+	}
+	if (!pn->payload[i].pinned)
+		return NULL;
+	*size = len;
+	return p;
+}
+
+#else
+
+int phxfs_uring_args(struct phxfs *fs, struct fuse_args *args)
+{
+	char why[64];
+
+	(void)args;
+	snprintf(why, sizeof(why), "built with libfuse %d.%d (needs 3.18)",
+		 FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION);
+	uring_off(fs, fs->opts.no_io_uring ? "-o no_io_uring" : why);
+	return 0;
+}
+
+void phxfs_uring_init(struct phxfs *fs, struct fuse_conn_info *conn)
+{
+	(void)fs;
+	(void)conn;
+}
+
+void *phxfs_req_payload(fuse_req_t req, size_t *size)
+{
+	(void)req;
+	(void)size;
+	return NULL;
 }
 
 #endif

@@ -51,6 +51,7 @@ static const struct fuse_opt phxfs_opt_spec[] = {
 	PHXFS_OPT("writeback", writeback, 1),
 	PHXFS_OPT("headroom=%s", headroom, 0),
 	PHXFS_OPT("no_readahead", no_readahead, 1),
+	PHXFS_OPT("no_io_uring", no_io_uring, 1),
 	FUSE_OPT_END
 };
 
@@ -86,7 +87,9 @@ static void usage(const char *prog)
 	       "                       libfuse and fs.fuse.max_pages_limit allow)\n"
 	       "    -o writeback       page-cached writes instead of direct I/O\n"
 	       "    -o headroom=SIZE   growth room of passthrough files (1G)\n"
-	       "    -o no_readahead    do not read ahead of sequential reads\n\n",
+	       "    -o no_readahead    do not read ahead of sequential reads\n"
+	       "    -o no_io_uring     take requests from /dev/fuse even where\n"
+	       "                       the kernel offers FUSE over io_uring\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -155,7 +158,7 @@ static int parse_sizes(struct phxfs *fs)
 	}
 	if (fs->max_write > PHXFS_LIBFUSE_MAX_REQUEST) {
 		fprintf(stderr,
-			"phxfs: max_write=%s is more than libfuse %d.%d takes (1M); build phxfs with PHX_FUSE=3.17 for larger requests\n",
+			"phxfs: max_write=%s is more than libfuse %d.%d takes (1M); build phxfs with PHX_FUSE=3.18 for larger requests\n",
 			fs->opts.max_write, FUSE_MAJOR_VERSION,
 			FUSE_MINOR_VERSION);
 		return -EINVAL;
@@ -302,6 +305,8 @@ int main(int argc, char *argv[])
 		goto out_table;
 	phxfs_backing_setup(&fs);
 	phxfs_ops_init(&fs, &ops);
+	if (phxfs_uring_args(&fs, &args))
+		goto out_table;
 	fs.se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
 	if (!fs.se)
 		goto out_table;

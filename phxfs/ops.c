@@ -59,6 +59,7 @@ static void phxfs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		phxfs_want(conn, FUSE_CAP_PARALLEL_DIROPS, true);
 	phxfs_backing_init(fs, conn);
+	phxfs_uring_init(fs, conn);
 }
 
 static void phxfs_statfs(fuse_req_t req, fuse_ino_t ino)

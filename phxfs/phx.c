@@ -196,6 +196,10 @@ static int cmd_status(int argc, char **argv)
 	       st->passthrough ? "on" : "off ");
 	if (!st->passthrough)
 		print_name(st->passthrough_why, strlen(st->passthrough_why));
+	printf("\nFUSE over io_uring (requests served on the caller's CPU): %s",
+	       st->uring ? "on" : "off ");
+	if (!st->uring)
+		print_name(st->uring_why, strlen(st->uring_why));
 	putchar('\n');
 	for (i = 0; all && i < st->nfiles; i++) {
 		if (!i)

@@ -109,6 +109,7 @@ struct phxfs_opts {
 	int writeback; /* -o writeback: page cache instead of direct I/O */
 	char *headroom; /* -o headroom=SIZE: growth room of passthrough files */
 	int no_readahead; /* -o no_readahead: serve each read on its own */
+	int no_io_uring; /* -o no_io_uring: requests through /dev/fuse only */
 };
 
 struct phxfs {
@@ -122,6 +123,9 @@ struct phxfs {
 	/* Passthrough: on once the kernel agreed in init, else why not. */
 	bool passthrough;
 	char passthrough_why[160];
+	/* FUSE over io_uring: asked for (loop.c), on once init agreed. */
+	bool uring;
+	char uring_why[160];
 	char mountpoint[4096];
 	char sock_path[108]; /* control socket, see ctl.c */
 	int sock_fd;
@@ -292,9 +296,19 @@ uint64_t phxfs_data_held(struct phxfs_inode *inode);
 int phxfs_data_next(struct phxfs_inode *inode, uint64_t off, uint64_t *data_off,
 		    uint64_t *data_len);
 
-/* ---- loop.c: which worker takes the next request ---------------------- */
+/* ---- loop.c: how requests arrive and which worker takes them ---------- */
 /* Read requests through phxfs's own I/O; after fuse_session_mount(). */
 void phxfs_loop_setup(struct phxfs *fs);
+/* Before fuse_session_new(): ask libfuse for io_uring where offered. */
+int phxfs_uring_args(struct phxfs *fs, struct fuse_args *args);
+/* In FUSE init: whether the kernel agreed. */
+void phxfs_uring_init(struct phxfs *fs, struct fuse_conn_info *conn);
+/*
+ * Where @req's data arrives and its reply is built when it came over
+ * io_uring, pinned on every device (so copies go straight between it and
+ * device memory); NULL for /dev/fuse requests, or past the pinning cap.
+ */
+void *phxfs_req_payload(fuse_req_t req, size_t *size);
 
 /* ---- backing.c: passthrough backing files from phx.ko ---------------- */
 /* Decide whether passthrough can be used; after phxfs_devices_open(). */

@@ -99,6 +99,9 @@ struct phxfs_status {
 	bool passthrough;
 	char passthrough_why[256];
 	char mountpoint[4096];
+	/* FUSE over io_uring: requests served on the CPU that made them */
+	bool uring;
+	char uring_why[256];
 };
 
 /*

@@ -85,6 +85,8 @@ static void *ra_worker(void *arg)
 {
 	struct phxfs_handle *h;
 
+	/* its own name, not its creator's (ps, top, perf) */
+	pthread_setname_np(pthread_self(), "phxfs-ra");
 	pthread_mutex_lock(&ra_lock);
 	for (;;) {
 		while (!queue_head && !stopping)

@@ -52,13 +52,13 @@ done
 # fio 3.33 from the source the Phoenix engine is built against
 # (scripts/bench-kv.sh fio): the GPU machine has none.
 cp "$BUILD/fio-3.33" "$OUT/bin/fio"
-# phxfs with libfuse 3.17 (requests past 1 MiB) beside its phx command:
-#   SIZE=4G bash scripts/bench-phxfs.sh .gpu/bin317
-make --no-print-directory BUILD="$BUILD" "$BUILD/phxfs-3.17" ||
-	fail "building phxfs with libfuse 3.17 failed"
-mkdir -p "$OUT/bin317"
-cp "$BUILD/phx" "$OUT/bin317/phx"
-cp "$BUILD/phxfs-3.17" "$OUT/bin317/phxfs"
+# phxfs with libfuse 3.18 (requests past 1 MiB, io_uring) beside its phx command:
+#   SIZE=4G bash scripts/bench-phxfs.sh .gpu/bin318
+make --no-print-directory BUILD="$BUILD" "$BUILD/phxfs-3.18" ||
+	fail "building phxfs with libfuse 3.18 failed"
+mkdir -p "$OUT/bin318"
+cp "$BUILD/phx" "$OUT/bin318/phx"
+cp "$BUILD/phxfs-3.18" "$OUT/bin318/phxfs"
 for so in "$OUT"/bin/*.so; do
 	cp "$so" "$OUT/lib/"
 	# The soname too, for binaries linked against the shared library.

@@ -1,15 +1,19 @@
 #!/bin/sh
-# Build libfuse >= 3.17 (FUSE passthrough) into the build tree.
+# Build libfuse >= 3.18 (FUSE passthrough, FUSE over io_uring) into the
+# build tree.
 #
 #   libfuse.sh BUILD_DIR
 #
-# Debian 12 ships libfuse 3.14, which has no passthrough API.  This fetches
-# the *source* package fuse3 from Debian trixie through a private sources
-# list (one deb-src line) and lists directory under BUILD_DIR/libfuse, so
-# the machine's apt configuration is never changed and no trixie binary is
-# installed, then builds a static libfuse3.a with bookworm's meson and
-# ninja.  Result: BUILD_DIR/libfuse/prefix/{include,lib}.  Cached: a second
-# run does nothing.
+# Debian 12 ships libfuse 3.14, which has neither passthrough nor io_uring.
+# This fetches the *source* package fuse3 from Debian forky through a
+# private sources list (one deb-src line) and lists directory under
+# BUILD_DIR/libfuse, so the machine's apt configuration is never changed
+# and no forky binary is installed, then builds a static libfuse3.a with
+# bookworm's meson and ninja, liburing and libnuma (its io_uring transport
+# needs both).  Custom I/O is switched on: phxfs reads /dev/fuse through
+# it (phxfs/loop.c), on descriptors it clones from the kernel's.  Result:
+# BUILD_DIR/libfuse/prefix/{include,lib}.  Cached: a second run does
+# nothing.
 set -eu
 . "$(dirname "$0")/debsrc.sh"
 
@@ -19,10 +23,11 @@ APT=$DIR/apt
 SRC=$DIR/src
 PREFIX=$DIR/prefix
 
-[ -f "$PREFIX/.built" ] && exit 0
+STAMP=$PREFIX/.built-3.18
+[ -f "$STAMP" ] && exit 0
 
 missing=""
-for p in meson ninja-build dpkg-dev; do
+for p in meson ninja-build dpkg-dev liburing-dev libnuma-dev; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
 		missing="$missing $p"
 done
@@ -36,22 +41,27 @@ if [ -n "$missing" ]; then
 	apt-get install -y -q --no-install-recommends $missing
 fi
 
-if ! ls "$SRC"/fuse3_3.1[7-9]*.dsc >/dev/null 2>&1; then
-	debsrc_fetch trixie fuse3 "$APT" "$SRC" || {
-		echo "libfuse: cannot download the source of fuse3 from trixie" >&2
+if ! ls "$SRC"/fuse3_3.1[89]*.dsc >/dev/null 2>&1; then
+	rm -rf "$SRC" # an older version's
+	debsrc_fetch forky fuse3 "$APT" "$SRC" || {
+		echo "libfuse: cannot download the source of fuse3 from forky" >&2
 		exit 1
 	}
 fi
 debsrc_unpack "$SRC/fuse3_" "$SRC/tree"
 
+rm -rf "$PREFIX"
 prefix=$(mkdir -p "$PREFIX" && cd "$PREFIX" && pwd)
 (cd "$SRC/tree" &&
 	meson setup build --prefix="$prefix" --libdir=lib \
 		-Ddefault_library=static -Dexamples=false -Dutils=false \
-		-Dtests=false -Ddisable-mtab=true >meson.log 2>&1 &&
+		-Dtests=false -Ddisable-mtab=true -Denable-io-uring=true \
+		-Denable-custom-io=true >meson.log 2>&1 &&
 	ninja -C build >ninja.log 2>&1 && ninja -C build install >/dev/null) || {
 	echo "libfuse: building $SRC/tree failed; see meson.log and ninja.log there" >&2
 	exit 1
 }
-touch "$PREFIX/.built"
+grep -q "define HAVE_URING" "$SRC/tree/build/fuse_config.h" 2>/dev/null ||
+	echo "libfuse: built without FUSE over io_uring (see meson.log)" >&2
+touch "$STAMP"
 echo "libfuse: $(sed -n 's/^Version: //p' "$prefix/lib/pkgconfig/fuse3.pc") in $PREFIX"

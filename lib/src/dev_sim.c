@@ -178,6 +178,8 @@ static void *sim_stream_main(void *arg)
 	struct sim_stream *s = arg;
 	struct sim_op *op;
 
+	/* its own name, not its creator's (ps, top, perf) */
+	pthread_setname_np(pthread_self(), "phx-sim-stream");
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		/* a waiter carrying out the head finishes it even when stopping */

@@ -90,6 +90,8 @@ static void *ring_grow_main(void *arg)
 	struct phx_engine *e;
 	unsigned int i;
 
+	/* its own name, not its creator's (ps, top, perf) */
+	pthread_setname_np(pthread_self(), "phx-ring-grow");
 	for (i = 0; i < PHX_ASYNC_WORKERS; i++) {
 		struct async_thread *t = &w->threads[i];
 		size_t size;

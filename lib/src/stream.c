@@ -169,6 +169,8 @@ static void *async_main(void *arg)
 	unsigned int polls = 0;
 	bool moved;
 
+	/* its own name, not its creator's (ps, top, perf) */
+	pthread_setname_np(pthread_self(), "phx-stream");
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
 		r = NULL;

@@ -90,7 +90,9 @@ class _Status(ctypes.Structure):
                 ("files", ctypes.POINTER(_StatusFile)),
                 ("passthrough", ctypes.c_bool),
                 ("passthrough_why", ctypes.c_char * 256),
-                ("mountpoint", ctypes.c_char * 4096)]
+                ("mountpoint", ctypes.c_char * 4096),
+                ("uring", ctypes.c_bool),
+                ("uring_why", ctypes.c_char * 256)]
 
 
 def _xattr(path: str, name: str) -> str:
@@ -111,7 +113,8 @@ def status(path: Any) -> dict:
 
     ``{"devices": [{"name", "kind", "capacity", "used", "files", ...}],
     "files": [{"device", "size", "held", "path", "name"}], "mountpoint",
-    "passthrough"}``; file names are ``bytes`` (the mount's exact names).
+    "passthrough", "io_uring"}``; file names are ``bytes`` (the mount's
+    exact names).
     """
     path = os.fspath(path)
     st = ctypes.POINTER(_Status)()
@@ -131,7 +134,8 @@ def status(path: Any) -> dict:
                  for f in s.files[:s.nfiles]]
         return {"devices": devs, "files": files,
                 "mountpoint": os.fsdecode(s.mountpoint),
-                "passthrough": bool(s.passthrough)}
+                "passthrough": bool(s.passthrough),
+                "io_uring": bool(s.uring)}
     finally:
         ctl().phxfs_status_free(st)
 

@@ -648,8 +648,43 @@ def phx_cp_and_status():
     same(src, d + "/big")
     out = FS.run_phx("status", "-a", FS.mp).stdout
     assert FS.devs[0] in out and "/phxcp/big" in out, out
+    assert "FUSE over io_uring" in out, out
     r = FS.run_phx("cp", "/nonexistent", d + "/x", check=False)
     assert r.returncode and "nonexistent" in r.stderr
+
+
+@test
+def fuse_transport():
+    """phx status says whether requests come over io_uring, and why not;
+    over io_uring libfuse serves them on one thread per CPU."""
+    out = FS.run_phx("status", FS.mp).stdout
+    line = [x for x in out.splitlines() if "FUSE over io_uring" in x]
+    assert len(line) == 1, out
+    pid = FS.daemon_pid()
+    rings = set()
+    for t in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
+            comm = f.read().strip()
+        if comm.startswith("fuse-ring-"):
+            rings.add(comm)
+    want_on = (ARGS.io_uring == "on" or
+               (ARGS.io_uring == "as-is" and FS_libfuse_minor() >= 18 and
+                os.path.exists(URING_PARAM) and
+                open(URING_PARAM).read().strip() == "Y"))
+    if want_on:
+        assert line[0].endswith(": on"), line[0]
+        assert rings == {"fuse-ring-%d" % i
+                         for i in range(os.cpu_count())}, rings
+        # data through the rings lands whole
+        d, ref = fresh("uring")
+        data = rand(3 * MiB + 17, 21)
+        write(d + "/f", data)
+        assert read(d + "/f") == data
+    else:
+        assert ": off " in line[0] and len(line[0].split(": off ")[1]), line
+        assert not rings, rings
+        if ARGS.io_uring == "off":
+            assert "no_io_uring" in line[0], line[0]
 
 
 @test
@@ -983,6 +1018,24 @@ def cleanup():
         FS_used()
 
 
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+def uring_unavailable():
+    """Why this run cannot switch FUSE over io_uring on, or None."""
+    if not os.path.exists(URING_PARAM):
+        return "the kernel has no FUSE over io_uring"
+    if os.geteuid():
+        return "switching it on needs root"
+    return None
+
+
+def restore_uring(was):
+    if was is not None:
+        with open(URING_PARAM, "w") as f:
+            f.write("1" if was == "Y" else "0")
+
+
 def main():
     global ARGS, FS, SCRATCH
     ap = argparse.ArgumentParser()
@@ -990,6 +1043,10 @@ def main():
     ap.add_argument("-k", default="", help="run tests whose name has this")
     ap.add_argument("--each-device", action="store_true",
                     help="run the suite once in every device directory")
+    ap.add_argument("--io-uring", choices=("on", "off", "as-is"),
+                    default="as-is",
+                    help="on: switch the kernel's FUSE over io_uring on for "
+                    "the run (root); off: mount with no_io_uring")
     ARGS = ap.parse_args()
     # the case modules import this one by name: give them this instance
     sys.modules["test_phxfs"] = sys.modules[__name__]
@@ -1000,14 +1057,31 @@ def main():
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
         return 0
+    uring_was = None
+    if ARGS.io_uring == "on":
+        why = uring_unavailable()
+        if why:
+            print("phxfs tests over io_uring: skipped (%s); "
+                  "0 passed, 0 failed" % why)
+            return 0
+        with open(URING_PARAM) as f:
+            uring_was = f.read().strip()
+        with open(URING_PARAM, "w") as f:
+            f.write("1")
     base = os.environ.get("PHX_TEST_DIR") or None
     if base:
         os.makedirs(base, exist_ok=True)
     SCRATCH = tempfile.mkdtemp(prefix="phxfs-test-", dir=base)
     FS = Phxfs(ARGS.build, SCRATCH)
-    FS.mount()
-    print("phxfs tests: %s devices %s, mounted at %s" %
-          (FS.env["PHX_DEVICE"], " ".join(FS.devs), FS.mp))
+    if ARGS.io_uring == "off":
+        FS.opts += ",no_io_uring"
+    try:
+        FS.mount()
+    except BaseException:
+        restore_uring(uring_was)
+        raise
+    print("phxfs tests: %s devices %s, mounted at %s (FUSE over io_uring %s)"
+          % (FS.env["PHX_DEVICE"], " ".join(FS.devs), FS.mp, ARGS.io_uring))
     passed = failed = skipped = 0
     t0 = time.time()
     rounds = range(len(FS.devs)) if ARGS.each_device else [0]
@@ -1038,6 +1112,7 @@ def main():
     finally:
         FS.umount()
         shutil.rmtree(SCRATCH, ignore_errors=True)
+        restore_uring(uring_was)
     print("phxfs suite took %.0fs" % (time.time() - t0))
     print("phxfs: %d passed, %d failed, %d skipped" %
           (passed, failed, skipped))
