@@ -229,11 +229,21 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct phxfs_ra_hit hit;
 	struct phxfs_dev *dev;
 	uint64_t fsize, n = 0;
-	void *host = NULL, *pooled = NULL;
+	void *host = NULL, *pooled = NULL, *payload;
 	size_t psize = 0;
 	int err = 0;
 
-	if (off >= 0 && phxfs_ra_take(h, (uint64_t)off, size, &hit)) {
+	/*
+	 * Over io_uring the reply is built in the request's payload: the
+	 * data is copied from device memory straight into it.  A read-ahead
+	 * would only add a copy from its buffer into the payload (libfuse's
+	 * reply copies there), so these reads have none.
+	 */
+	payload = phxfs_req_payload(req, &psize);
+	if (payload && psize < size)
+		payload = NULL;
+	if (!payload && off >= 0 &&
+	    phxfs_ra_take(h, (uint64_t)off, size, &hit)) {
 		/* the next range is copied while this one is answered */
 		phxfs_ra_advance(h, hit.dev, (uint64_t)off, hit.len, size);
 		reply_data(req, hit.dev, hit.host, hit.len);
@@ -251,13 +261,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (off >= 0 && (uint64_t)off < fsize)
 		n = fsize - (uint64_t)off < size ? fsize - (uint64_t)off : size;
 	if (n) {
-		/*
-		 * Over io_uring the reply is built in the request's payload:
-		 * read into it, or libfuse copies the data there.
-		 */
-		host = phxfs_req_payload(req, &psize);
-		if (host && psize < n)
-			host = NULL;
+		host = payload;
 		if (!host)
 			host = pooled = rbuf_get(dev, n);
 		if (!host)
@@ -275,7 +279,7 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		atomic_fetch_add(&dev->fuse_reads, 1);
 		fuse_reply_err(req, err);
 	} else {
-		if (off >= 0)
+		if (off >= 0 && !payload)
 			phxfs_ra_advance(h, dev, (uint64_t)off, n, size);
 		reply_data(req, dev, host, n);
 	}

@@ -13,7 +13,15 @@
 #   PHX_MOUNT=/mnt/phx mount point;  PHX_DEVICE=cuda|sim  devices
 #   MODES="direct writeback"   phxfs modes to measure, each with more
 #                      mount options after a comma (direct,blksize=64M;
-#                      direct,no_readahead: without the daemon's read-ahead)
+#                      direct,no_readahead: without the daemon's read-ahead;
+#                      direct,no_io_uring: requests through /dev/fuse)
+#
+# As root it raises fs.fuse.max_pages_limit (16 MiB requests) for the run
+# (and enable_uring with URING=on), and puts them back after.
+#   URING=as-is|on     on: switch the kernel's FUSE over io_uring on (the
+#                      fuse module's enable_uring, root) for the run, so
+#                      that "direct" takes requests over io_uring and
+#                      "direct,no_io_uring" through /dev/fuse
 #   RUNS=3
 set -euo pipefail
 
@@ -52,11 +60,18 @@ if [ -w "$LIMIT" ]; then
 	old_limit=$(cat "$LIMIT")
 	echo 4096 > "$LIMIT"
 fi
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+old_uring=""
+if [ "${URING:-as-is}" = on ] && [ -w "$URING_PARAM" ]; then
+	old_uring=$(cat "$URING_PARAM")
+	echo 1 > "$URING_PARAM"
+fi
 
 cleanup() {
 	rm -f "$SHM"
 	"$PHX" umount "$MP" >/dev/null 2>&1 || true
 	[ -z "$old_limit" ] || echo "$old_limit" > "$LIMIT"
+	[ -z "$old_uring" ] || { [ "$old_uring" = Y ] && echo 1 || echo 0; } > "$URING_PARAM"
 }
 trap cleanup EXIT
 
@@ -112,6 +127,7 @@ for mode in $MODES; do
 	dev=$(ls "$MP" | head -n 1)
 	dst="$MP/$dev/bench"
 	echo "phxfs ($mode) on $dev"
+	"$PHX" status "$MP" | grep "io_uring" || true
 	cp "$FILE" "$dst" && cmp "$FILE" "$dst" || {
 		echo "MISMATCH: $dst differs from $FILE" >&2
 		exit 1
@@ -238,8 +254,8 @@ echo
 echo "size $SIZE, median of $RUNS, $(date -u +%Y-%m-%dT%H:%MZ), $(uname -r)"
 echo "phxfs: $("$(dirname "$PHX")/phxfs" --version 2>&1 | grep -i fuse | head -n 1)," \
 	"max_pages_limit $(cat "$LIMIT" 2>/dev/null || echo n/a)," \
-	"FUSE over io_uring: not used (libfuse 3.17 has none; kernel" \
-	"enable_uring=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo absent))"
+	"kernel's FUSE over io_uring (enable_uring):" \
+	"$(cat "$URING_PARAM" 2>/dev/null || echo absent) during the run"
 printf '%-34s %10s %12s\n' case GB/s "vs /dev/shm"
 row() { printf '%-34s %10s %12s\n' "$1" "$(gbps "${RES[$2]}")" \
 	"$(ratio "${RES[$3]}" "${RES[$2]}")"; }

@@ -60,6 +60,13 @@ class Uncounted:
         return False
 
 
+def devfuse_only():
+    """Reads over io_uring are copied straight into their request's
+    payload and are never read ahead (docs/phxfs.md)."""
+    if T.over_uring():
+        raise T.Skip("reads over io_uring have no read-ahead")
+
+
 def make(d, name, data):
     path = os.path.join(d, name)
     T.write(path, data)
@@ -70,6 +77,7 @@ def make(d, name, data):
 def readahead_sequential():
     """cat and a pread loop get every byte; every read after the first
     one is served from the read-ahead; none is made past the end."""
+    devfuse_only()
     d, ref = T.fresh("ra-seq")
     data = rand(8 * MiB + 100, 60)
     src = make(ref, "src", data)
@@ -91,6 +99,7 @@ def readahead_sequential():
 def readahead_other_patterns():
     """A jump, a shorter read of the range and a longer one: only the
     read of (part of) exactly the range read ahead is served from it."""
+    devfuse_only()
     d, _ = T.fresh("ra-jump")
     data = rand(16 * R, 61)
     fd = os.open(make(d, "f", data), os.O_RDONLY)
@@ -149,6 +158,7 @@ def readahead_dropped_on_change():
     """Writes, truncates, fallocate, phx cp and a move to another device
     between two sequential reads of one descriptor: the second read sees
     the file as changed, never the bytes read ahead before."""
+    devfuse_only()
     d, ref = T.fresh("ra-change")
     data = rand(4 * R, 63)
     new = rand(R, 64)
@@ -224,6 +234,7 @@ def readahead_concurrent_readers():
     four threads sharing one descriptor (each reading its quarter in
     order, so the read-ahead one asked for is often taken or thrown away
     by another), on two files: every byte right."""
+    devfuse_only()
     d, _ = T.fresh("ra-many")
     files = [make(d, "f%d" % i, rand(6 * MiB + 4097 * i, 66 + i))
              for i in range(2)]
@@ -293,6 +304,7 @@ def share(path):
 def readahead_off_once_shared():
     """Once another process maps the file's memory it can write it
     unseen: what was read ahead is dropped, nothing is read ahead again."""
+    devfuse_only()
     L = T.lib()
     d, _ = T.fresh("ra-share")
     data = rand(6 * R, 67)
@@ -312,6 +324,27 @@ def readahead_off_once_shared():
         L.phx_device_close(dev)
     finally:
         os.close(fd)
+
+
+@test
+def no_readahead_over_io_uring():
+    """Over io_uring, sequential reads get every byte, straight from
+    device memory into the request's payload: nothing is read ahead."""
+    if not T.over_uring():
+        raise T.Skip("requests come through /dev/fuse")
+    d, ref = T.fresh("ra-uring")
+    data = rand(8 * MiB + 100, 61)
+    src = make(ref, "src", data)
+    f = make(d, "f", data)
+    T.sh("cat %s > %s/out" % (T.shq(f), T.shq(ref)))
+    T.same(src, ref + "/out")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        with Counted(fd, 0, 0):
+            got = [os.pread(fd, R, off) for off in range(0, len(data), R)]
+    finally:
+        os.close(fd)
+    assert b"".join(got) == data, "sequential preads differ from the file"
 
 
 @test

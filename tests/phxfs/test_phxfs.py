@@ -401,6 +401,13 @@ def FS_libfuse_minor():
     return int(out.split("FUSE 3.")[1].split(")")[0])
 
 
+def over_uring():
+    """Whether the mount takes requests over io_uring (phx status)."""
+    out = FS.run_phx("status", FS.mp).stdout
+    return any(x.startswith("FUSE over io_uring") and x.endswith(": on")
+               for x in out.splitlines())
+
+
 def FS_used():
     sv = os.statvfs(FS.dev)
     return (sv.f_blocks - sv.f_bfree) * sv.f_frsize
