@@ -193,8 +193,8 @@ uint64_t phxfs_data_held(struct phxfs_inode *inode)
 	return inode->buf ? phx_buf_committed(inode->buf) : 0;
 }
 
-int phxfs_data_next(struct phxfs_inode *inode, uint64_t off,
-		    uint64_t *data_off, uint64_t *data_len)
+int phxfs_data_next(struct phxfs_inode *inode, uint64_t off, uint64_t *data_off,
+		    uint64_t *data_len)
 {
 	uint64_t size = phxfs_data_size(inode);
 

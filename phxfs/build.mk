@@ -103,11 +103,11 @@ install: install-phxfs
 # Every device directory in turn: three simulated devices here, every GPU
 # under make test-gpu.
 # Requests through /dev/fuse here; test-phxfs-uring runs the suite again
-# with FUSE over io_uring switched on (root, a kernel that has it).
+# mounted with -o io_uring, the kernel's switched on (root, a kernel that
+# has it).
 test-phxfs: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	@PHX_SIM_DEVICES=$${PHX_SIM_DEVICES:-3} \
-		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device \
-		--io-uring off
+		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device
 
 .PHONY: test-phxfs-uring
 test-phxfs-uring: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)

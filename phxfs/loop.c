@@ -120,7 +120,7 @@ static void leave_place(enum role r)
  * is as large as the largest request, 16 MiB by default), so a burst that
  * starts many workers does not pin that much each; the rest stage.
  */
-#define PIN_BUDGET (64ULL << 20)
+#define PIN_BUDGET (256ULL << 20)
 /* io_uring payloads one ring thread keeps pinned (its queue's depth) */
 #define PIN_PAYLOADS 16
 
@@ -288,13 +288,17 @@ void phxfs_loop_setup(struct phxfs *fs)
 #endif
 
 /*
- * FUSE over io_uring (Linux 6.14, libfuse 3.18): the kernel keeps a queue
- * per CPU, and libfuse a thread per queue bound to that CPU, which serves
- * the requests made there.  A request is then served on the CPU that
- * made it, where the caller has just gone to sleep, instead of waking an
- * idle CPU and the caller's again for the reply (tens of microseconds on
- * a virtual machine, several times a small request's work).  The kernel
- * offers it only while the fuse module's enable_uring parameter is on.
+ * FUSE over io_uring (-o io_uring; Linux 6.14, libfuse 3.18): the kernel
+ * keeps a queue per CPU, and libfuse a thread per queue bound to that CPU,
+ * which serves the requests made there.  A request is then served on the
+ * CPU that made it, where the caller has just gone to sleep, instead of
+ * waking an idle CPU and the caller's again for the reply (tens of
+ * microseconds on a virtual machine, several times a small request's
+ * work).  Large sequential reads lose by it: each is served whole on one
+ * thread, device copy then the kernel's copy out of the payload, where
+ * /dev/fuse overlaps the two (read-ahead), so it is asked for, not the
+ * default.  The kernel offers it only while the fuse module's
+ * enable_uring parameter is on.
  */
 #define URING_PARAM "/sys/module/fuse/parameters/enable_uring"
 
@@ -302,10 +306,13 @@ static void uring_off(struct phxfs *fs, const char *why)
 {
 	fs->uring = false;
 	snprintf(fs->uring_why, sizeof(fs->uring_why), "%s", why);
-	fprintf(stderr,
-		"phxfs: FUSE over io_uring off, requests go through /dev/fuse: %s\n",
-		why);
+	if (fs->opts.io_uring)
+		fprintf(stderr,
+			"phxfs: FUSE over io_uring off, requests go through /dev/fuse: %s\n",
+			why);
 }
+
+#define URING_NOT_ASKED "not asked for (-o io_uring)"
 
 #if FUSE_USE_VERSION >= 317 && FUSE_VERSION >= FUSE_MAKE_VERSION(3, 18)
 
@@ -314,8 +321,8 @@ int phxfs_uring_args(struct phxfs *fs, struct fuse_args *args)
 	char val = 0;
 	int fd;
 
-	if (fs->opts.no_io_uring) {
-		uring_off(fs, "-o no_io_uring");
+	if (!fs->opts.io_uring) {
+		uring_off(fs, URING_NOT_ASKED);
 		return 0;
 	}
 	fd = open(URING_PARAM, O_RDONLY | O_CLOEXEC);
@@ -383,7 +390,7 @@ int phxfs_uring_args(struct phxfs *fs, struct fuse_args *args)
 	(void)args;
 	snprintf(why, sizeof(why), "built with libfuse %d.%d (needs 3.18)",
 		 FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION);
-	uring_off(fs, fs->opts.no_io_uring ? "-o no_io_uring" : why);
+	uring_off(fs, fs->opts.io_uring ? why : URING_NOT_ASKED);
 	return 0;
 }
 

@@ -51,7 +51,7 @@ static const struct fuse_opt phxfs_opt_spec[] = {
 	PHXFS_OPT("writeback", writeback, 1),
 	PHXFS_OPT("headroom=%s", headroom, 0),
 	PHXFS_OPT("no_readahead", no_readahead, 1),
-	PHXFS_OPT("no_io_uring", no_io_uring, 1),
+	PHXFS_OPT("io_uring", io_uring, 1),
 	FUSE_OPT_END
 };
 
@@ -88,8 +88,8 @@ static void usage(const char *prog)
 	       "    -o writeback       page-cached writes instead of direct I/O\n"
 	       "    -o headroom=SIZE   growth room of passthrough files (1G)\n"
 	       "    -o no_readahead    do not read ahead of sequential reads\n"
-	       "    -o no_io_uring     take requests from /dev/fuse even where\n"
-	       "                       the kernel offers FUSE over io_uring\n\n",
+	       "    -o io_uring        take requests over io_uring where the\n"
+	       "                       kernel offers it, not from /dev/fuse\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();

@@ -109,7 +109,7 @@ struct phxfs_opts {
 	int writeback; /* -o writeback: page cache instead of direct I/O */
 	char *headroom; /* -o headroom=SIZE: growth room of passthrough files */
 	int no_readahead; /* -o no_readahead: serve each read on its own */
-	int no_io_uring; /* -o no_io_uring: requests through /dev/fuse only */
+	int io_uring; /* -o io_uring: requests over io_uring where offered */
 };
 
 struct phxfs {

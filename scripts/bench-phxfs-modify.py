@@ -12,14 +12,14 @@ shrinking by up to 8 MiB and growing back, and the issue's mix of both
 (writes of 4 KiB to 1 MiB, one truncate in eight) into a sparse and a
 fully written file.  Prints one table with the ratio to tmpfs.  A measurement, never a test: figures vary between runs.
 
-Modes: "direct" is the default mount (FUSE over io_uring where the kernel
-offers it), "no_io_uring" the same through /dev/fuse, "writeback" the
-page-cached mount.  Run as root, the fuse module's enable_uring parameter
-is switched on for the run and back after (--keep-uring leaves it as it
-is); the table's header says whether the kernel offered io_uring.
+Modes: "direct" is the default mount (requests through /dev/fuse),
+"io_uring" the same mounted with -o io_uring, "writeback" the page-cached
+mount.  Run as root, the fuse module's enable_uring parameter is switched
+on for the run and back after (--keep-uring leaves it as it is); the
+table's header says whether the kernel offered io_uring.
 
     scripts/bench-phxfs-modify.py [BUILD_DIR] [-n OPS]
-        [--modes direct,no_io_uring,writeback] [--keep-uring]
+        [--modes direct,io_uring,writeback] [--keep-uring]
 """
 import argparse
 import os
@@ -115,7 +115,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("-n", type=int, default=200)
-    ap.add_argument("--modes", default="direct,no_io_uring,writeback")
+    ap.add_argument("--modes", default="direct,io_uring,writeback")
     ap.add_argument("--keep-uring", action="store_true")
     args = ap.parse_args()
     uring_was = None
@@ -162,7 +162,7 @@ def run(args):
                   ("tmpfs", k, statistics.median(v) * 1e3,
                    statistics.mean(v) * 1e3, max(v) * 1e3, "1.0"))
         for mode in args.modes.split(","):
-            opts = mode if mode in ("writeback", "no_io_uring") else ""
+            opts = mode if mode in ("writeback", "io_uring") else ""
             cmd = [phx, "mount"] + (["-o", opts] if opts else []) + [mp]
             subprocess.run(cmd, env=env, check=True, capture_output=True)
             try:

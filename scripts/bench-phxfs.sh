@@ -14,14 +14,13 @@
 #   MODES="direct writeback"   phxfs modes to measure, each with more
 #                      mount options after a comma (direct,blksize=64M;
 #                      direct,no_readahead: without the daemon's read-ahead;
-#                      direct,no_io_uring: requests through /dev/fuse)
+#                      direct,io_uring: requests over io_uring)
 #
 # As root it raises fs.fuse.max_pages_limit (16 MiB requests) for the run
 # (and enable_uring with URING=on), and puts them back after.
 #   URING=as-is|on     on: switch the kernel's FUSE over io_uring on (the
-#                      fuse module's enable_uring, root) for the run, so
-#                      that "direct" takes requests over io_uring and
-#                      "direct,no_io_uring" through /dev/fuse
+#                      fuse module's enable_uring, root) for the run, which
+#                      modes with io_uring need
 #   RUNS=3
 set -euo pipefail
 

@@ -124,7 +124,7 @@ echo "== libphoenix"
 LD_LIBRARY_PATH="$PWD/.gpu/lib" timeout -k 10 300 sh scripts/test-lib.sh \
 	.gpu/bin/test-lib --timeout 120 || rc=1
 echo "== phxfs"
-timeout -k 10 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device --io-uring off || rc=1
+timeout -k 10 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
 echo "== phxfs over io_uring"
 timeout -k 10 200 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --io-uring on || rc=1
 echo "== python"

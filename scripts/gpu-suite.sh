@@ -19,9 +19,9 @@
 #   st-save 150       bench-safetensors.py, the save only, against safetensors
 #   phxfs 300         scripts/bench-phxfs.sh, 4 GiB as its figures are
 #                     published (PHXFS_SIZE, MODES from the environment;
-#                     default direct over io_uring, switched on for the
-#                     run, and through /dev/fuse, and with 16 MiB
-#                     st_blksize: cat's read size)
+#                     default direct, also over io_uring (switched on
+#                     for the run) and with 16 MiB st_blksize: cat's
+#                     read size)
 #   alloc 100         scripts/bench-alloc.py, 2 GiB, by PHX_ALLOC_CHUNK
 #   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
@@ -75,7 +75,7 @@ for s in "$@"; do
 		step st-save 150 $st --repeat 1 --cases save \
 			--loaders safetensors,phoenix ;;
 	phxfs) step phxfs 300 env SIZE="${PHXFS_SIZE:-4G}" URING=on \
-		MODES="${MODES:-direct direct,no_io_uring direct,blksize=16M}" \
+		MODES="${MODES:-direct direct,io_uring direct,blksize=16M}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
 	alloc) step alloc 100 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-alloc.py --size 2G ;;
