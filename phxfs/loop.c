@@ -144,17 +144,20 @@ static __thread struct pins *my_pins;
 static pthread_key_t pins_key; /* the same, for its destructor */
 static pthread_once_t pins_once = PTHREAD_ONCE_INIT;
 
+/* Pin [@p, @p + @len) on every device that takes it (memlock limits). */
 static bool pin_range(struct phxfs *fs, void *p, size_t len)
 {
-	unsigned int i;
+	unsigned int i, n = 0;
 
 	if (atomic_fetch_add(&pinned_bytes, len) + len > PIN_BUDGET) {
 		atomic_fetch_sub(&pinned_bytes, len);
 		return false;
 	}
 	for (i = 0; i < fs->ndevs; i++)
-		phx_host_register(fs->devs[i].dev, p, len);
-	return true;
+		n += !phx_host_register(fs->devs[i].dev, p, len);
+	if (!n)
+		atomic_fetch_sub(&pinned_bytes, len);
+	return n;
 }
 
 static void unpin_range(struct phxfs *fs, void *p, size_t len)
