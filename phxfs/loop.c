@@ -340,7 +340,7 @@ int phxfs_uring_args(struct phxfs *fs, struct fuse_args *args)
 	close(fd);
 	if (val != 'Y' && val != '1') {
 		uring_off(fs,
-			  "the kernel's is switched off (echo 1 > " URING_PARAM
+			  "switched off in the kernel (echo 1 > " URING_PARAM
 			  ")");
 		return 0;
 	}
