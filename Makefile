@@ -57,6 +57,7 @@ check-asan: deps
 check-asan-run:
 	@$(MAKE) --no-print-directory SAN=1 test-lib
 	@PHX_SANITIZED=1 $(MAKE) --no-print-directory SAN=1 test-phxfs
+	@PHX_SANITIZED=1 $(MAKE) --no-print-directory SAN=1 test-phxfs-uring
 
 run: deps
 	@$(MAKE) --no-print-directory all
