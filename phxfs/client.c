@@ -298,32 +298,44 @@ static int parse_file(struct phxfs_status *st, const char *line)
 	return 0;
 }
 
+/*
+ * "@what on" or "@what off <escaped reason>": 1 when @line is neither,
+ * else 0, or -EPROTO for a reason that does not unescape.
+ */
+static int parse_switch(const char *line, const char *what, bool *on, char *why,
+			size_t why_len)
+{
+	size_t n = strlen(what);
+
+	if (strncmp(line, what, n) || line[n] != ' ')
+		return 1;
+	if (!strcmp(line + n + 1, "on")) {
+		*on = true;
+		return 0;
+	}
+	if (strncmp(line + n + 1, "off ", 4))
+		return 1;
+	return phxfs_unescape(line + n + 5, why, why_len) < 0 ? -EPROTO : 0;
+}
+
 static int parse_line(struct phxfs_status *st, const char *line)
 {
+	int ret;
+
 	if (!strncmp(line, "DEV ", 4))
 		return parse_dev(st, line);
 	if (!strncmp(line, "REQS ", 5))
 		return parse_reqs(st, line);
 	if (!strncmp(line, "FILE ", 5))
 		return parse_file(st, line);
-	if (!strcmp(line, "PASSTHROUGH on")) {
-		st->passthrough = true;
-		return 0;
-	}
-	if (!strncmp(line, "PASSTHROUGH off ", 16))
-		return phxfs_unescape(line + 16, st->passthrough_why,
-				      sizeof(st->passthrough_why)) < 0 ?
-			       -EPROTO :
-			       0;
-	if (!strcmp(line, "URING on")) {
-		st->uring = true;
-		return 0;
-	}
-	if (!strncmp(line, "URING off ", 10))
-		return phxfs_unescape(line + 10, st->uring_why,
-				      sizeof(st->uring_why)) < 0 ?
-			       -EPROTO :
-			       0;
+	ret = parse_switch(line, "PASSTHROUGH", &st->passthrough,
+			   st->passthrough_why, sizeof(st->passthrough_why));
+	if (ret <= 0)
+		return ret;
+	ret = parse_switch(line, "URING", &st->uring, st->uring_why,
+			   sizeof(st->uring_why));
+	if (ret <= 0)
+		return ret;
 	if (!strncmp(line, "MOUNT ", 6))
 		return phxfs_unescape(line + 6, st->mountpoint,
 				      sizeof(st->mountpoint)) < 0 ?

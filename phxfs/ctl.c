@@ -553,10 +553,20 @@ static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
 	}
 }
 
+/* "@what on", or "@what off <reason>" (escaped). */
+static void send_switch(int fd, const char *what, bool on, const char *why)
+{
+	char buf[4 * PHXFS_WHY_MAX]; /* escaped: up to 4 bytes each */
+
+	if (on)
+		send_line(fd, "%s on", what);
+	else
+		send_line(fd, "%s off %s", what, esc(why, buf, sizeof(buf)));
+}
+
 static void do_status(struct conn *c)
 {
 	char path[PHXFS_LINE_MAX - 128] = "";
-	char why[4 * sizeof(c->fs->passthrough_why)];
 	char mp[PHXFS_LINE_MAX - 8];
 	unsigned int i;
 
@@ -568,16 +578,9 @@ static void do_status(struct conn *c)
 				  &c->fs->devs[i].fuse_writes),
 			  (unsigned long long)atomic_load(
 				  &c->fs->devs[i].fuse_reads));
-	if (c->fs->passthrough)
-		send_line(c->fd, "PASSTHROUGH on");
-	else
-		send_line(c->fd, "PASSTHROUGH off %s",
-			  esc(c->fs->passthrough_why, why, sizeof(why)));
-	if (c->fs->uring)
-		send_line(c->fd, "URING on");
-	else
-		send_line(c->fd, "URING off %s",
-			  esc(c->fs->uring_why, why, sizeof(why)));
+	send_switch(c->fd, "PASSTHROUGH", c->fs->passthrough,
+		    c->fs->passthrough_why);
+	send_switch(c->fd, "URING", c->fs->uring, c->fs->uring_why);
 	pthread_mutex_lock(&c->fs->lock);
 	send_files(c, c->fs->root, path, sizeof(path));
 	pthread_mutex_unlock(&c->fs->lock);

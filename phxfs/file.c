@@ -334,7 +334,7 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 
 	atomic_fetch_add(&inode->dev->fuse_writes, 1);
 	/* @buf is the payload over io_uring: pinned, it needs no staging */
-	phxfs_req_payload(req, &(size_t){ 0 });
+	phxfs_req_payload(req, NULL);
 	if (off < 0 || (uint64_t)off > PHXFS_MAX_FILE ||
 	    size > PHXFS_MAX_FILE - (uint64_t)off) {
 		err = EFBIG;

@@ -380,7 +380,8 @@ void *phxfs_req_payload(fuse_req_t req, size_t *size)
 	}
 	if (!pn->payload[i].pinned)
 		return NULL;
-	*size = len;
+	if (size)
+		*size = len;
 	return p;
 }
 

@@ -33,6 +33,8 @@
 #define PHXFS_NAME_MAX 255
 /* Largest file: beyond it a write or truncate is EFBIG (as on ext4). */
 #define PHXFS_MAX_FILE (1ULL << 44)
+/* Longest reason phxfs gives for a feature being off (status). */
+#define PHXFS_WHY_MAX 160
 /* Names starting with this are kept for the file system itself. */
 #define PHXFS_RESERVED_PREFIX ".phx."
 
@@ -122,10 +124,10 @@ struct phxfs {
 	uint64_t headroom;
 	/* Passthrough: on once the kernel agreed in init, else why not. */
 	bool passthrough;
-	char passthrough_why[160];
+	char passthrough_why[PHXFS_WHY_MAX];
 	/* FUSE over io_uring: asked for (loop.c), on once init agreed. */
 	bool uring;
-	char uring_why[160];
+	char uring_why[PHXFS_WHY_MAX];
 	char mountpoint[4096];
 	char sock_path[108]; /* control socket, see ctl.c */
 	int sock_fd;
@@ -307,6 +309,7 @@ void phxfs_uring_init(struct phxfs *fs, struct fuse_conn_info *conn);
  * Where @req's data arrives and its reply is built when it came over
  * io_uring, pinned on every device (so copies go straight between it and
  * device memory); NULL for /dev/fuse requests, or past the pinning cap.
+ * Its size in *@size unless @size is NULL.
  */
 void *phxfs_req_payload(fuse_req_t req, size_t *size);
 

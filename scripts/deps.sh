@@ -3,7 +3,7 @@
 # Idempotent: packages already present are left alone; no other downloads.
 set -eu
 
-PKGS="build-essential pkg-config libfuse3-dev fuse3 liburing-dev \
+PKGS="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libnuma-dev \
 libcriterion-dev python3 python3-pip python3-venv rsync attr util-linux \
 fio"
 

@@ -206,7 +206,13 @@ static void *sim_stream_main(void *arg)
  */
 #define SIM_STREAM_DEPTH 1024
 
-static bool sim_inline(const struct sim_op *op);
+/* Ops a thread waiting for its stream may carry out itself. */
+static bool sim_inline(const struct sim_op *op)
+{
+	return op->type == SIM_COPY || op->type == SIM_COPY_IN ||
+	       op->type == SIM_SET || op->type == SIM_MARK ||
+	       op->type == SIM_WRITE;
+}
 
 static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 {
@@ -236,14 +242,6 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
-}
-
-/* Ops a thread waiting for its stream may carry out itself. */
-static bool sim_inline(const struct sim_op *op)
-{
-	return op->type == SIM_COPY || op->type == SIM_COPY_IN ||
-	       op->type == SIM_SET || op->type == SIM_MARK ||
-	       op->type == SIM_WRITE;
 }
 
 /*
