@@ -632,13 +632,23 @@ static void daemon_path(char *out, size_t len)
 	}
 }
 
+/*
+ * Is @mp the mount of a phxfs that died?  Its calls fail with ENOTCONN,
+ * or over io_uring with ECANCELED while the kernel tears its queues down.
+ */
+static bool daemon_dead(const char *mp)
+{
+	struct statvfs sv;
+
+	return statvfs(mp, &sv) && (errno == ENOTCONN || errno == ECANCELED);
+}
+
 static int cmd_mount(int argc, char **argv)
 {
 	char opts[1024] = "", daemon[PATH_MAX + 32], sock[256];
 	char *dargv[8];
 	bool fg = false;
 	const char *mp;
-	struct statvfs sv;
 	int opt, n = 0;
 
 	while ((opt = getopt(argc, argv, "fo:")) != -1) {
@@ -655,7 +665,7 @@ static int cmd_mount(int argc, char **argv)
 	}
 	mp = optind < argc ? argv[optind] : default_mount();
 	/* statfs always reaches the daemon: attributes may be cached. */
-	if (statvfs(mp, &sv) && errno == ENOTCONN) {
+	if (daemon_dead(mp)) {
 		if (detach(mp, true)) {
 			fprintf(stderr,
 				"phx: %s: cannot remove the stale mount of a dead phxfs; run umount -l %s\n",
@@ -698,8 +708,7 @@ static int cmd_mount(int argc, char **argv)
 static int cmd_umount(int argc, char **argv)
 {
 	const char *mp = argc > 1 ? argv[1] : default_mount();
-	struct statvfs sv;
-	bool stale = statvfs(mp, &sv) && errno == ENOTCONN;
+	bool stale = daemon_dead(mp);
 	int ret = detach(mp, stale);
 
 	if (ret == -EBUSY) {

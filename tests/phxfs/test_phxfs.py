@@ -20,6 +20,7 @@ import errno
 import hashlib
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -990,7 +991,17 @@ def kill_daemon_then_recover():
         stdout=subprocess.PIPE, text=True)
     # kill only once the writer's first write went through the mount
     assert writer.stdout.readline() == "writing\n"
-    os.kill(FS.daemon_pid(), signal.SIGKILL)
+    pid = FS.daemon_pid()
+    pidfd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        # the connection is cut once the daemon has exited and its files
+        # are closed (its pidfd turns readable then): over io_uring the
+        # kernel cancels queued requests before that, and a call made in
+        # between would see ECANCELED rather than ENOTCONN
+        select.select([pidfd], [], [])
+    finally:
+        os.close(pidfd)
     out, _ = writer.communicate(timeout=20)
     # the write in flight sees ECONNABORTED (ECANCELED when it sat in an
     # io_uring queue, whose requests the kernel cancels), or EIO when the
