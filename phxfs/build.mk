@@ -31,7 +31,7 @@ FUSE318_LIB := $(FUSE318)/lib/libfuse3.a $(NUMA_LIB) -lrt
 
 PHXFS_SRCS := phxfs/main.c phxfs/inode.c phxfs/device.c phxfs/ops.c \
 	phxfs/dir.c phxfs/file.c phxfs/loop.c phxfs/readahead.c phxfs/xattr.c phxfs/ctl.c \
-	phxfs/backing.c phxfs/client.c
+	phxfs/backing.c phxfs/client.c phxfs/ctlsock.c
 PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
 PHXFS_318_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs318-obj/%.o)
 

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* client.c - libphxfsctl: the one client of phxfs's control socket. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 
 int phxfs_connect(const char *sock_path)
 {
+	struct timeval tv = { .tv_sec = PHXFS_CLIENT_TIMEOUT };
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
 
@@ -22,6 +25,9 @@ int phxfs_connect(const char *sock_path)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* a daemon that stopped answering fails the call, not hangs it */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		int err = errno;
 
@@ -50,6 +56,8 @@ int phxfs_read_line(int fd, char *line, size_t len)
 
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -ETIMEDOUT;
 		if (r <= 0)
 			return r < 0 ? -errno : -EPIPE;
 		if (line[n] == '\n')
@@ -138,6 +146,39 @@ long phxfs_unescape(const char *in, char *out, size_t len)
 	return (long)n;
 }
 
+int phxfs_send_request(int sock, const char *line, int fd, const char *path)
+{
+	char cbuf[CMSG_SPACE(2 * sizeof(int))] = { 0 };
+	struct iovec iov = { (void *)line, strlen(line) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	int fds[2], n = 0, ret;
+
+	if (fd >= 0)
+		fds[n++] = fd;
+	/* opened by the caller: the kernel checks the path to it */
+	if (path) {
+		fds[n] = open(path, O_PATH | O_CLOEXEC);
+		if (fds[n] < 0)
+			return -errno;
+		n++;
+	}
+	if (n) {
+		struct cmsghdr *cm;
+
+		msg.msg_control = cbuf;
+		msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
+	}
+	ret = sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
+	if (path)
+		close(fds[n - 1]);
+	return ret;
+}
+
 /* Connect to the daemon of the mount holding @path and send @req. */
 static int request(const char *path, const char *req)
 {
@@ -193,7 +234,7 @@ int phxfs_open_handle(const char *path, char *device, size_t device_len,
 		return fd;
 	}
 	snprintf(line, sizeof(line), "OPEN %s\n", ino);
-	ret = send(fd, line, strlen(line), MSG_NOSIGNAL) < 0 ? -errno : 0;
+	ret = phxfs_send_request(fd, line, -1, path);
 	if (!ret)
 		ret = phxfs_read_line(fd, line, sizeof(line));
 	if (ret < 0) {
@@ -318,6 +359,61 @@ static int parse_switch(const char *line, const char *what, bool *on, char *why,
 	return phxfs_unescape(line + n + 5, why, why_len) < 0 ? -EPROTO : 0;
 }
 
+/* ROOTRESERVE <device> <bytes>, after the DEV lines. */
+static int parse_root_reserve(struct phxfs_status *st, const char *line)
+{
+	unsigned long long v;
+	char name[32];
+	unsigned int i;
+
+	if (sscanf(line, "ROOTRESERVE %31s %llu", name, &v) != 2)
+		return -EPROTO;
+	if (!st->root_reserve) {
+		st->root_reserve = calloc(st->ndevs + 1, sizeof(uint64_t));
+		if (!st->root_reserve)
+			return -ENOMEM;
+	}
+	for (i = 0; i < st->ndevs; i++)
+		if (!strcmp(st->devs[i].name, name))
+			st->root_reserve[i] = v;
+	return 0;
+}
+
+/* The limits' lines: XATTR, INODES, CTL, UNLISTED; 1 for another line. */
+static int parse_limits(struct phxfs_status *st, const char *line)
+{
+	unsigned long long a, b, c;
+
+	if (!strncmp(line, "XATTR ", 6)) {
+		if (sscanf(line, "XATTR %llu %llu %llu", &a, &b, &c) != 3)
+			return -EPROTO;
+		st->xattr_bytes = a;
+		st->xattr_size = b;
+		st->xattr_file = c;
+		return 0;
+	}
+	if (!strncmp(line, "INODES ", 7)) {
+		if (sscanf(line, "INODES %llu %llu %llu", &a, &b, &c) != 3)
+			return -EPROTO;
+		st->inodes = a;
+		st->names = b;
+		st->nr_inodes = c;
+		return 0;
+	}
+	if (!strncmp(line, "CTL ", 4))
+		return sscanf(line, "CTL %u %u %u", &st->ctl_conns,
+			      &st->ctl_conns_max, &st->ctl_conns_uid) == 3 ?
+			       0 :
+			       -EPROTO;
+	if (!strncmp(line, "UNLISTED ", 9))
+		return sscanf(line, "UNLISTED %u", &st->unlisted) == 1 ?
+			       0 :
+			       -EPROTO;
+	if (!strncmp(line, "ROOTRESERVE ", 12))
+		return parse_root_reserve(st, line);
+	return 1;
+}
+
 static int parse_line(struct phxfs_status *st, const char *line)
 {
 	int ret;
@@ -328,6 +424,9 @@ static int parse_line(struct phxfs_status *st, const char *line)
 		return parse_reqs(st, line);
 	if (!strncmp(line, "FILE ", 5))
 		return parse_file(st, line);
+	ret = parse_limits(st, line);
+	if (ret <= 0)
+		return ret;
 	ret = parse_switch(line, "PASSTHROUGH", &st->passthrough,
 			   st->passthrough_why, sizeof(st->passthrough_why));
 	if (ret <= 0)
@@ -387,5 +486,6 @@ void phxfs_status_free(struct phxfs_status *st)
 		free(st->files[i].name);
 	free(st->files);
 	free(st->devs);
+	free(st->root_reserve);
 	free(st);
 }

@@ -24,30 +24,22 @@
 /* Bytes per engine call of CP and CPOUT: the progress granularity. */
 #define CP_STEP (256ULL << 20)
 
-static pthread_t accept_thread;
+/* Most bytes of one STATUS reply: the rows past it are counted, not sent. */
+#define STATUS_MAX (16U << 20)
 
-struct conn {
-	struct phxfs *fs;
-	int fd;
-	struct ucred cred;
-};
-
-static void send_line(int fd, const char *fmt, ...)
+static void send_line(struct phxfs_conn *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-static void send_line(int fd, const char *fmt, ...)
+/* Format one line into @line (PHXFS_LINE_MAX): control bytes made '?'. */
+static int format_line(char *line, const char *fmt, va_list ap)
 {
-	char line[PHXFS_LINE_MAX];
-	va_list ap;
 	int n, i;
 
-	va_start(ap, fmt);
-	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
-	va_end(ap);
+	n = vsnprintf(line, PHXFS_LINE_MAX - 1, fmt, ap);
 	if (n < 0)
-		return;
-	if ((size_t)n > sizeof(line) - 2)
-		n = sizeof(line) - 2;
+		return 0;
+	if (n > PHXFS_LINE_MAX - 2)
+		n = PHXFS_LINE_MAX - 2;
 	/*
 	 * Names come escaped; this keeps free text (an error message that
 	 * quotes a path) to one line too.
@@ -56,8 +48,19 @@ static void send_line(int fd, const char *fmt, ...)
 		if ((unsigned char)line[i] < ' ' || line[i] == 0x7f)
 			line[i] = '?';
 	line[n++] = '\n';
-	if (send(fd, line, (size_t)n, MSG_NOSIGNAL) < 0)
-		return;
+	return n;
+}
+
+static void send_line(struct phxfs_conn *c, const char *fmt, ...)
+{
+	char line[PHXFS_LINE_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = format_line(line, fmt, ap);
+	va_end(ap);
+	phxfs_conn_send(c, line, (size_t)n);
 }
 
 /* @s escaped for a line (phxfs_escape()), in @out. */
@@ -67,24 +70,52 @@ static const char *esc(const char *s, char *out, size_t len)
 	return out;
 }
 
-static void send_err(int fd, int err, const char *what)
+static void send_err(struct phxfs_conn *c, int err, const char *what)
 {
-	send_line(fd, "ERR %d %s: %s", err, what, strerror(err));
+	send_line(c, "ERR %d %s: %s", err, what, strerror(err));
 }
 
-/* Take an open reference on regular file @ino, or NULL. */
-static struct phxfs_inode *file_get(struct phxfs *fs, unsigned long long ino)
+/*
+ * Take an open reference on regular file @ino for @c's caller, who must
+ * have reached it (phxfs_conn_reached() with descriptor @path_fd) and may
+ * access it as @mask asks (4 read, 2 write, 0 owner only): the inode, or
+ * NULL after an error line naming @what.
+ */
+static struct phxfs_inode *file_get(struct phxfs_conn *c,
+				    unsigned long long ino, int path_fd,
+				    int mask, const char *what)
 {
+	struct phxfs *fs = c->fs;
 	struct phxfs_inode *inode;
+	char msg[128];
+	int err = 0;
 
+	if (phxfs_conn_reached(c, ino, path_fd)) {
+		snprintf(
+			msg, sizeof(msg),
+			"%s: send a descriptor of the file with the request (libphxfsctl does)",
+			what);
+		send_err(c, EACCES, msg);
+		return NULL;
+	}
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, (fuse_ino_t)ino);
-	if (inode && S_ISREG(inode->mode))
-		inode->nopen++;
+	if (!inode || !S_ISREG(inode->mode))
+		err = ENOENT;
+	else if (mask ? !phxfs_conn_may(c, inode, mask) :
+			c->cred.uid && c->cred.uid != inode->uid)
+		err = EACCES;
 	else
-		inode = NULL;
+		inode->nopen++;
 	pthread_mutex_unlock(&fs->lock);
-	return inode;
+	if (!err)
+		return inode;
+	snprintf(msg, sizeof(msg), "%s%s", what,
+		 err == ENOENT ? ": no such file in phxfs" :
+		 !mask	       ? ": only the owner may map a file" :
+				 "");
+	send_err(c, err, msg);
+	return NULL;
 }
 
 static void file_put(struct phxfs *fs, struct phxfs_inode *inode)
@@ -94,45 +125,16 @@ static void file_put(struct phxfs *fs, struct phxfs_inode *inode)
 	pthread_mutex_unlock(&fs->lock);
 }
 
-/* May @cred write @inode?  Supplementary groups are not known here. */
-static bool may_write(struct phxfs_inode *inode, const struct ucred *cred)
+static void do_open(struct phxfs_conn *c, unsigned long long ino)
 {
-	if (!cred->uid)
-		return true;
-	if (cred->uid == inode->uid)
-		return inode->mode & S_IWUSR;
-	if (cred->gid == inode->gid)
-		return inode->mode & S_IWGRP;
-	return inode->mode & S_IWOTH;
-}
-
-static bool may_read(struct phxfs_inode *inode, const struct ucred *cred)
-{
-	if (!cred->uid)
-		return true;
-	if (cred->uid == inode->uid)
-		return inode->mode & S_IRUSR;
-	if (cred->gid == inode->gid)
-		return inode->mode & S_IRGRP;
-	return inode->mode & S_IROTH;
-}
-
-static void do_open(struct conn *c, unsigned long long ino)
-{
-	struct phxfs_inode *inode = file_get(c->fs, ino);
+	struct phxfs_inode *inode = file_get(c, ino, c->fds[0], 0, "OPEN");
 	int ret;
 
-	if (!inode) {
-		send_err(c->fd, ENOENT, "OPEN");
+	if (!inode)
 		return;
-	}
-	if (c->cred.uid && c->cred.uid != inode->uid) {
-		send_err(c->fd, EACCES, "OPEN: only the owner may map a file");
-		goto out;
-	}
 	if (phxfs_dev_ranged(inode->dev)) {
 		send_err(
-			c->fd, EOPNOTSUPP,
+			c, EOPNOTSUPP,
 			"OPEN: the file is a phx.ko range; mmap it through the mount instead");
 		goto out;
 	}
@@ -140,14 +142,15 @@ static void do_open(struct conn *c, unsigned long long ino)
 	ret = phxfs_data_ensure(inode);
 	if (ret) {
 		pthread_rwlock_unlock(&inode->io_lock);
-		send_line(c->fd, "ERR %d OPEN: %s", -ret, phx_strerror_last());
+		send_line(c, "ERR %d OPEN: %s", -ret, phx_strerror_last());
 		goto out;
 	}
 	/* the client writes the memory unseen: no read-ahead can be trusted */
 	atomic_store(&inode->shared, true);
-	send_line(c->fd, "OK %s %llu", inode->dev->name,
+	send_line(c, "OK %s %llu", inode->dev->name,
 		  (unsigned long long)atomic_load(&inode->size));
-	ret = phx_buf_send(inode->buf, c->fd);
+	/* the socket's send time-out bounds this one (ctlsock.c) */
+	ret = c->dead ? -EPIPE : phx_buf_send(inode->buf, c->fd);
 	pthread_rwlock_unlock(&inode->io_lock);
 	if (ret)
 		fprintf(stderr, "phxfs: sharing inode %llu: %s\n", ino,
@@ -177,8 +180,9 @@ static int64_t fd_size(int fd)
  * A range file's step names its backing file (io->buf NULL, io->buf_off
  * the offset in it), any other one its buffer.
  */
-static int cp_step(struct conn *c, struct phxfs_inode *inode, struct phx_io *io,
-		   uint64_t total, uint64_t *done, enum phx_path *path)
+static int cp_step(struct phxfs_conn *c, struct phxfs_inode *inode,
+		   struct phx_io *io, uint64_t total, uint64_t *done,
+		   enum phx_path *path)
 {
 	int64_t n = phxfs_ranged(inode) ? phx_backing_io(inode->backing, io) :
 					  phx_io_run(inode->dev->dev, io);
@@ -187,9 +191,9 @@ static int cp_step(struct conn *c, struct phxfs_inode *inode, struct phx_io *io,
 		return io->result ? (int)io->result : -EIO;
 	*done += (uint64_t)io->result;
 	*path = io->path;
-	send_line(c->fd, "PROGRESS %llu %llu", (unsigned long long)*done,
+	send_line(c, "PROGRESS %llu %llu", (unsigned long long)*done,
 		  (unsigned long long)total);
-	return 0;
+	return c->dead ? -EPIPE : 0; /* a client that stopped reading */
 }
 
 /*
@@ -197,8 +201,9 @@ static int cp_step(struct conn *c, struct phxfs_inode *inode, struct phx_io *io,
  * (io_uring O_DIRECT into its device pages, p2p, where it can; else
  * staged).
  */
-static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
-			 uint64_t total, uint64_t *done, enum phx_path *path)
+static int cp_pull_range(struct phxfs_conn *c, struct phxfs_inode *inode,
+			 int src, uint64_t total, uint64_t *done,
+			 enum phx_path *path)
 {
 	int ret;
 
@@ -238,7 +243,7 @@ static int cp_pull_range(struct conn *c, struct phxfs_inode *inode, int src,
  * reported as the steps complete, and *@done only counts the bytes of the
  * leading steps that did.
  */
-static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
+static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 		   uint64_t total, uint64_t *done, enum phx_path *path)
 {
 	struct phx_io ios[CP_WINDOW];
@@ -315,9 +320,11 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 			complete[first] = false;
 			first = (first + 1) % CP_WINDOW;
 			inflight--;
-			send_line(c->fd, "PROGRESS %llu %llu",
+			send_line(c, "PROGRESS %llu %llu",
 				  (unsigned long long)*done,
 				  (unsigned long long)total);
+			if (c->dead)
+				ret = -EPIPE;
 		}
 	}
 	/* what is still in flight lands before the lock goes */
@@ -326,33 +333,62 @@ static int cp_pull(struct conn *c, struct phxfs_inode *inode, int src,
 	return ret;
 }
 
-static void do_cp(struct conn *c, unsigned long long ino, int src)
+/* Is @fd a file of this mount?  A copy within it would wait on itself. */
+static bool on_this_mount(struct phxfs_conn *c, int fd)
 {
-	struct phxfs_inode *inode = file_get(c->fs, ino);
+	struct stat st;
+
+	return !fstat(fd, &st) && st.st_dev == phxfs_ctl_dev(c->fs);
+}
+
+/*
+ * Bytes a copy of @total bytes into @inode would take beyond what the
+ * file holds: -ENOSPC for a caller other than root when that dips into
+ * the device's root reserve.
+ */
+static int cp_room(struct phxfs_conn *c, struct phxfs_inode *inode,
+		   uint64_t total)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&inode->io_lock);
+	ret = phxfs_room_for(inode, c->cred.uid, 0, total);
+	pthread_rwlock_unlock(&inode->io_lock);
+	return ret;
+}
+
+static void do_cp(struct phxfs_conn *c, unsigned long long ino, int src)
+{
+	struct phxfs_inode *inode = file_get(c, ino, c->fds[1], 2, "CP");
 	enum phx_path path = PHX_PATH_NONE;
 	uint64_t done = 0;
 	char msg[512];
 	int64_t total;
 	int ret;
 
-	if (!inode) {
-		send_err(c->fd, ENOENT, "CP: no such file in phxfs");
+	if (!inode)
 		return;
-	}
 	if (c->fs->opts.writeback) {
 		/* The kernel keeps the size of cached files itself there. */
 		send_err(
-			c->fd, EOPNOTSUPP,
+			c, EOPNOTSUPP,
 			"CP: phxfs runs with -o writeback; remount without it, or use cp");
 		goto out;
 	}
-	if (!may_write(inode, &c->cred)) {
-		send_err(c->fd, EACCES, "CP");
+	if (on_this_mount(c, src)) {
+		send_err(c, EXDEV, "CP: the source is on this phxfs; use cp");
 		goto out;
 	}
 	total = fd_size(src);
 	if (total < 0) {
-		send_err(c->fd, (int)-total, "CP: the source has no size");
+		send_err(c, (int)-total, "CP: the source has no size");
+		goto out;
+	}
+	ret = cp_room(c, inode, (uint64_t)total);
+	if (ret) {
+		send_err(
+			c, -ret,
+			"CP: the rest of the device is kept for root (root_reserve)");
 		goto out;
 	}
 	if (phxfs_dev_ranged(inode->dev))
@@ -379,10 +415,9 @@ static void do_cp(struct conn *c, unsigned long long ino, int src)
 	 */
 	fuse_lowlevel_notify_inval_inode(c->fs->se, inode->ino, 0, 0);
 	if (ret)
-		send_line(c->fd, "ERR %d %s", -ret,
-			  *msg ? msg : strerror(-ret));
+		send_line(c, "ERR %d %s", -ret, *msg ? msg : strerror(-ret));
 	else
-		send_line(c->fd, "OK %llu %s", (unsigned long long)done,
+		send_line(c, "OK %llu %s", (unsigned long long)done,
 			  phx_path_name(path));
 out:
 	file_put(c->fs, inode);
@@ -413,7 +448,7 @@ static uint64_t next_run(struct phxfs_inode *inode, uint64_t total,
  * holes in @dst (a new file), which gets the size at the end.
  * Shared io_lock: readers go on, writers wait for the copy.
  */
-static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
+static int cp_push(struct phxfs_conn *c, struct phxfs_inode *inode, int dst,
 		   uint64_t *done, enum phx_path *path)
 {
 	bool ranged;
@@ -431,7 +466,7 @@ static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 	 */
 	if (ftruncate(dst, (off_t)total))
 		ret = -errno;
-	send_line(c->fd, "PROGRESS 0 %llu", (unsigned long long)total);
+	send_line(c, "PROGRESS 0 %llu", (unsigned long long)total);
 	while (!ret && *done < total && (ranged || inode->buf)) {
 		struct phx_io io = {
 			.op = PHX_OP_WRITE,
@@ -453,43 +488,83 @@ static int cp_push(struct conn *c, struct phxfs_inode *inode, int dst,
 	return ret;
 }
 
-static void do_cp_out(struct conn *c, unsigned long long ino, int dst)
+static void do_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
 {
-	struct phxfs_inode *inode = file_get(c->fs, ino);
+	struct phxfs_inode *inode = file_get(c, ino, c->fds[1], 4, "CPOUT");
 	enum phx_path path = PHX_PATH_NONE;
 	uint64_t done = 0;
 	int ret;
 
-	if (!inode) {
-		send_err(c->fd, ENOENT, "CPOUT: no such file in phxfs");
+	if (!inode)
 		return;
-	}
 	if (c->fs->opts.writeback) {
 		/* The kernel may hold bytes the daemon has not seen. */
 		send_err(
-			c->fd, EOPNOTSUPP,
+			c, EOPNOTSUPP,
 			"CPOUT: phxfs runs with -o writeback; remount without it, or use cp");
 		goto out;
 	}
-	if (!may_read(inode, &c->cred)) {
-		send_err(c->fd, EACCES, "CPOUT");
+	if (on_this_mount(c, dst)) {
+		send_err(c, EXDEV,
+			 "CPOUT: the destination is on this phxfs; use cp");
 		goto out;
 	}
 	ret = cp_push(c, inode, dst, &done, &path);
 	if (ret) {
 		const char *msg = phx_strerror_last();
 
-		send_line(c->fd, "ERR %d %s", -ret,
-			  *msg ? msg : strerror(-ret));
+		send_line(c, "ERR %d %s", -ret, *msg ? msg : strerror(-ret));
 	} else {
-		send_line(c->fd, "OK %llu %s", (unsigned long long)done,
+		send_line(c, "OK %llu %s", (unsigned long long)done,
 			  phx_path_name(path));
 	}
 out:
 	file_put(c->fs, inode);
 }
 
-static void send_dev(struct conn *c, struct phxfs_dev *d)
+/* A reply built whole under the locks and sent after (STATUS). */
+struct reply {
+	char *p;
+	size_t len, cap;
+	unsigned int unlisted; /* FILE rows past STATUS_MAX */
+	bool nomem;
+};
+
+static bool reply_add(struct reply *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Add one line; false (nothing added) past STATUS_MAX or out of memory. */
+static bool reply_add(struct reply *r, const char *fmt, ...)
+{
+	char line[PHXFS_LINE_MAX];
+	va_list ap;
+	size_t n;
+
+	va_start(ap, fmt);
+	n = (size_t)format_line(line, fmt, ap);
+	va_end(ap);
+	if (r->len + n > STATUS_MAX)
+		return false;
+	if (r->len + n > r->cap) {
+		size_t cap = r->cap ? 2 * r->cap : 64 << 10;
+		char *p;
+
+		while (cap < r->len + n)
+			cap *= 2;
+		p = realloc(r->p, cap);
+		if (!p) {
+			r->nomem = true;
+			return false;
+		}
+		r->p = p;
+		r->cap = cap;
+	}
+	memcpy(r->p + r->len, line, n);
+	r->len += n;
+	return true;
+}
+
+static void add_dev(struct reply *r, struct phxfs_dev *d)
 {
 	struct phx_device_info info;
 	struct phx_stats st;
@@ -509,7 +584,7 @@ static void send_dev(struct conn *c, struct phxfs_dev *d)
 	}
 	char model[4 * sizeof(info.model)];
 
-	send_line(c->fd, "DEV %s %s %llu %llu %u %s %llu %llu %llu %llu %s",
+	reply_add(r, "DEV %s %s %llu %llu %u %s %llu %llu %llu %llu %s",
 		  d->name, phx_kind_name(d->kind),
 		  (unsigned long long)info.capacity,
 		  (unsigned long long)info.used, atomic_load(&d->files),
@@ -520,259 +595,167 @@ static void send_dev(struct conn *c, struct phxfs_dev *d)
 		  esc(info.model, model, sizeof(model)));
 }
 
-/*
- * "FILE" lines for every regular file below @dir, whose escaped path is
- * @path; fs->lock held.  Paths longer than a line holds are left out.
- */
-static void send_files(struct conn *c, struct phxfs_inode *dir, char *path,
-		       size_t len)
+/* A FILE row; a path too long for a line is cut to ".../NAME". */
+static void add_file(struct reply *r, struct phxfs_inode *inode,
+		     const char *path, bool cut, const char *name)
 {
+	char tail[4 * PHXFS_NAME_MAX + 8] = ".../";
+
+	if (cut)
+		phxfs_escape(name, strlen(name), tail + 4, sizeof(tail) - 4);
+	if (!reply_add(r, "FILE %s %llu %llu %s %s", inode->dev->name,
+		       (unsigned long long)phxfs_data_size(inode),
+		       (unsigned long long)phxfs_data_held(inode),
+		       phxfs_path_name(atomic_load(&inode->path)),
+		       cut ? tail : path))
+		r->unlisted++;
+}
+
+/*
+ * FILE rows for every regular file @c's caller could stat: those in the
+ * directories it may search, from the root down.  Walked without
+ * recursion (directories nest as deep as users make them); fs->lock held.
+ */
+static int add_files(struct phxfs_conn *c, struct reply *r)
+{
+	/* per level: the entry being walked and the path's length before it */
+	struct level {
+		struct phxfs_dentry *d;
+		size_t len;
+		bool cut;
+	} *stack = NULL;
+	size_t depth = 0, cap = 0, room = PHXFS_LINE_MAX - 256;
 	struct phxfs_dentry *d;
-	size_t n = strlen(path);
+	char *path = malloc(room + 1);
+	bool cut = false;
+	size_t len = 0;
 
-	for (d = dir->children; d; d = d->sib_next) {
-		struct phxfs_inode *inode = d->inode;
-
-		path[n] = '/';
-		if (phxfs_escape(d->name, strlen(d->name), path + n + 1,
-				 len - n - 1) >= len - n - 1) {
-			path[n] = '\0';
+	if (!path)
+		return -ENOMEM;
+	path[0] = '\0';
+	d = phxfs_conn_may(c, c->fs->root, 1) ? c->fs->root->children : NULL;
+	for (;;) {
+		if (!d) {
+			if (!depth)
+				break;
+			depth--;
+			d = stack[depth].d->sib_next;
+			len = stack[depth].len;
+			cut = stack[depth].cut;
+			path[len] = '\0';
 			continue;
 		}
-		if (S_ISDIR(inode->mode)) {
-			send_files(c, inode, path, len);
-		} else if (S_ISREG(inode->mode)) {
-			send_line(c->fd, "FILE %s %llu %llu %s %s",
-				  inode->dev->name,
-				  (unsigned long long)phxfs_data_size(inode),
-				  (unsigned long long)phxfs_data_held(inode),
-				  phxfs_path_name(atomic_load(&inode->path)),
-				  path);
+		struct phxfs_inode *inode = d->inode;
+		size_t n = phxfs_escape(d->name, strlen(d->name),
+					path + len + 1, room - len - 1);
+		bool fits = !cut && len + 1 + n < room;
+
+		if (fits)
+			path[len] = '/';
+		else
+			path[len] = '\0';
+		if (S_ISREG(inode->mode))
+			add_file(r, inode, path, !fits, d->name);
+		if (!S_ISDIR(inode->mode) || !inode->children ||
+		    !phxfs_conn_may(c, inode, 1)) {
+			path[len] = '\0';
+			d = d->sib_next;
+			continue;
 		}
-		path[n] = '\0';
+		if (depth == cap) {
+			struct level *s;
+
+			cap = cap ? 2 * cap : 64;
+			s = realloc(stack, cap * sizeof(*s));
+			if (!s) {
+				free(stack);
+				free(path);
+				return -ENOMEM;
+			}
+			stack = s;
+		}
+		stack[depth++] = (struct level){ d, len, cut };
+		if (fits)
+			len += 1 + n;
+		cut = !fits;
+		d = inode->children;
 	}
+	free(stack);
+	free(path);
+	return 0;
 }
 
 /* "@what on", or "@what off <reason>" (escaped). */
-static void send_switch(int fd, const char *what, bool on, const char *why)
+static void add_switch(struct reply *r, const char *what, bool on,
+		       const char *why)
 {
 	char buf[4 * PHXFS_WHY_MAX]; /* escaped: up to 4 bytes each */
 
 	if (on)
-		send_line(fd, "%s on", what);
+		reply_add(r, "%s on", what);
 	else
-		send_line(fd, "%s off %s", what, esc(why, buf, sizeof(buf)));
+		reply_add(r, "%s off %s", what, esc(why, buf, sizeof(buf)));
 }
 
-static void do_status(struct conn *c)
+static void do_status(struct phxfs_conn *c)
 {
-	char path[PHXFS_LINE_MAX - 128] = "";
+	struct phxfs *fs = c->fs;
+	struct reply r = { 0 };
 	char mp[PHXFS_LINE_MAX - 8];
 	unsigned int i;
+	int ret;
 
-	for (i = 0; i < c->fs->ndevs; i++)
-		send_dev(c, &c->fs->devs[i]);
-	for (i = 0; i < c->fs->ndevs; i++)
-		send_line(c->fd, "REQS %s %llu %llu", c->fs->devs[i].name,
+	for (i = 0; i < fs->ndevs; i++)
+		add_dev(&r, &fs->devs[i]);
+	for (i = 0; i < fs->ndevs; i++)
+		reply_add(&r, "REQS %s %llu %llu", fs->devs[i].name,
 			  (unsigned long long)atomic_load(
-				  &c->fs->devs[i].fuse_writes),
+				  &fs->devs[i].fuse_writes),
 			  (unsigned long long)atomic_load(
-				  &c->fs->devs[i].fuse_reads));
-	send_switch(c->fd, "PASSTHROUGH", c->fs->passthrough,
-		    c->fs->passthrough_why);
-	send_switch(c->fd, "URING", c->fs->uring, c->fs->uring_why);
-	pthread_mutex_lock(&c->fs->lock);
-	send_files(c, c->fs->root, path, sizeof(path));
-	pthread_mutex_unlock(&c->fs->lock);
-	send_line(c->fd, "MOUNT %s", esc(c->fs->mountpoint, mp, sizeof(mp)));
-	send_line(c->fd, "END");
+				  &fs->devs[i].fuse_reads));
+	for (i = 0; i < fs->ndevs; i++)
+		reply_add(&r, "ROOTRESERVE %s %llu", fs->devs[i].name,
+			  (unsigned long long)fs->devs[i].root_reserve);
+	add_switch(&r, "PASSTHROUGH", fs->passthrough, fs->passthrough_why);
+	add_switch(&r, "URING", fs->uring, fs->uring_why);
+	pthread_mutex_lock(&fs->lock);
+	reply_add(&r, "XATTR %llu %llu %llu",
+		  (unsigned long long)fs->xattr_bytes,
+		  (unsigned long long)fs->xattr_size,
+		  (unsigned long long)fs->xattr_file);
+	reply_add(&r, "INODES %llu %llu %llu", (unsigned long long)fs->ninodes,
+		  (unsigned long long)fs->nentries,
+		  (unsigned long long)fs->nr_inodes);
+	ret = add_files(c, &r);
+	pthread_mutex_unlock(&fs->lock);
+	pthread_mutex_lock(&fs->ctl_lock);
+	reply_add(&r, "CTL %u %u %u", fs->ctl_nconns, fs->opts.ctl_conns,
+		  fs->opts.ctl_conns_uid);
+	pthread_mutex_unlock(&fs->ctl_lock);
+	if (r.unlisted)
+		reply_add(&r, "UNLISTED %u", r.unlisted);
+	reply_add(&r, "MOUNT %s", esc(fs->mountpoint, mp, sizeof(mp)));
+	/* sent without any lock held: a client that does not read holds
+	 * up nobody but itself, for ctl_timeout at most */
+	if (ret || r.nomem)
+		send_err(c, ENOMEM, "STATUS: the daemon is out of memory");
+	else if (!phxfs_conn_send(c, r.p, r.len))
+		send_line(c, "END");
+	free(r.p);
 }
 
-/* Read the request line and at most one descriptor sent with it. */
-static int recv_request(int fd, char *line, size_t len, int *passed)
+void phxfs_ctl_serve(struct phxfs_conn *c, const char *line)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	size_t n = 0;
-
-	*passed = -1;
-	while (n + 1 < len) {
-		struct iovec iov = { line + n, 1 };
-		struct msghdr msg = { .msg_iov = &iov,
-				      .msg_iovlen = 1,
-				      .msg_control = cbuf,
-				      .msg_controllen = sizeof(cbuf) };
-		struct cmsghdr *cm;
-		ssize_t r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -EPIPE;
-		cm = CMSG_FIRSTHDR(&msg);
-		if (cm && cm->cmsg_type == SCM_RIGHTS && *passed < 0)
-			memcpy(passed, CMSG_DATA(cm), sizeof(int));
-		if (line[n] == '\n')
-			break;
-		n++;
-	}
-	line[n] = '\0';
-	return 0;
-}
-
-static void *conn_main(void *arg)
-{
-	struct conn *c = arg;
-	char line[512];
 	unsigned long long ino;
-	int passed;
 
-	/* its own name, not its creator's (ps, top, perf) */
-	pthread_setname_np(pthread_self(), "phxfs-ctl");
-	if (recv_request(c->fd, line, sizeof(line), &passed))
-		goto out;
 	if (!strcmp(line, "STATUS"))
 		do_status(c);
 	else if (sscanf(line, "OPEN %llu", &ino) == 1)
 		do_open(c, ino);
-	else if (sscanf(line, "CP %llu", &ino) == 1 && passed >= 0)
-		do_cp(c, ino, passed);
-	else if (sscanf(line, "CPOUT %llu", &ino) == 1 && passed >= 0)
-		do_cp_out(c, ino, passed);
+	else if (sscanf(line, "CP %llu", &ino) == 1 && c->fds[0] >= 0)
+		do_cp(c, ino, c->fds[0]);
+	else if (sscanf(line, "CPOUT %llu", &ino) == 1 && c->fds[0] >= 0)
+		do_cp_out(c, ino, c->fds[0]);
 	else
-		send_err(c->fd, EINVAL, "unknown request");
-out:
-	if (passed >= 0)
-		close(passed);
-	close(c->fd);
-	free(c);
-	return NULL;
-}
-
-static void *accept_main(void *arg)
-{
-	struct phxfs *fs = arg;
-
-	/* its own name, not its creator's (ps, top, perf) */
-	pthread_setname_np(pthread_self(), "phxfs-ctl");
-	for (;;) {
-		struct conn *c;
-		socklen_t sl = sizeof(c->cred);
-		pthread_t t;
-		int fd = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
-
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			break; /* shut down */
-		}
-		c = calloc(1, sizeof(*c));
-		if (!c ||
-		    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &sl)) {
-			free(c);
-			close(fd);
-			continue;
-		}
-		c->fs = fs;
-		c->fd = fd;
-		if (pthread_create(&t, NULL, conn_main, c)) {
-			free(c);
-			close(fd);
-			continue;
-		}
-		pthread_detach(t);
-	}
-	return NULL;
-}
-
-/* Where the socket goes: /run/phxfs for root, the runtime dir otherwise. */
-static int sock_path(struct phxfs *fs)
-{
-	const char *rt = getenv("XDG_RUNTIME_DIR");
-	char dir[64];
-	int n;
-
-	if (!geteuid())
-		snprintf(dir, sizeof(dir), "/run/phxfs");
-	else if (rt && *rt && strlen(rt) < 40)
-		snprintf(dir, sizeof(dir), "%s/phxfs", rt);
-	else
-		snprintf(dir, sizeof(dir), "/tmp/phxfs-%u",
-			 (unsigned int)geteuid());
-	if (mkdir(dir, 0755) && errno != EEXIST)
-		return -errno;
-	n = snprintf(fs->sock_path, sizeof(fs->sock_path), "%s/%d.sock", dir,
-		     (int)getpid());
-	return n >= (int)sizeof(fs->sock_path) ? -ENAMETOOLONG : 0;
-}
-
-/*
- * Sockets are named after the daemon's pid; one killed with SIGKILL could
- * not remove its own.  Remove those whose daemon is gone.
- */
-static void sweep_stale_sockets(const char *dir)
-{
-	struct dirent *de;
-	char path[PATH_MAX];
-	DIR *d = opendir(dir);
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char *end;
-		long pid = strtol(de->d_name, &end, 10);
-
-		if (pid <= 0 || strcmp(end, ".sock"))
-			continue;
-		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		unlink(path);
-	}
-	closedir(d);
-}
-
-int phxfs_ctl_start(struct phxfs *fs)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	char dir[sizeof(sa.sun_path)];
-	int ret;
-
-	ret = sock_path(fs);
-	if (ret)
-		return ret;
-	snprintf(dir, sizeof(dir), "%s", fs->sock_path);
-	if (strrchr(dir, '/'))
-		*strrchr(dir, '/') = '\0';
-	sweep_stale_sockets(dir);
-	strcpy(sa.sun_path, fs->sock_path);
-	unlink(fs->sock_path);
-	fs->sock_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fs->sock_fd < 0)
-		return -errno;
-	if (bind(fs->sock_fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    chmod(fs->sock_path, 0666) || listen(fs->sock_fd, 64)) {
-		ret = -errno;
-		goto out_close;
-	}
-	ret = -pthread_create(&accept_thread, NULL, accept_main, fs);
-	if (ret)
-		goto out_close;
-	return 0;
-
-out_close:
-	close(fs->sock_fd);
-	unlink(fs->sock_path);
-	fs->sock_fd = -1;
-	return ret;
-}
-
-void phxfs_ctl_stop(struct phxfs *fs)
-{
-	if (fs->sock_fd < 0)
-		return;
-	shutdown(fs->sock_fd, SHUT_RDWR);
-	pthread_join(accept_thread, NULL);
-	close(fs->sock_fd);
-	unlink(fs->sock_path);
-	fs->sock_fd = -1;
+		send_err(c, EINVAL, "unknown request");
 }

@@ -54,6 +54,17 @@ static int dev_add(struct phxfs *fs, const struct phx_device_info *info)
 	d->limit = info->capacity - fs->reserve;
 	if (fs->size && fs->size < d->limit)
 		d->limit = fs->size;
+	d->root_reserve = fs->root_reserve_pct ?
+				  d->limit / 100 * fs->root_reserve_pct :
+				  fs->root_reserve;
+	if (d->root_reserve >= d->limit) {
+		fprintf(stderr,
+			"phxfs: %s: root_reserve=%s is not below the %llu bytes phxfs may use there; lower it\n",
+			d->name, fs->opts.root_reserve,
+			(unsigned long long)d->limit);
+		ret = -EINVAL;
+		goto out_close;
+	}
 	ret = phx_device_set_limit(d->dev, d->limit);
 	if (ret) {
 		fprintf(stderr, "phxfs: %s\n", phx_strerror_last());
@@ -142,11 +153,31 @@ void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 	st->f_blocks = cap / 4096;
 	st->f_bfree = (cap - used) / 4096;
 	st->f_bavail = st->f_bfree;
-	st->f_files = fs->ninodes + (1u << 20);
-	st->f_ffree = 1u << 20;
+	/* nr_inodes counts inodes and names alike (hard links cost one) */
+	st->f_files = fs->nr_inodes;
+	st->f_ffree = fs->nr_inodes -
+		      (fs->ninodes > fs->nentries ? fs->ninodes : fs->nentries);
 	st->f_favail = st->f_ffree;
 	st->f_namemax = PHXFS_NAME_MAX;
 	(void)files;
+}
+
+int phxfs_room_for(struct phxfs_inode *inode, uid_t uid, uint64_t off,
+		   uint64_t len)
+{
+	struct phxfs_dev *d = inode->dev;
+	struct phx_device_info info;
+	uint64_t doff, dlen;
+
+	if (!uid || !len || !d->root_reserve || phxfs_dev_ranged(d))
+		return 0;
+	/* stored bytes are overwritten in place: they take nothing more */
+	if (inode->buf && !phx_buf_next_data(inode->buf, off, &doff, &dlen) &&
+	    doff <= off && doff + dlen >= off + len)
+		return 0;
+	if (phx_device_info(d->dev, &info))
+		return 0;
+	return info.used + len > d->limit - d->root_reserve ? -ENOSPC : 0;
 }
 
 int phxfs_data_resize(struct phxfs_inode *inode, uint64_t size)

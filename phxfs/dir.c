@@ -239,17 +239,17 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	inode = phxfs_inode_new(fs, dir->dev, mode, ctx->uid, gid);
 	if (!inode) {
-		err = ENOMEM;
+		err = errno;
 		goto out;
 	}
 	inode->rdev = rdev;
 	if (link)
 		inode->symlink = strdup(link);
-	if ((link && !inode->symlink) ||
-	    phxfs_dentry_add(fs, dir, name, inode)) {
+	err = link && !inode->symlink ? ENOMEM :
+					-phxfs_dentry_add(fs, dir, name, inode);
+	if (err) {
 		inode->nlink = 0;
 		phxfs_inode_unref(fs, inode, 0, 0);
-		err = ENOMEM;
 		goto out;
 	}
 	inode->nopen += open;
@@ -360,10 +360,9 @@ static void phxfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		err = EEXIST;
 		goto out_err;
 	}
-	if (phxfs_dentry_add(fs, dir, newname, inode)) {
-		err = ENOMEM;
+	err = -phxfs_dentry_add(fs, dir, newname, inode);
+	if (err)
 		goto out_err;
-	}
 	inode->nlink++;
 	phxfs_touch(&inode->ctime);
 	entry_of(fs, inode, &e);
@@ -542,7 +541,7 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		phxfs_touch(&dst->ctime);
 	}
 	phxfs_dentry_remove(fs, sd);
-	err = phxfs_dentry_add(fs, to, newname, src) ? ENOMEM : 0;
+	err = -phxfs_dentry_add(fs, to, newname, src);
 	phxfs_touch(&src->ctime);
 	if (dst)
 		phxfs_inode_unref(fs, dst, 0, 0);
@@ -684,7 +683,7 @@ static void phxfs_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 			fs, dir->dev, S_IFREG | (mode & 07777), ctx->uid,
 			dir->mode & S_ISGID ? dir->gid : ctx->gid);
 	if (!err && !inode)
-		err = ENOMEM;
+		err = errno;
 	if (!err) {
 		inode->nlink = 0;
 		inode->nopen = 1;

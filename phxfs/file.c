@@ -80,6 +80,7 @@ static struct phxfs_handle *handle_new(struct phxfs_inode *inode,
 	if (!h)
 		return NULL;
 	h->inode = inode;
+	h->uid = 0;
 	h->passthrough = false;
 	phxfs_ra_init(h, false);
 	fi->fh = (uintptr_t)h;
@@ -101,6 +102,7 @@ int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
 
 	if (!h)
 		return ENOMEM;
+	h->uid = fuse_req_ctx(req)->uid;
 	pthread_rwlock_wrlock(&inode->io_lock);
 	if (fi->flags & O_TRUNC)
 		err = -phxfs_data_resize(inode, 0); /* atomic_o_trunc */
@@ -287,8 +289,10 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		phx_host_free(dev->dev, pooled, rbuf_len);
 }
 
-/* Store @size bytes at @off, growing the file; io_lock not held. */
-static int write_data(struct phxfs_inode *inode, const char *data,
+/*
+ * Store @size bytes at @off for @uid, growing the file; io_lock not held.
+ */
+static int write_data(struct phxfs_inode *inode, uid_t uid, const char *data,
 		      uint64_t size, uint64_t off)
 {
 	uint64_t end = off + size, old;
@@ -306,7 +310,9 @@ static int write_data(struct phxfs_inode *inode, const char *data,
 	}
 	pthread_rwlock_rdlock(&inode->io_lock);
 	if (end <= atomic_load(&inode->size)) {
-		ret = phx_memcpy_to_buf(inode->buf, off, data, size);
+		ret = phxfs_room_for(inode, uid, off, size);
+		if (!ret)
+			ret = phx_memcpy_to_buf(inode->buf, off, data, size);
 		pthread_rwlock_unlock(&inode->io_lock);
 		return ret;
 	}
@@ -315,7 +321,9 @@ static int write_data(struct phxfs_inode *inode, const char *data,
 	/* Growing: alone on the buffer, and undone if the device is full. */
 	pthread_rwlock_wrlock(&inode->io_lock);
 	old = atomic_load(&inode->size);
-	ret = end > old ? phxfs_data_resize(inode, end) : 0;
+	ret = phxfs_room_for(inode, uid, off, size);
+	if (!ret && end > old)
+		ret = phxfs_data_resize(inode, end);
 	if (!ret)
 		ret = phx_memcpy_to_buf(inode->buf, off, data, size);
 	if (ret && end > old)
@@ -341,7 +349,12 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		goto out_err;
 	}
 	if (size) {
-		err = -write_data(inode, buf, size, (uint64_t)off);
+		/* a page-cache flush runs as nobody in particular: it is
+		 * the opener's write */
+		uid_t uid = fi->writepage ? phxfs_handle(fi)->uid :
+					    fuse_req_ctx(req)->uid;
+
+		err = -write_data(inode, uid, buf, size, (uint64_t)off);
 		/* a failed write may have stored part of it */
 		phxfs_data_changed(inode);
 		if (err)
@@ -398,7 +411,9 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	}
 	pthread_rwlock_wrlock(&inode->io_lock);
 	old = phxfs_data_size(inode);
-	if (end > old)
+	err = -phxfs_room_for(inode, fuse_req_ctx(req)->uid, (uint64_t)off,
+			      (uint64_t)len);
+	if (!err && end > old)
 		err = -phxfs_data_resize(inode, end);
 	/* A range file's memory is all there already. */
 	if (!err && !phxfs_ranged(inode))

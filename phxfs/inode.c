@@ -51,7 +51,8 @@ static bool caller_in_group(fuse_req_t req, gid_t gid)
 bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode)
 {
 	mode_t mode = inode->mode;
-	bool changed = !phxfs_xattr_remove(inode, "security.capability");
+	bool changed = !phxfs_xattr_remove(phxfs_fs(req), inode,
+					   "security.capability");
 
 	if (!S_ISREG(mode) || !(mode & (S_ISUID | S_ISGID)) ||
 	    !fuse_req_ctx(req)->uid)
@@ -100,7 +101,7 @@ static void inode_free(struct phxfs *fs, struct phxfs_inode *inode)
 	phxfs_data_free(inode);
 	pthread_rwlock_destroy(&inode->io_lock);
 	free(inode->symlink);
-	phxfs_xattr_free_all(inode);
+	phxfs_xattr_free_all(fs, inode);
 	free(inode);
 	fs->ninodes--;
 }
@@ -114,6 +115,7 @@ void phxfs_table_destroy(struct phxfs *fs)
 			struct phxfs_dentry *d = fs->dentries[i];
 
 			fs->dentries[i] = d->hash_next;
+			fs->nentries--;
 			free(d);
 		}
 	}
@@ -136,11 +138,19 @@ struct phxfs_inode *phxfs_inode_get(struct phxfs *fs, fuse_ino_t ino)
 struct phxfs_inode *phxfs_inode_new(struct phxfs *fs, struct phxfs_dev *dev,
 				    mode_t mode, uid_t uid, gid_t gid)
 {
-	struct phxfs_inode *inode = calloc(1, sizeof(*inode));
+	struct phxfs_inode *inode;
 	unsigned int b;
 
-	if (!inode)
+	/* nr_inodes, as on tmpfs: ENOSPC, not the daemon's memory */
+	if (fs->nr_inodes && fs->ninodes >= fs->nr_inodes) {
+		errno = ENOSPC;
 		return NULL;
+	}
+	inode = calloc(1, sizeof(*inode));
+	if (!inode) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	inode->ino = fs->next_ino++;
 	inode->mode = mode;
 	inode->uid = uid;
@@ -172,11 +182,16 @@ int phxfs_dentry_add(struct phxfs *fs, struct phxfs_inode *dir,
 		     const char *name, struct phxfs_inode *inode)
 {
 	size_t len = strlen(name);
-	struct phxfs_dentry *d = malloc(sizeof(*d) + len + 1);
+	struct phxfs_dentry *d;
 	unsigned int b = dentry_bucket(dir->ino, name);
 
+	/* a hard link costs as much as an inode, as on tmpfs */
+	if (fs->nr_inodes && fs->nentries >= fs->nr_inodes)
+		return -ENOSPC;
+	d = malloc(sizeof(*d) + len + 1);
 	if (!d)
 		return -ENOMEM;
+	fs->nentries++;
 	memcpy(d->name, name, len + 1);
 	d->parent = dir;
 	d->inode = inode;
@@ -214,6 +229,7 @@ void phxfs_dentry_remove(struct phxfs *fs, struct phxfs_dentry *d)
 	if (d->sib_next)
 		d->sib_next->sib_prev = d->sib_prev;
 	dir->nchildren--;
+	fs->nentries--;
 	if (S_ISDIR(d->inode->mode))
 		dir->nlink--;
 	phxfs_touch(&dir->mtime);

@@ -20,11 +20,17 @@
  *   -o writeback      page-cached writes instead of direct I/O
  *   -o headroom=SIZE  room to grow of a passthrough file open for writing
  *   -o no_readahead   no read-ahead of sequential reads (readahead.c)
+ *   -o root_reserve=SIZE|N%  of each device, what only root may fill (5%)
+ *   -o xattr_size=SIZE, xattr_file=SIZE  stored xattrs in all, per file
+ *   -o nr_inodes=N    inodes and names (hard links) in all (1M)
+ *   -o ctl_timeout=S, ctl_conns=N, ctl_conns_uid=N  control socket limits
+ *   -o nonempty       mount over a directory that is not empty
  *
  * On phx.ko devices files are served by the kernel (FUSE passthrough to
  * the module's range files, backing.c) where libfuse, kernel and
  * privileges allow it.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -35,6 +41,7 @@
 #include <unistd.h>
 
 #include "phxfs.h"
+#include "phxfs_client.h"
 
 #define PHXFS_OPT(t, p, v)                           \
 	{                                            \
@@ -52,6 +59,14 @@ static const struct fuse_opt phxfs_opt_spec[] = {
 	PHXFS_OPT("headroom=%s", headroom, 0),
 	PHXFS_OPT("no_readahead", no_readahead, 1),
 	PHXFS_OPT("io_uring", io_uring, 1),
+	PHXFS_OPT("root_reserve=%s", root_reserve, 0),
+	PHXFS_OPT("xattr_size=%s", xattr_size, 0),
+	PHXFS_OPT("xattr_file=%s", xattr_file, 0),
+	PHXFS_OPT("nr_inodes=%s", nr_inodes, 0),
+	PHXFS_OPT("ctl_timeout=%u", ctl_timeout, 0),
+	PHXFS_OPT("ctl_conns=%u", ctl_conns, 0),
+	PHXFS_OPT("ctl_conns_uid=%u", ctl_conns_uid, 0),
+	PHXFS_OPT("nonempty", nonempty, 1),
 	FUSE_OPT_END
 };
 
@@ -89,7 +104,17 @@ static void usage(const char *prog)
 	       "    -o headroom=SIZE   growth room of passthrough files (1G)\n"
 	       "    -o no_readahead    do not read ahead of sequential reads\n"
 	       "    -o io_uring        take requests over io_uring where the\n"
-	       "                       kernel offers it, not from /dev/fuse\n\n",
+	       "                       kernel offers it, not from /dev/fuse\n"
+	       "    -o root_reserve=SIZE|N%%  of each device, what only root\n"
+	       "                       may fill (5%%)\n"
+	       "    -o xattr_size=SIZE stored extended attributes in all (16M)\n"
+	       "    -o xattr_file=SIZE stored extended attributes per file (256K)\n"
+	       "    -o nr_inodes=N     inodes and hard links in all (1M)\n"
+	       "    -o ctl_timeout=S   control socket: seconds a client has to\n"
+	       "                       send a request and take each reply (10)\n"
+	       "    -o ctl_conns=N     control socket connections in all (64)\n"
+	       "    -o ctl_conns_uid=N control socket connections per user (8)\n"
+	       "    -o nonempty        mount over a directory that is not empty\n\n",
 	       prog);
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
@@ -120,6 +145,62 @@ static uint64_t request_cap(void)
 	cap = pages * page;
 	return cap < PHXFS_LIBFUSE_MAX_REQUEST ? cap :
 						 PHXFS_LIBFUSE_MAX_REQUEST;
+}
+
+/* root_reserve=, the xattr and inode limits, the control socket's. */
+static int parse_limits(struct phxfs *fs)
+{
+	const char *rr = fs->opts.root_reserve;
+	char *end;
+
+	fs->root_reserve_pct = PHXFS_ROOT_RESERVE_PCT;
+	if (rr && rr[strlen(rr) - 1 > 0 ? strlen(rr) - 1 : 0] == '%') {
+		unsigned long pct = strtoul(rr, &end, 10);
+
+		if (end == rr || *end != '%' || end[1] || pct > 50) {
+			fprintf(stderr,
+				"phxfs: bad root_reserve=%s; use a size (root_reserve=1G) or 0%% to 50%%\n",
+				rr);
+			return -EINVAL;
+		}
+		fs->root_reserve_pct = (unsigned int)pct;
+	} else if (rr) {
+		if (phx_parse_size(rr, &fs->root_reserve)) {
+			fprintf(stderr,
+				"phxfs: bad root_reserve=%s; use a size (root_reserve=1G) or 0%% to 50%%\n",
+				rr);
+			return -EINVAL;
+		}
+		fs->root_reserve_pct = 0;
+	}
+	fs->xattr_size = PHXFS_XATTR_SIZE;
+	fs->xattr_file = PHXFS_XATTR_FILE;
+	if ((fs->opts.xattr_size &&
+	     phx_parse_size(fs->opts.xattr_size, &fs->xattr_size)) ||
+	    (fs->opts.xattr_file &&
+	     phx_parse_size(fs->opts.xattr_file, &fs->xattr_file))) {
+		fprintf(stderr,
+			"phxfs: bad xattr_size=%s or xattr_file=%s; use e.g. xattr_size=16M,xattr_file=256K\n",
+			fs->opts.xattr_size ? fs->opts.xattr_size : "",
+			fs->opts.xattr_file ? fs->opts.xattr_file : "");
+		return -EINVAL;
+	}
+	fs->nr_inodes = PHXFS_NR_INODES;
+	if (fs->opts.nr_inodes &&
+	    (phx_parse_size(fs->opts.nr_inodes, &fs->nr_inodes) ||
+	     fs->nr_inodes < 16)) {
+		fprintf(stderr,
+			"phxfs: bad nr_inodes=%s; use a count of 16 or more (nr_inodes=1M)\n",
+			fs->opts.nr_inodes);
+		return -EINVAL;
+	}
+	if (!fs->opts.ctl_timeout)
+		fs->opts.ctl_timeout = PHXFS_CTL_TIMEOUT;
+	if (!fs->opts.ctl_conns)
+		fs->opts.ctl_conns = PHXFS_CTL_CONNS;
+	if (!fs->opts.ctl_conns_uid)
+		fs->opts.ctl_conns_uid = PHXFS_CTL_CONNS_UID;
+	return 0;
 }
 
 static int parse_sizes(struct phxfs *fs)
@@ -175,6 +256,8 @@ static int parse_sizes(struct phxfs *fs)
 			fs->opts.headroom);
 		return -EINVAL;
 	}
+	if (parse_limits(fs))
+		return -EINVAL;
 	/* st_blksize must be a power of two for cp and friends. */
 	fs->blksize = 1ULL << (63 - __builtin_clzll(v));
 	if (!fs->opts.threads)
@@ -236,6 +319,48 @@ static void report_ready(int pipe_fd)
 	close(pipe_fd);
 }
 
+/*
+ * Refuse a mount point that is not a directory (the mount would answer
+ * EIO to everything) and, unless -o nonempty, one that holds files (the
+ * mount would hide them).
+ */
+static int check_mountpoint(struct phxfs *fs, const char *mp)
+{
+	char name[4 * 4096];
+	struct dirent *de;
+	struct stat st;
+	int err = 0;
+	DIR *d;
+
+	phxfs_escape(mp, strlen(mp), name, sizeof(name));
+	if (stat(mp, &st)) {
+		err = errno;
+	} else if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr,
+			"phxfs: %s: not a directory; mount phxfs on an empty directory\n",
+			name);
+		return -ENOTDIR;
+	}
+	d = err ? NULL : opendir(mp);
+	if (!d) {
+		fprintf(stderr,
+			"phxfs: %s: %s; mount phxfs on an empty directory\n",
+			name, strerror(err ? err : errno));
+		return -ENOTDIR;
+	}
+	while (!fs->opts.nonempty && (de = readdir(d))) {
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			closedir(d);
+			fprintf(stderr,
+				"phxfs: %s: not empty, the mount would hide what it holds; empty it, or mount with -o nonempty\n",
+				name);
+			return -ENOTEMPTY;
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
 static int run_loop(struct phxfs *fs, struct fuse_cmdline_opts *cmd)
 {
 	struct fuse_loop_config *cfg;
@@ -294,7 +419,7 @@ int main(int argc, char *argv[])
 			argv[0]);
 		goto out_args;
 	}
-	if (parse_sizes(&fs) ||
+	if (parse_sizes(&fs) || check_mountpoint(&fs, cmd.mountpoint) ||
 	    add_mount_opts(&args, nnonopts == 2 ? nonopts[0] : "phxfs"))
 		goto out_args;
 	snprintf(fs.mountpoint, sizeof(fs.mountpoint), "%s", cmd.mountpoint);

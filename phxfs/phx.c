@@ -68,21 +68,6 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Control socket of the phxfs that holds @path, or -errno with a message. */
-static int socket_of(const char *path, char *out, size_t len)
-{
-	int ret = phxfs_socket_of(path, out, len);
-
-	if (ret)
-		fprintf(stderr,
-			"phx: %s: %s; is phxfs mounted there (phx mount)?\n",
-			path,
-			ret == -ENOTSUP ? "not on phxfs" : strerror(-ret));
-	return ret;
-}
-
-/* ---- status --------------------------------------------------------- */
-
 /* Length of the valid UTF-8 sequence of a printable character at @s. */
 static size_t utf8_char(const unsigned char *s, size_t n)
 {
@@ -108,11 +93,11 @@ static size_t utf8_char(const unsigned char *s, size_t n)
 }
 
 /*
- * Print @n bytes of a name as ls -b does: printable characters as they
+ * Print @n bytes of a name to @f as ls -b does: printable characters as they
  * are, a backslash doubled, anything else (control bytes, invalid UTF-8)
  * as \xHH, so that no name can move the cursor or fake a row.
  */
-static void print_name(const char *name, size_t n)
+static void print_name_to(FILE *f, const char *name, size_t n)
 {
 	const unsigned char *p = (const unsigned char *)name;
 	size_t i = 0;
@@ -121,16 +106,55 @@ static void print_name(const char *name, size_t n)
 		size_t k = utf8_char(p + i, n - i);
 
 		if (p[i] == '\\') {
-			fputs("\\\\", stdout);
+			fputs("\\\\", f);
 			k = 1;
 		} else if (k) {
-			fwrite(p + i, 1, k, stdout);
+			fwrite(p + i, 1, k, f);
 		} else {
-			printf("\\x%02x", p[i]);
+			fprintf(f, "\\x%02x", p[i]);
 			k = 1;
 		}
 		i += k;
 	}
+}
+
+/*
+ * @path escaped for a message as phx status prints names (control bytes
+ * and invalid UTF-8 as \xHH); one of four rotating buffers, so that one
+ * message can quote several paths.
+ */
+static const char *q(const char *path)
+{
+	static char bufs[4][4 * PATH_MAX];
+	static unsigned int next;
+	char *out = bufs[next++ % 4];
+	FILE *f = fmemopen(out, sizeof(bufs[0]), "w");
+
+	if (!f)
+		return "?";
+	print_name_to(f, path, strlen(path));
+	fclose(f);
+	return out;
+}
+
+/* Control socket of the phxfs that holds @path, or -errno with a message. */
+static int socket_of(const char *path, char *out, size_t len)
+{
+	int ret = phxfs_socket_of(path, out, len);
+
+	if (ret)
+		fprintf(stderr,
+			"phx: %s: %s; is phxfs mounted there (phx mount)?\n",
+			q(path),
+			ret == -ENOTSUP ? "not on phxfs" : strerror(-ret));
+	return ret;
+}
+
+/* ---- status --------------------------------------------------------- */
+
+static void print_name(const char *name, size_t n)
+{
+	print_name_to(stdout, name, n);
 }
 
 static void print_dev(const struct phxfs_status_dev *d)
@@ -157,6 +181,27 @@ static void print_file(const struct phxfs_status_file *f)
 	putchar('\n');
 }
 
+/* What users may take: xattrs, inodes, root's reserve, the socket. */
+static void print_limits(const struct phxfs_status *st)
+{
+	char a[32], b[32], c[32];
+	unsigned int i;
+
+	if (!st->nr_inodes)
+		return; /* an older daemon */
+	printf("\nlimits: xattrs %s of %s (%s per file), inodes %llu and names %llu of %llu, control connections %u of %u (%u per user)\n",
+	       fmt_bytes(a, sizeof(a), (double)st->xattr_bytes),
+	       fmt_bytes(b, sizeof(b), (double)st->xattr_size),
+	       fmt_bytes(c, sizeof(c), (double)st->xattr_file),
+	       (unsigned long long)st->inodes, (unsigned long long)st->names,
+	       (unsigned long long)st->nr_inodes, st->ctl_conns,
+	       st->ctl_conns_max, st->ctl_conns_uid);
+	for (i = 0; st->root_reserve && i < st->ndevs; i++)
+		printf("%-8s keeps %s for root (root_reserve)\n",
+		       st->devs[i].name,
+		       fmt_bytes(a, sizeof(a), (double)st->root_reserve[i]));
+}
+
 static int cmd_status(int argc, char **argv)
 {
 	struct phxfs_status *st;
@@ -175,12 +220,12 @@ static int cmd_status(int argc, char **argv)
 	if (ret == -ENOTSUP) {
 		fprintf(stderr,
 			"phx: %s: not on phxfs; is phxfs mounted there (phx mount)?\n",
-			mp);
+			q(mp));
 		return 1;
 	}
 	if (ret) {
-		fprintf(stderr, "phx: %s: cannot read phxfs's status: %s\n", mp,
-			strerror(-ret));
+		fprintf(stderr, "phx: %s: cannot read phxfs's status: %s\n",
+			q(mp), strerror(-ret));
 		return 1;
 	}
 	printf("%-8s %-5s %10s %10s %6s  %-9s %10s  %s\n", "DEVICE", "KIND",
@@ -201,12 +246,16 @@ static int cmd_status(int argc, char **argv)
 	if (!st->uring)
 		print_name(st->uring_why, strlen(st->uring_why));
 	putchar('\n');
+	print_limits(st);
 	for (i = 0; all && i < st->nfiles; i++) {
 		if (!i)
 			printf("\n%-8s %10s %10s  %-9s %s\n", "DEVICE", "SIZE",
 			       "HELD", "PATH", "FILE");
 		print_file(&st->files[i]);
 	}
+	if (all && st->unlisted)
+		printf("... and %u more files not listed: the reply is capped at 16 MiB\n",
+		       st->unlisted);
 	printf("\nmounted at ");
 	print_name(st->mountpoint, strlen(st->mountpoint));
 	printf("; contents live in device memory and vanish with phxfs\n");
@@ -243,23 +292,6 @@ static void progress(unsigned long long done, unsigned long long total,
 		dt > 0 ? (double)done / dt / 1e9 : 0.0);
 }
 
-static int send_fd(int sock, const char *line, int fd)
-{
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { (void *)line, strlen(line) };
-	struct msghdr msg = { .msg_iov = &iov,
-			      .msg_iovlen = 1,
-			      .msg_control = cbuf,
-			      .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	return sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
 /* Is @path on a phxfs mount (it answers the socket xattr)? */
 static bool on_phxfs(const char *path)
 {
@@ -281,6 +313,27 @@ static bool lands_on_phxfs(const char *path)
 }
 
 /*
+ * Is @path's directory missing below a directory of phxfs?  Then phx cp
+ * says so rather than that neither side is on phxfs.
+ */
+static bool dir_missing_on_phxfs(const char *path)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	snprintf(dir, sizeof(dir), "%s", dirname(dir));
+	if (!stat(dir, &st))
+		return false;
+	while (strcmp(dir, "/") && strcmp(dir, ".")) {
+		snprintf(dir, sizeof(dir), "%s", dirname(dir));
+		if (!stat(dir, &st))
+			return on_phxfs(dir);
+	}
+	return false;
+}
+
+/*
  * Send @req ("CP <ino>" or "CPOUT <ino>") with @fd to the phxfs that holds
  * @on, show its progress, and wait for its answer.  0 or -errno.
  */
@@ -295,12 +348,15 @@ static int request(struct cp_run *r, const char *on, const char *req, int fd,
 		return -EXDEV;
 	s = phxfs_connect(sock);
 	if (s < 0) {
-		fprintf(stderr, "phx: cp: cannot reach phxfs at %s: %s\n", sock,
-			strerror(-s));
+		fprintf(stderr, "phx: cp: cannot reach phxfs at %s: %s\n",
+			q(sock), strerror(-s));
 		return s;
 	}
 	snprintf(line, sizeof(line), "%s\n", req);
-	ret = send_fd(s, line, fd);
+	ret = phxfs_send_request(s, line, fd, on);
+	if (ret)
+		fprintf(stderr, "phx: cp: %s: cannot send the request: %s\n",
+			q(what), strerror(-ret));
 	while (!ret && (ret = phxfs_read_line(s, line, sizeof(line))) >= 0) {
 		ret = 0;
 		if (sscanf(line, "PROGRESS %llu %llu", &done, &total) == 2) {
@@ -316,19 +372,23 @@ static int request(struct cp_run *r, const char *on, const char *req, int fd,
 		ret = -phxfs_line_err(line);
 		if (r->bar)
 			fputc('\n', stderr);
-		fprintf(stderr, "phx: cp: %s: %s\n", what, line);
+		fprintf(stderr, "phx: cp: %s: %s\n", q(what), line);
 		break;
 	}
 	if (ret == -EPIPE)
-		fprintf(stderr, "phx: cp: %s: phxfs at %s hung up\n", what,
-			sock);
+		fprintf(stderr, "phx: cp: %s: phxfs at %s hung up\n", q(what),
+			q(sock));
+	else if (ret == -ETIMEDOUT)
+		fprintf(stderr,
+			"phx: cp: %s: phxfs at %s sent nothing for %d s; is the daemon stuck?\n",
+			q(what), q(sock), PHXFS_CLIENT_TIMEOUT);
 	close(s);
 	return ret;
 }
 
 static int cp_err(const char *path, int err)
 {
-	fprintf(stderr, "phx: cp: %s: %s\n", path, strerror(err));
+	fprintf(stderr, "phx: cp: %s: %s\n", q(path), strerror(err));
 	return -err;
 }
 
@@ -338,6 +398,7 @@ static int cp_in(struct cp_run *r, const char *src, const char *dst)
 	char req[64];
 	struct stat st;
 	struct stat sst;
+	bool created = false;
 	int fd, ret;
 
 	fd = open(src, O_RDONLY | O_CLOEXEC);
@@ -356,8 +417,8 @@ static int cp_in(struct cp_run *r, const char *src, const char *dst)
 	 * every byte, so the device memory it keeps is reused, not freed
 	 * and allocated again.
 	 */
-	if ((mknod(dst, S_IFREG | 0666, 0) && errno != EEXIST) ||
-	    stat(dst, &st)) {
+	created = !mknod(dst, S_IFREG | 0666, 0);
+	if ((!created && errno != EEXIST) || stat(dst, &st)) {
 		ret = cp_err(dst, errno);
 		goto out;
 	}
@@ -373,6 +434,17 @@ static int cp_in(struct cp_run *r, const char *src, const char *dst)
 	}
 	snprintf(req, sizeof(req), "CP %llu", (unsigned long long)st.st_ino);
 	ret = request(r, dst, req, fd, dst);
+	if (ret && created) {
+		/* nothing half-made stays behind holding device memory */
+		if (unlink(dst))
+			fprintf(stderr,
+				"phx: cp: %s: the failed copy could not be removed: %s; remove it with rm\n",
+				q(dst), strerror(errno));
+	} else if (ret && !stat(dst, &st)) {
+		fprintf(stderr,
+			"phx: cp: %s was overwritten in place and now holds only the first %llu bytes of %s; its old contents are gone\n",
+			q(dst), (unsigned long long)st.st_size, q(src));
+	}
 out:
 	close(fd);
 	return ret;
@@ -492,7 +564,7 @@ static void cp_tree(struct cp_run *r, const char *src, const char *dst)
 			r->failed = 1;
 			fprintf(stderr,
 				"phx: cp: %s: not a regular file or directory; skipped (copy it with cp)\n",
-				s);
+				q(s));
 		}
 	}
 	closedir(d);
@@ -526,13 +598,13 @@ static int cmd_cp(int argc, char **argv)
 	if (S_ISDIR(st.st_mode) && !recurse) {
 		fprintf(stderr,
 			"phx: cp: %s is a directory; use phx cp -r to copy it\n",
-			src);
+			q(src));
 		return 1;
 	}
 	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
 		fprintf(stderr,
 			"phx: cp: %s is not a regular file or directory; copy it with cp\n",
-			src);
+			q(src));
 		return 1;
 	}
 	snprintf(dst, sizeof(dst), "%s", argv[optind + 1]);
@@ -549,13 +621,20 @@ static int cmd_cp(int argc, char **argv)
 	if (src_on && dst_on) {
 		fprintf(stderr,
 			"phx: cp: %s and %s are both on phxfs; phx cp copies between phxfs and other file systems, use cp or mv within it\n",
-			src, dst);
+			q(src), q(dst));
+		return 1;
+	}
+	if (!src_on && dir_missing_on_phxfs(dst)) {
+		snprintf(srcbuf, sizeof(srcbuf), "%s", dst);
+		fprintf(stderr,
+			"phx: cp: %s: no such directory on phxfs; create it first (mkdir -p)\n",
+			q(dirname(srcbuf)));
 		return 1;
 	}
 	if (!src_on && !dst_on) {
 		fprintf(stderr,
 			"phx: cp: neither %s nor %s is on phxfs; is phxfs mounted (phx mount)?\n",
-			src, dst);
+			q(src), q(dst));
 		return 1;
 	}
 	r.out = src_on;
@@ -669,20 +748,20 @@ static int cmd_mount(int argc, char **argv)
 		if (detach(mp, true)) {
 			fprintf(stderr,
 				"phx: %s: cannot remove the stale mount of a dead phxfs; run umount -l %s\n",
-				mp, mp);
+				q(mp), q(mp));
 			return 1;
 		}
 		fprintf(stderr,
 			"phx: removed the stale mount at %s (its phxfs had died)\n",
-			mp);
+			q(mp));
 	}
 	if (getxattr(mp, "user.phx.socket", sock, sizeof(sock)) >= 0 ||
 	    errno == ERANGE) {
-		printf("phx: phxfs is already mounted at %s\n", mp);
+		printf("phx: phxfs is already mounted at %s\n", q(mp));
 		return 0;
 	}
 	if (mkdir(mp, 0755) && errno != EEXIST) {
-		fprintf(stderr, "phx: cannot create %s: %s\n", mp,
+		fprintf(stderr, "phx: cannot create %s: %s\n", q(mp),
 			strerror(errno));
 		return 1;
 	}
@@ -714,9 +793,9 @@ static int cmd_umount(int argc, char **argv)
 	if (ret == -EBUSY) {
 		fprintf(stderr,
 			"phx: %s is busy: close the files open under it (see fuser -m %s), or phx umount again after\n",
-			mp, mp);
+			q(mp), q(mp));
 	} else if (ret) {
-		fprintf(stderr, "phx: cannot unmount %s: %s\n", mp,
+		fprintf(stderr, "phx: cannot unmount %s: %s\n", q(mp),
 			strerror(-ret));
 	}
 	return ret ? 1 : 0;

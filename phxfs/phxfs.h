@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "phoenix.h"
@@ -90,6 +91,7 @@ struct phxfs_dev {
 	enum phx_device_kind kind;
 	uint64_t reserve; /* bytes kept free for other users */
 	uint64_t limit; /* most bytes phxfs may hold on it */
+	uint64_t root_reserve; /* of @limit, what only root may take */
 	struct phxfs_inode *root; /* its directory */
 	atomic_uint files; /* regular files that hold a buffer */
 	atomic_uint_fast64_t fuse_in, fuse_out; /* bytes through the mount */
@@ -112,7 +114,24 @@ struct phxfs_opts {
 	char *headroom; /* -o headroom=SIZE: growth room of passthrough files */
 	int no_readahead; /* -o no_readahead: serve each read on its own */
 	int io_uring; /* -o io_uring: requests over io_uring where offered */
+	char *root_reserve; /* -o root_reserve=SIZE|N%: root's share */
+	char *xattr_size; /* -o xattr_size=SIZE: stored xattrs, all files */
+	char *xattr_file; /* -o xattr_file=SIZE: stored xattrs, one file */
+	char *nr_inodes; /* -o nr_inodes=N: inodes and links */
+	unsigned int ctl_timeout; /* -o ctl_timeout=S: control socket */
+	unsigned int ctl_conns; /* -o ctl_conns=N: connections in all */
+	unsigned int ctl_conns_uid; /* -o ctl_conns_uid=N: of one user */
+	int nonempty; /* -o nonempty: phx mount's, accepted and ignored */
 };
+
+/* Defaults of the limits above. */
+#define PHXFS_ROOT_RESERVE_PCT 5
+#define PHXFS_XATTR_SIZE (16ULL << 20)
+#define PHXFS_XATTR_FILE (256ULL << 10)
+#define PHXFS_NR_INODES (1ULL << 20)
+#define PHXFS_CTL_TIMEOUT 10
+#define PHXFS_CTL_CONNS 64
+#define PHXFS_CTL_CONNS_UID 8
 
 struct phxfs {
 	struct fuse_session *se;
@@ -122,6 +141,9 @@ struct phxfs {
 	uint64_t reserve;
 	uint64_t size;
 	uint64_t headroom;
+	/* root's share of each device: a percentage of it, or bytes */
+	unsigned int root_reserve_pct;
+	uint64_t root_reserve;
 	/* Passthrough: on once the kernel agreed in init, else why not. */
 	bool passthrough;
 	char passthrough_why[PHXFS_WHY_MAX];
@@ -141,6 +163,19 @@ struct phxfs {
 	struct phxfs_dentry **dentries; /* hash by (parent, name); lock */
 	uint64_t next_ino; /* lock */
 	uint64_t ninodes; /* lock */
+	/* names in directories, inodes without one; capped by nr_inodes */
+	uint64_t nentries; /* lock */
+	uint64_t nr_inodes;
+	uint64_t xattr_bytes; /* stored xattrs' names and values; lock */
+	uint64_t xattr_size, xattr_file;
+
+	/* the control socket (ctlsock.c) */
+	pthread_mutex_t ctl_lock;
+	unsigned int ctl_nconns; /* ctl_lock */
+	struct phxfs_ctl_user *ctl_users; /* open connections per uid */
+	int ctl_spare_fd; /* given up to refuse a connection at EMFILE */
+	bool ctl_stopping;
+	dev_t st_dev; /* of the mount, learnt from the first request */
 };
 
 struct phxfs_inode {
@@ -233,6 +268,7 @@ struct phxfs_ra {
 
 struct phxfs_handle {
 	struct phxfs_inode *inode; /* holds an open reference (nopen) */
+	uid_t uid; /* who opened it: page-cache flushes carry no caller */
 	bool passthrough; /* the kernel serves it (backing.c) */
 	struct phxfs_ra ra;
 };
@@ -351,8 +387,9 @@ void phxfs_passthrough_release(struct phxfs *fs, fuse_req_t req,
 const char *phxfs_path_name(int path);
 
 /* ---- xattr.c: stored extended attributes (fs->lock held) ------------ */
-int phxfs_xattr_remove(struct phxfs_inode *inode, const char *name);
-void phxfs_xattr_free_all(struct phxfs_inode *inode);
+int phxfs_xattr_remove(struct phxfs *fs, struct phxfs_inode *inode,
+		       const char *name);
+void phxfs_xattr_free_all(struct phxfs *fs, struct phxfs_inode *inode);
 
 /* ---- ops.c, dir.c, file.c, xattr.c: the FUSE operations ------------- */
 /* Fill @o with every handler; sets up what they share. */
@@ -416,8 +453,49 @@ void phxfs_ra_put(struct phxfs_ra_hit *hit);
 void phxfs_ra_advance(struct phxfs_handle *h, struct phxfs_dev *dev,
 		      uint64_t off, uint64_t n, size_t size);
 
-/* ---- ctl.c: the control socket -------------------------------------- */
+/*
+ * May a write by @uid that stores @len bytes at @off of @inode take more
+ * device memory?  0, or -ENOSPC where it would dip into the device's root
+ * reserve and @uid is not root; io_lock held.
+ */
+int phxfs_room_for(struct phxfs_inode *inode, uid_t uid, uint64_t off,
+		   uint64_t len);
+
+/* ---- ctl.c, ctlsock.c: the control socket ---------------------------- */
 int phxfs_ctl_start(struct phxfs *fs);
 void phxfs_ctl_stop(struct phxfs *fs);
+
+/* One connection to the control socket and the request it carries. */
+struct phxfs_conn {
+	struct phxfs *fs;
+	int fd;
+	struct ucred cred; /* SO_PEERCRED, at connect time */
+	gid_t *groups; /* SO_PEERGROUPS: supplementary groups then */
+	int ngroups;
+	int fds[2]; /* descriptors sent with the request, -1 if none */
+	bool dead; /* a send failed or timed out: nothing more is sent */
+};
+
+/* Send @n bytes to @c within the mount's ctl_timeout; 0 or -errno. */
+int phxfs_conn_send(struct phxfs_conn *c, const void *buf, size_t n);
+/* Is the caller of @c in group @gid (primary or supplementary)? */
+bool phxfs_conn_in_group(const struct phxfs_conn *c, gid_t gid);
+/*
+ * May @c's caller read (4), write (2) or search (1) @inode, by its mode
+ * bits as the kernel checks them?  fs->lock held.
+ */
+bool phxfs_conn_may(const struct phxfs_conn *c, const struct phxfs_inode *inode,
+		    int mask);
+/*
+ * Check that @c's caller reached inode @ino through a path it may walk:
+ * a descriptor @fd it sent (an O_PATH one that the caller opened: the
+ * kernel checked search permission on every directory down to it) must
+ * name that inode of this mount.  Root needs none.  0 or -EACCES.
+ */
+int phxfs_conn_reached(struct phxfs_conn *c, unsigned long long ino, int fd);
+/* The mount's device number (st_dev of its files), 0 if unknown. */
+dev_t phxfs_ctl_dev(struct phxfs *fs);
+/* Serve one request (ctl.c). */
+void phxfs_ctl_serve(struct phxfs_conn *c, const char *line);
 
 #endif /* PHXFS_H */

@@ -8,11 +8,21 @@
  * The protocol (docs/phxfs.md): connect to the AF_UNIX stream socket whose
  * path the xattr user.phx.socket names, send one line, read lines back.
  *
- *   OPEN <ino>\n      -> "OK <device> <size>\n", then phx_buf_send()'s
- *                        stream (receive it with phx_buf_recv())
- *   CP <ino>\n + fd   -> "PROGRESS <done> <total>\n"..., "OK <bytes> <path>\n"
- *   CPOUT <ino>\n + fd -> the same, writing the file into fd
- *   STATUS\n          -> "DEV ..." and "FILE ..." lines, then "END\n"
+ *   OPEN <ino>\n + pfd      -> "OK <device> <size>\n", then
+ *                              phx_buf_send()'s stream (receive it with
+ *                              phx_buf_recv())
+ *   CP <ino>\n + fd, pfd    -> "PROGRESS <done> <total>\n"...,
+ *                              "OK <bytes> <path>\n"
+ *   CPOUT <ino>\n + fd, pfd -> the same, writing the file into fd
+ *   STATUS\n                -> "DEV ...", "FILE ..." and other lines,
+ *                              then "END\n"
+ *
+ * pfd, sent with the request (SCM_RIGHTS) after the data descriptor fd,
+ * is an O_PATH descriptor of the phxfs file that the caller opened
+ * itself: the kernel checked that the caller may reach it, and the
+ * daemon checks that it names <ino>.  Callers other than root must send
+ * it (phxfs_send_request() does).  A request must arrive, and each reply
+ * line be read, within the mount's ctl_timeout.
  *
  * Any failure is one line "ERR <errno> <message>\n".  Names, paths and
  * other free text inside a line are escaped (phxfs_escape()): a space,
@@ -32,9 +42,21 @@
 #include "phoenix.h"
 
 #define PHXFS_LINE_MAX 8192
+/* Seconds a client waits for each line of an answer. */
+#define PHXFS_CLIENT_TIMEOUT 60
 
-/* Connect to the control socket at @sock_path; returns an fd or -errno. */
+/*
+ * Connect to the control socket at @sock_path; returns an fd or -errno.
+ * Reads and writes on it fail after PHXFS_CLIENT_TIMEOUT seconds.
+ */
 int phxfs_connect(const char *sock_path);
+
+/*
+ * Send request @line on @sock with descriptor @fd (-1: none) and an
+ * O_PATH descriptor of @path (NULL: none), which is opened here and
+ * closed once sent.  0 or -errno.
+ */
+int phxfs_send_request(int sock, const char *line, int fd, const char *path);
 
 /*
  * The control socket of the phxfs mount that holds @path (any file or
@@ -46,7 +68,8 @@ int phxfs_socket_of(const char *path, char *out, size_t len);
 /*
  * Read one '\n'-terminated line byte by byte, so that nothing after it
  * (phx_buf_send()'s stream) is consumed.  Returns its length or -errno
- * (-EPIPE at end of stream, -EMSGSIZE for a line longer than @len - 1).
+ * (-EPIPE at end of stream, -EMSGSIZE for a line longer than @len - 1,
+ * -ETIMEDOUT when the daemon sent nothing for PHXFS_CLIENT_TIMEOUT s).
  */
 int phxfs_read_line(int fd, char *line, size_t len);
 
@@ -102,6 +125,16 @@ struct phxfs_status {
 	/* FUSE over io_uring: requests served on the CPU that made them */
 	bool uring;
 	char uring_why[256];
+	/* stored extended attributes: bytes in all, limits in all, per file */
+	uint64_t xattr_bytes, xattr_size, xattr_file;
+	/* inodes, names in directories, and nr_inodes that caps both */
+	uint64_t inodes, names, nr_inodes;
+	/* control socket: connections of users other than root, caps */
+	unsigned int ctl_conns, ctl_conns_max, ctl_conns_uid;
+	/* files not in @files: past the reply's size bound */
+	unsigned int unlisted;
+	/* per device, as @devs: bytes only root may fill (root_reserve) */
+	uint64_t *root_reserve;
 };
 
 /*

@@ -2,7 +2,9 @@
 /*
  * xattr.c - phxfs's extended attributes: the read-only user.phx.* ones the
  * file system answers itself, and user.*, security.* and trusted.* ones
- * stored with the inode (host memory, under fs->lock).  system.* (POSIX
+ * stored with the inode (host memory, under fs->lock).  What they store,
+ * names and values, counts against xattr_file per inode and xattr_size
+ * in all (fs->xattr_bytes, shown by phx status).  system.* (POSIX
  * ACLs) is not supported: ENOTSUP, so the kernel checks the mode bits.
  */
 #include <errno.h>
@@ -14,8 +16,6 @@
 #include "phxfs.h"
 
 #define PHX_PREFIX "user.phx."
-/* Stored bytes (names and values) one inode may hold. */
-#define XATTR_INODE_MAX (256U << 10)
 
 /* One stored attribute: its name, then its value, in @data. */
 struct phxfs_xattr {
@@ -44,51 +44,61 @@ static struct phxfs_xattr **find(struct phxfs_inode *inode, const char *name)
 	return p;
 }
 
+static size_t cost(const struct phxfs_xattr *x)
+{
+	return x->name_len + 1 + x->len;
+}
+
 static size_t stored_bytes(const struct phxfs_inode *inode)
 {
 	const struct phxfs_xattr *x;
 	size_t n = 0;
 
 	for (x = inode->xattrs; x; x = x->next)
-		n += x->name_len + 1 + x->len;
+		n += cost(x);
 	return n;
 }
 
-int phxfs_xattr_remove(struct phxfs_inode *inode, const char *name)
+int phxfs_xattr_remove(struct phxfs *fs, struct phxfs_inode *inode,
+		       const char *name)
 {
 	struct phxfs_xattr **p = find(inode, name), *x = *p;
 
 	if (!x)
 		return -ENODATA;
 	*p = x->next;
+	fs->xattr_bytes -= cost(x);
 	free(x);
 	return 0;
 }
 
-void phxfs_xattr_free_all(struct phxfs_inode *inode)
+void phxfs_xattr_free_all(struct phxfs *fs, struct phxfs_inode *inode)
 {
 	while (inode->xattrs) {
 		struct phxfs_xattr *x = inode->xattrs;
 
 		inode->xattrs = x->next;
+		fs->xattr_bytes -= cost(x);
 		free(x);
 	}
 }
 
 /* Store @name = @value (XATTR_CREATE / XATTR_REPLACE in @flags). */
-static int xattr_store(struct phxfs_inode *inode, const char *name,
-		       const char *value, size_t len, int flags)
+static int xattr_store(struct phxfs *fs, struct phxfs_inode *inode,
+		       const char *name, const char *value, size_t len,
+		       int flags)
 {
 	struct phxfs_xattr **p = find(inode, name), *old = *p, *x;
 	size_t name_len = strlen(name), now = stored_bytes(inode);
+	size_t was = old ? cost(old) : 0, need = name_len + 1 + len;
 
 	if (old && (flags & XATTR_CREATE))
 		return -EEXIST;
 	if (!old && (flags & XATTR_REPLACE))
 		return -ENODATA;
-	if (old)
-		now -= old->name_len + 1 + old->len;
-	if (now + name_len + 1 + len > XATTR_INODE_MAX)
+	/* per file as ext4's one block, per mount as tmpfs's size= */
+	if (now - was + need > fs->xattr_file ||
+	    fs->xattr_bytes - was + need > fs->xattr_size)
 		return -ENOSPC;
 	x = malloc(sizeof(*x) + name_len + 1 + len);
 	if (!x)
@@ -100,6 +110,7 @@ static int xattr_store(struct phxfs_inode *inode, const char *name,
 	x->next = old ? old->next : NULL;
 	*p = x;
 	free(old);
+	fs->xattr_bytes += need - was;
 	return 0;
 }
 
@@ -245,7 +256,8 @@ static void phxfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, ino);
-	err = inode ? -xattr_store(inode, name, value, size, flags) : ENOENT;
+	err = inode ? -xattr_store(fs, inode, name, value, size, flags) :
+		      ENOENT;
 	if (!err)
 		phxfs_touch(&inode->ctime);
 	pthread_mutex_unlock(&fs->lock);
@@ -268,7 +280,7 @@ static void phxfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	}
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, ino);
-	err = inode ? -phxfs_xattr_remove(inode, name) : ENOENT;
+	err = inode ? -phxfs_xattr_remove(fs, inode, name) : ENOENT;
 	if (!err)
 		phxfs_touch(&inode->ctime);
 	pthread_mutex_unlock(&fs->lock);
