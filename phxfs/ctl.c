@@ -357,6 +357,9 @@ static int cp_room(struct phxfs_conn *c, struct phxfs_inode *inode,
 	return ret;
 }
 
+static const char reserve_msg[] =
+	"CP: the rest of the device is kept for root (root_reserve)";
+
 static void do_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 {
 	struct phxfs_inode *inode = file_get(c, ino, c->fds[1], 2, "CP");
@@ -386,9 +389,7 @@ static void do_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 	}
 	ret = cp_room(c, inode, (uint64_t)total);
 	if (ret) {
-		send_err(
-			c, -ret,
-			"CP: the rest of the device is kept for root (root_reserve)");
+		send_err(c, -ret, reserve_msg);
 		goto out;
 	}
 	if (phxfs_dev_ranged(inode->dev))
@@ -398,9 +399,16 @@ static void do_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 		ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path);
 	/* the copy ran with the io_lock shared, beside readers */
 	phxfs_data_changed(inode);
+	if (!ret && phxfs_in_reserve(inode, c->cred.uid)) {
+		/* it grew in chunks past what was left to users */
+		ret = -ENOSPC;
+		done = 0;
+		snprintf(msg, sizeof(msg), "%s", reserve_msg);
+	} else if (ret) {
+		snprintf(msg, sizeof(msg), "%s", phx_strerror_last());
+	}
 	if (ret) {
 		/* Keep what arrived; the rest was never there. */
-		snprintf(msg, sizeof(msg), "%s", phx_strerror_last());
 		pthread_rwlock_wrlock(&inode->io_lock);
 		phxfs_data_resize(inode, done);
 		pthread_rwlock_unlock(&inode->io_lock);

@@ -293,13 +293,20 @@ static void refuse(int fd, int err, const char *why)
 		return;
 }
 
-static void conn_free(struct phxfs_conn *c)
+/*
+ * Close what @c holds, in an order its client can rely on: the
+ * descriptors it sent, then its place under the caps, then the
+ * connection itself, so that a client that saw the end of it may connect
+ * again at once and finds nothing of its own left in the daemon.
+ */
+static void conn_free(struct phxfs_conn *c, bool admitted)
 {
-	/* what it sent goes before the connection: its close is the end */
 	if (c->fds[0] >= 0)
 		close(c->fds[0]);
 	if (c->fds[1] >= 0)
 		close(c->fds[1]);
+	if (admitted)
+		conn_leave(c->fs, c->cred.uid);
 	close(c->fd);
 	free(c->groups);
 	free(c);
@@ -308,8 +315,6 @@ static void conn_free(struct phxfs_conn *c)
 static void *conn_main(void *arg)
 {
 	struct phxfs_conn *c = arg;
-	struct phxfs *fs = c->fs;
-	uid_t uid = c->cred.uid;
 	char line[REQ_MAX];
 	int ret;
 
@@ -322,8 +327,7 @@ static void *conn_main(void *arg)
 		refuse(c->fd, EINVAL, "request line too long");
 	else if (ret == -ETIMEDOUT)
 		refuse(c->fd, ETIMEDOUT, "no request within ctl_timeout");
-	conn_free(c);
-	conn_leave(fs, uid);
+	conn_free(c, true);
 	return NULL;
 }
 
@@ -349,7 +353,7 @@ static void conn_start(struct phxfs *fs, int fd)
 	if (geteuid() && c->cred.uid != geteuid()) {
 		refuse(fd, EACCES,
 		       "this phxfs serves only the user who mounted it");
-		conn_free(c);
+		conn_free(c, false);
 		return;
 	}
 	/* a backstop: every send and receive waits at most this long */
@@ -365,18 +369,15 @@ static void conn_start(struct phxfs *fs, int fd)
 			fs->opts.ctl_conns_uid, (unsigned int)c->cred.uid,
 			fs->opts.ctl_conns);
 		refuse(fd, -ret, why);
-		conn_free(c);
+		conn_free(c, false);
 		return;
 	}
 	ret = peer_groups(c);
 	if (!ret)
 		ret = -pthread_create(&t, NULL, conn_main, c);
 	if (ret) {
-		uid_t uid = c->cred.uid;
-
 		refuse(fd, -ret, "cannot serve the connection now; retry");
-		conn_free(c);
-		conn_leave(fs, uid);
+		conn_free(c, true);
 		return;
 	}
 	pthread_detach(t);
@@ -422,8 +423,17 @@ static void *accept_main(void *arg)
 	/* its own name, not its creator's (ps, top, perf) */
 	pthread_setname_np(pthread_self(), "phxfs-ctl");
 	while (!__atomic_load_n(&fs->ctl_stopping, __ATOMIC_ACQUIRE)) {
-		int fd = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
+		/*
+		 * Wait first, accept after: a blocked accept4() would take
+		 * its descriptor before a connection comes, and one taken
+		 * when the daemon runs short would not be given back.
+		 */
+		struct pollfd p = { .fd = fs->sock_fd, .events = POLLIN };
+		int fd;
 
+		if (poll(&p, 1, -1) < 0)
+			continue;
+		fd = accept4(fs->sock_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd >= 0)
 			conn_start(fs, fd);
 		else if (errno == EMFILE || errno == ENFILE)
@@ -498,7 +508,8 @@ int phxfs_ctl_start(struct phxfs *fs)
 	strcpy(sa.sun_path, fs->sock_path);
 	unlink(fs->sock_path);
 	fs->ctl_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	fs->sock_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fs->sock_fd =
+		socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fs->sock_fd < 0)
 		return -errno;
 	/* anyone may connect; each request checks what its caller may do */

@@ -180,6 +180,17 @@ int phxfs_room_for(struct phxfs_inode *inode, uid_t uid, uint64_t off,
 	return info.used + len > d->limit - d->root_reserve ? -ENOSPC : 0;
 }
 
+bool phxfs_in_reserve(struct phxfs_inode *inode, uid_t uid)
+{
+	struct phxfs_dev *d = inode->dev;
+	struct phx_device_info info;
+
+	if (!uid || !d->root_reserve || phxfs_dev_ranged(d) ||
+	    phx_device_info(d->dev, &info))
+		return false;
+	return info.used > d->limit - d->root_reserve;
+}
+
 int phxfs_data_resize(struct phxfs_inode *inode, uint64_t size)
 {
 	int ret;

@@ -326,6 +326,8 @@ static int write_data(struct phxfs_inode *inode, uid_t uid, const char *data,
 		ret = phxfs_data_resize(inode, end);
 	if (!ret)
 		ret = phx_memcpy_to_buf(inode->buf, off, data, size);
+	if (!ret && end > old && phxfs_in_reserve(inode, uid))
+		ret = -ENOSPC;
 	if (ret && end > old)
 		phxfs_data_resize(inode, old);
 	pthread_rwlock_unlock(&inode->io_lock);
@@ -418,6 +420,9 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	/* A range file's memory is all there already. */
 	if (!err && !phxfs_ranged(inode))
 		err = -phx_buf_commit(inode->buf, (uint64_t)off, (uint64_t)len);
+	if (!err && end > old &&
+	    phxfs_in_reserve(inode, fuse_req_ctx(req)->uid))
+		err = ENOSPC;
 	if (err && end > old)
 		phxfs_data_resize(inode, old);
 	pthread_rwlock_unlock(&inode->io_lock);

@@ -318,15 +318,16 @@ static bool lands_on_phxfs(const char *path)
  */
 static bool dir_missing_on_phxfs(const char *path)
 {
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], up[PATH_MAX];
 	struct stat st;
 
-	snprintf(dir, sizeof(dir), "%s", path);
-	snprintf(dir, sizeof(dir), "%s", dirname(dir));
+	snprintf(up, sizeof(up), "%s", path);
+	snprintf(dir, sizeof(dir), "%s", dirname(up));
 	if (!stat(dir, &st))
 		return false;
 	while (strcmp(dir, "/") && strcmp(dir, ".")) {
-		snprintf(dir, sizeof(dir), "%s", dirname(dir));
+		snprintf(up, sizeof(up), "%s", dir);
+		snprintf(dir, sizeof(dir), "%s", dirname(up));
 		if (!stat(dir, &st))
 			return on_phxfs(dir);
 	}
@@ -440,10 +441,10 @@ static int cp_in(struct cp_run *r, const char *src, const char *dst)
 			fprintf(stderr,
 				"phx: cp: %s: the failed copy could not be removed: %s; remove it with rm\n",
 				q(dst), strerror(errno));
-	} else if (ret && !stat(dst, &st)) {
+	} else if (ret && !stat(dst, &sst) && sst.st_size != st.st_size) {
 		fprintf(stderr,
 			"phx: cp: %s was overwritten in place and now holds only the first %llu bytes of %s; its old contents are gone\n",
-			q(dst), (unsigned long long)st.st_size, q(src));
+			q(dst), (unsigned long long)sst.st_size, q(src));
 	}
 out:
 	close(fd);

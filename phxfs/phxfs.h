@@ -460,6 +460,12 @@ void phxfs_ra_advance(struct phxfs_handle *h, struct phxfs_dev *dev,
  */
 int phxfs_room_for(struct phxfs_inode *inode, uid_t uid, uint64_t off,
 		   uint64_t len);
+/*
+ * Has a growth by @uid just taken memory of the root reserve?  Buffers
+ * grow in chunks larger than the write that needs them (libphoenix's
+ * geometric backing): the grower undoes it and fails with ENOSPC.
+ */
+bool phxfs_in_reserve(struct phxfs_inode *inode, uid_t uid);
 
 /* ---- ctl.c, ctlsock.c: the control socket ---------------------------- */
 int phxfs_ctl_start(struct phxfs *fs);

@@ -1069,6 +1069,7 @@ def main():
     import posix_vs_tmpfs  # noqa: F401
     import fsx  # noqa: F401
     import readahead  # noqa: F401
+    import attacks  # noqa: F401
     if not os.path.exists("/dev/fuse"):
         print("phxfs tests: no /dev/fuse; 0 passed, 0 failed (skipped)")
         return 0

@@ -1,0 +1,564 @@
+# SPDX-License-Identifier: MIT
+"""Another local user against phxfs: the control socket and the limits.
+
+Imported by test_phxfs.py.  Each case is an attack a user without
+privileges can make on a shared machine (run as nobody through setpriv,
+skipped with the reason where that cannot be done), shown to fail safely
+while root's work goes on; each runs in the suite's mount (direct I/O, or
+io_uring in that run) and again with -o writeback.  Nothing here waits on
+time: the daemon's answers and the ends of connections are the
+completions; time-outs only guard against a hang.
+"""
+import grp
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+
+import test_phxfs as T
+from test_phxfs import MiB, Skip, expect_errno, need, read, test, write
+
+HOSTILE = open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "hostile.py")).read()
+# how long any one step may take before the test calls it a hang
+GUARD = 60
+
+
+def need_nobody():
+    if os.geteuid():
+        raise Skip("needs root to act as another user")
+    need("setpriv")
+    try:
+        pwd.getpwnam("nobody")
+        grp.getgrnam("nogroup")
+    except KeyError:
+        raise Skip("no user nobody or group nogroup")
+
+
+def nobody_argv(argv, groups=None):
+    return (["setpriv", "--reuid=nobody", "--regid=nogroup"] +
+            (["--groups=%s" % groups] if groups else ["--clear-groups"]) +
+            ["--"] + list(argv))
+
+
+def as_nobody(argv, groups=None, **kw):
+    return subprocess.run(nobody_argv(argv, groups), capture_output=True,
+                          text=True, timeout=GUARD, env=T.FS.env, **kw)
+
+
+def hostile(*args, groups=None):
+    r = as_nobody([sys.executable, "-c", HOSTILE] + list(args), groups)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def hostile_bg(*args):
+    return subprocess.Popen(
+        nobody_argv([sys.executable, "-c", HOSTILE] + list(args)),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=T.FS.env)
+
+
+def phx_nobody(*args, groups=None):
+    return as_nobody([T.FS.phx] + list(args), groups)
+
+
+def sock():
+    return os.getxattr(T.FS.mp, "user.phx.socket").decode()
+
+
+def root_ok(*argv):
+    """A command of root's that must complete; the time-out only guards."""
+    r = subprocess.run(list(argv), capture_output=True, text=True,
+                       timeout=5)
+    assert r.returncode == 0, (argv, r.stderr)
+    return r.stdout
+
+
+def nobody_dir():
+    """A directory outside phxfs that nobody may write."""
+    d = os.path.join(T.SCRATCH, "nobody")
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o777)
+    return d
+
+
+def in_modes(fn, extra=""):
+    """Run @fn in the suite's mount (with @extra options), then again
+    with -o writeback added."""
+    if extra:
+        T.FS.umount()
+        T.FS.mount(extra)
+    try:
+        fn("direct")
+        T.cleanup()
+        T.FS.umount()
+        T.FS.mount(",".join(o for o in ("writeback", extra) if o))
+        fn("writeback")
+    finally:
+        T.cleanup()
+        T.FS.umount()
+        T.FS.mount()
+
+
+def daemon_fds():
+    """The daemon's open descriptors but its /dev/fuse clones (one per
+    FUSE worker thread, which libfuse starts as requests come)."""
+    base = "/proc/%d/fd" % T.FS.daemon_pid()
+    out = []
+    for n in os.listdir(base):
+        try:
+            t = os.readlink(os.path.join(base, n))
+        except FileNotFoundError:
+            continue
+        if t != "/dev/fuse":
+            out.append(t)
+    return sorted(out)
+
+
+def status_round_trip():
+    """Root's STATUS, read to the end: the daemon closed that connection
+    (and what it held) once we see the end."""
+    return root_ok(T.FS.phx, "status", "-a", T.FS.mp)
+
+
+# ---- 1. directory permissions ------------------------------------------
+
+@test
+def attack_dir_permissions():
+    """CPOUT / CP / OPEN by inode of files inside root's 0700 directory
+    fail for nobody, with or without a descriptor of another file;
+    status shows nobody only what it could stat; supplementary groups
+    count as the kernel counts them."""
+    need_nobody()
+    in_modes(_dir_permissions)
+
+
+def _dir_permissions(mode):
+    d, _ = T.fresh("perm")
+    priv = d + "/root-only"
+    os.mkdir(priv, 0o700)
+    f, g = priv + "/f", priv + "/g"
+    write(f, b"secret")
+    os.chmod(f, 0o644)
+    write(g, b"keep")
+    os.chmod(g, 0o666)
+    mine = d + "/mine"
+    write(mine, b"nobody's")
+    os.chown(mine, 65534, 65534)
+    out = nobody_dir()
+    evil = os.path.join(out, "evil")
+    write(evil, b"EVIL")
+    os.chmod(evil, 0o666)
+    dst = os.path.join(out, "dst")
+    write(dst, b"")
+    os.chmod(dst, 0o666)
+    ino_f, ino_g = os.stat(f).st_ino, os.stat(g).st_ino
+    S = sock()
+    # by inode with no descriptor of the file, then with one of another
+    for line, fds in (("CPOUT %d" % ino_f, ["+" + dst]),
+                      ("CPOUT %d" % ino_f, ["+" + dst, mine]),
+                      ("CP %d" % ino_g, ["+" + evil]),
+                      ("CP %d" % ino_g, ["+" + evil, mine]),
+                      ("OPEN %d" % ino_g, [mine]),
+                      ("OPEN %d" % ino_g, [])):
+        ans = hostile("req", S, line, *fds).strip()
+        assert ans.startswith("ERR 13 "), (line, fds, ans)
+    assert read(g) == b"keep" and read(dst) == b""
+    # and through the paths: the kernel says no before the daemon
+    r = phx_nobody("cp", f, dst)
+    assert r.returncode and "Permission denied" in r.stderr, r.stderr
+    # status: nobody sees its own file, not root's inside 0700
+    seen = phx_nobody("status", "-a", T.FS.mp)
+    assert seen.returncode == 0, seen.stderr
+    assert "/perm/mine" in seen.stdout, seen.stdout
+    assert "root-only" not in seen.stdout, seen.stdout
+    assert "root-only/f" in status_round_trip()
+    # a group nobody is in, as a supplementary group
+    users = grp.getgrnam("users").gr_gid if _has_group("users") else None
+    if users is not None:
+        os.chown(priv, 0, users)
+        os.chmod(priv, 0o750)
+        os.chown(f, 0, users)
+        os.chmod(f, 0o640)
+        with_group = phx_nobody("status", "-a", T.FS.mp, groups=users)
+        assert "root-only/f" in with_group.stdout, with_group.stdout
+        if mode == "direct":
+            r = phx_nobody("cp", "-q", f, dst, groups=users)
+            assert r.returncode == 0, r.stderr
+            assert read(dst) == b"secret"
+        ans = hostile("req", S, "CP %d" % ino_f, "+" + evil, f,
+                      groups=users).strip()
+        assert ans.startswith("ERR 13 "), ans  # 0640: no write for group
+    if mode == "direct":
+        # what nobody may do it still can, and root all of it
+        r = phx_nobody("cp", "-q", mine, os.path.join(out, "back"))
+        assert r.returncode == 0, r.stderr
+        assert read(os.path.join(out, "back")) == b"nobody's"
+        root_ok(T.FS.phx, "cp", "-q", f, os.path.join(out, "root-copy"))
+        assert read(os.path.join(out, "root-copy")) == b"secret"
+    assert read(f) == b"secret" and read(g) == b"keep"
+
+
+def _has_group(name):
+    try:
+        grp.getgrnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+# ---- 2. no client stalls the daemon ---------------------------------------
+
+@test
+def attack_freeze():
+    """A STATUS reader that never reads, and a client that never sends,
+    hold up nobody: root's stat, ls, touch, cat and phx status complete;
+    the daemon drops both after ctl_timeout."""
+    need_nobody()
+    in_modes(_freeze, "ctl_timeout=1")
+
+
+def _freeze(mode):
+    d, _ = T.fresh("freeze")
+    # a reply far past a socket's buffer (some 200 KiB)
+    for i in range(1500):
+        os.close(os.open("%s/%04d-%s" % (d, i, "n" * 200),
+                         os.O_CREAT | os.O_WRONLY))
+    write(d + "/x", b"still here")
+    S = sock()
+    stuck = hostile_bg("status-noread", S)
+    try:
+        assert stuck.stdout.readline() == "sent\n"
+        root_ok("stat", d + "/x")
+        root_ok("ls", d)
+        root_ok("touch", d + "/new")
+        assert root_ok("cat", d + "/x") == "still here"
+        assert "/freeze/x" in status_round_trip()
+        # one that sends nothing is told why and dropped
+        assert hostile("silent", S).startswith("ERR 110 "), mode
+    finally:
+        stuck.stdin.close()
+        stuck.wait(timeout=GUARD)
+    assert stuck.returncode == 0
+
+
+# ---- 3. descriptors and connections ---------------------------------------
+
+@test
+def attack_descriptors():
+    """100 connections that send descriptors over several messages with
+    a bad request leave the daemon with the descriptors it had; silent
+    connections past the per-user cap are turned away at once while
+    root is served; out of descriptors, the daemon refuses and goes on."""
+    need_nobody()
+    in_modes(_descriptors)
+
+
+def _descriptors(mode):
+    S = sock()
+    status_round_trip()
+    before = daemon_fds()
+    got = hostile("fdflood", S, "100", "8")
+    assert got.strip() == "100 ERR 22 unknown request", got
+    assert daemon_fds() == before, (before, daemon_fds())
+    # nobody holds 12 silent connections: 8 are admitted, 4 turned away
+    held = hostile_bg("hold", S, "12")
+    try:
+        assert held.stdout.readline() == "connected\n"
+        out = status_round_trip()
+        assert "control connections 8 of 64 (8 per user)" in out, out
+        held.stdin.write("check\n")
+        held.stdin.flush()
+        assert held.stdout.readline() == "refused 4\n"
+    finally:
+        held.stdin.close()
+        held.wait(timeout=GUARD)
+    _out_of_descriptors()
+
+
+def _out_of_descriptors():
+    """The daemon keeps one spare descriptor, opened just before the
+    listening socket: with the limit at that socket's number, nothing
+    below it free, a connection can be had only by giving the spare up,
+    to tell the client and close.  The accept blocked when the limit
+    fell may hold a number from before (the kernel takes it before it
+    waits): that one connection is served."""
+    need("prlimit")
+    pid = T.FS.daemon_pid()
+    S = sock()
+    base = "/proc/%d/fd" % pid
+    fds = {}
+    for n in os.listdir(base):
+        try:
+            fds[int(n)] = os.readlink(os.path.join(base, n))
+        except FileNotFoundError:
+            pass
+    sock_fd = min(n for n, t in fds.items() if t.startswith("socket:"))
+    if any(n not in fds for n in range(sock_fd)):
+        raise Skip("the daemon's descriptors below its socket have gaps")
+    with open("/proc/%d/limits" % pid) as f:
+        soft = re.search(r"Max open files\s+(\d+)", f.read()).group(1)
+    subprocess.run(["prlimit", "--pid", str(pid),
+                    "--nofile=%d:" % sock_fd], check=True)
+    try:
+        answers = []
+        for _ in range(2):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(GUARD)
+            c.connect(S)
+            try:
+                c.sendall(b"\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            answers.append(c.recv(4096))
+            try:  # closed by the daemon, unread "\n" or not
+                assert c.recv(4096) == b""
+            except ConnectionResetError:
+                pass
+            c.close()
+            if answers[-1].startswith(b"ERR 24 "):
+                break
+            assert answers[-1].startswith(b"ERR 22 "), answers
+        assert answers[-1].startswith(b"ERR 24 "), answers
+    finally:
+        subprocess.run(["prlimit", "--pid", str(pid),
+                        "--nofile=%s:" % soft], check=True)
+    status_round_trip()  # the accept loop is still there
+
+
+# ---- 4. metadata is bounded -----------------------------------------------
+
+NOBODY_XATTRS = r"""
+import errno, os, sys
+d, want = sys.argv[1], int(sys.argv[2])
+stored = files = 0
+value = b"v" * 60000
+try:
+    while stored < want:
+        f = "%s/x%05d" % (d, files)
+        os.close(os.open(f, os.O_CREAT | os.O_WRONLY))
+        files += 1
+        for i in range(4):
+            os.setxattr(f, "user.fill%d" % i, value)
+            stored += len(value)
+except OSError as e:
+    print(errno.errorcode[e.errno], stored)
+    sys.exit(0)
+print("STORED", stored)
+"""
+
+NOBODY_FILES = r"""
+import errno, os, sys
+d, n = sys.argv[1], 0
+try:
+    while n < 100000:
+        os.close(os.open("%s/f%06d" % (d, n), os.O_CREAT | os.O_WRONLY))
+        n += 1
+except OSError as e:
+    print(errno.errorcode[e.errno], n)
+"""
+
+
+def rss_kib():
+    with open("/proc/%d/status" % T.FS.daemon_pid()) as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+@test
+def attack_metadata():
+    """xattrs and inodes stop at their limits (ENOSPC), shown in phx
+    status, and the daemon's memory stays bounded."""
+    need_nobody()
+    out = status_round_trip()
+    assert "xattrs 0 B of 16.0 MiB (256.0 KiB per file)" in out, out
+    assert "of 1048576, control" in out, out
+    in_modes(_metadata, "xattr_size=4M,nr_inodes=2000")
+
+
+def _metadata(mode):
+    d, _ = T.fresh("meta")
+    rss = rss_kib()
+    r = as_nobody([sys.executable, "-c", NOBODY_XATTRS, d, str(64 * MiB)])
+    assert r.returncode == 0, r.stderr
+    err, stored = r.stdout.split()
+    assert err == "ENOSPC" and 3 * MiB < int(stored) <= 4 * MiB, r.stdout
+    assert rss_kib() - rss < 24 * 1024, (rss, rss_kib())
+    out = status_round_trip()
+    assert re.search(r"xattrs [34]\.\d MiB of 4\.0 MiB", out), out
+    T.cleanup()
+    assert "xattrs 0 B of 4.0 MiB" in status_round_trip()
+    d, _ = T.fresh("meta")
+    # one file holds at most xattr_file (256K): the fifth 60K value fails
+    write(d + "/one", b"")
+    for i in range(4):
+        os.setxattr(d + "/one", "user.v%d" % i, b"w" * 60000)
+    expect_errno(28, os.setxattr, d + "/one", "user.v4", b"w" * 60000)
+    write(d + "/root-file", b"root's")
+    r = as_nobody([sys.executable, "-c", NOBODY_FILES, d])
+    err, n = r.stdout.split()
+    assert err == "ENOSPC" and 1900 < int(n) < 2000, r.stdout
+    assert os.statvfs(d).f_ffree == 0
+    # what was there is intact and root's files still take writes
+    assert read(d + "/root-file") == b"root's"
+    write(d + "/root-file", b"root's again")
+    assert read(d + "/root-file") == b"root's again"
+
+
+# ---- 5. root's reserve ----------------------------------------------------
+
+# Files of 1 MiB writes until one cannot take its first: buffers grow in
+# chunks up to 64 MiB, so a large file stops short of the reserve and
+# small ones go on.
+NOBODY_FILL = r"""
+import errno, os, sys
+d, block = sys.argv[1], b"\0" * (1 << 20)
+for i in range(4096):
+    fd = os.open("%s/fill%04d" % (d, i), os.O_CREAT | os.O_WRONLY)
+    n = 0
+    try:
+        while True:
+            os.write(fd, block)
+            os.fsync(fd)  # with -o writeback the error comes here
+            n += 1
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        if not n:
+            print("ENOSPC after", i, "files")
+            break
+    finally:
+        os.close(fd)
+"""
+
+
+@test
+def attack_fill_device():
+    """nobody fills the device up to the root reserve (ENOSPC); root's
+    writes still succeed; nothing stored is lost."""
+    need_nobody()
+    in_modes(_fill_device)
+
+
+def _fill_device(mode):
+    d, ref = T.fresh("fill")
+    out = status_round_trip()
+    m = re.search(r"%s\s+keeps ([\d.]+) (MiB|KiB|GiB) for root" %
+                  T.FS.devs[T.FS.dev_index], out)
+    assert m, out
+    r = as_nobody([sys.executable, "-c", NOBODY_FILL, d])
+    assert r.returncode == 0 and r.stdout.startswith("ENOSPC"), \
+        (r.stdout, r.stderr)
+    if mode == "direct":
+        small = os.path.join(nobody_dir(), "small")
+        write(small, T.rand(MiB, 3))
+        r = phx_nobody("cp", "-q", small, d + "/more")
+        assert r.returncode and "root_reserve" in r.stderr, r.stderr
+        assert not os.path.exists(d + "/more")
+    data = T.rand(4 * MiB, 4)
+    write(d + "/root", data)
+    assert read(d + "/root") == data
+    held = sum(os.stat(d + "/" + n).st_blocks * 512 for n in os.listdir(d)
+               if n.startswith("fill"))
+    assert held > T.CAP // 2, held
+    if mode == "direct":
+        src = os.path.join(ref, "src")
+        write(src, data)
+        root_ok(T.FS.phx, "cp", "-q", src, d + "/root-cp")
+        assert read(d + "/root-cp") == data
+
+
+# ---- 6. a failed phx cp ---------------------------------------------------
+
+@test
+def attack_failed_cp():
+    """A phx cp larger than the device fails, and the file it created is
+    gone with the memory it took; one it overwrote is reported."""
+    in_modes(_failed_cp)
+
+
+def _failed_cp(mode):
+    d, ref = T.fresh("failcp")
+    big = os.path.join(ref, "big")
+    with open(big, "wb") as f:
+        f.truncate(T.CAP + 64 * MiB)
+    r = T.FS.run_phx("cp", "-q", big, d + "/new", check=False)
+    assert r.returncode, r.stderr
+    assert not os.path.exists(d + "/new"), os.listdir(d)
+    assert T.FS_used() == 0, T.FS_used()
+    write(d + "/old", b"old contents")
+    r = T.FS.run_phx("cp", "-q", big, d + "/old", check=False)
+    assert r.returncode, r.stderr
+    if mode == "direct":
+        assert "overwritten in place" in r.stderr, r.stderr
+    else:
+        assert read(d + "/old") == b"old contents"
+    os.unlink(d + "/old")
+    small = os.path.join(ref, "small")
+    write(small, T.rand(MiB, 5))
+    if mode == "direct":
+        T.FS.run_phx("cp", "-q", small, d + "/after")
+        assert read(d + "/after") == read(small)
+
+
+# ---- 7. the smaller ones --------------------------------------------------
+
+@test
+def attack_status_rows():
+    """A path longer than a line is listed cut to .../NAME, not dropped;
+    names with control bytes print escaped."""
+    in_modes(_status_rows)
+
+
+def _status_rows(mode):
+    d, _ = T.fresh("rows")
+    p = os.fsencode(d)
+    for _ in range(11):
+        p += b"/" + b"\x01" * 200
+        os.mkdir(p)
+    write(os.fsdecode(p + b"/deep"), b"hidden?")
+    write(d + "/\x1b[2Jclear", b"x")
+    st = T.FS.run_phx("status", "-a", T.FS.mp).stdout
+    assert ".../deep" in st, st
+    assert "\x1b" not in st and "\\x1b[2Jclear" in st, st
+    rows = [ln for ln in st.splitlines() if "/rows/" in ln or
+            ".../" in ln]
+    assert len(rows) == 2, rows
+
+
+@test
+def attack_mount_targets():
+    """phx mount refuses a regular file and a non-empty directory (unless
+    -o nonempty); phx cp names a missing directory; paths in messages
+    are escaped."""
+    f = os.path.join(T.SCRATCH, "a-file")
+    write(f, b"x")
+    r = T.FS.run_phx("mount", f, check=False)
+    assert r.returncode and "not a directory" in r.stderr, r.stderr
+    assert f not in read("/proc/mounts").decode()
+    full = os.path.join(T.SCRATCH, "full")
+    os.makedirs(full, exist_ok=True)
+    write(full + "/kept", b"kept")
+    r = T.FS.run_phx("mount", full, check=False)
+    assert r.returncode and "not empty" in r.stderr, r.stderr
+    assert read(full + "/kept") == b"kept"
+    r = T.FS.run_phx("mount", "-o", "size=16M,nonempty", full, check=False)
+    assert r.returncode == 0, r.stderr
+    try:
+        assert "kept" not in os.listdir(full)
+    finally:
+        T.FS.run_phx("umount", full)
+    assert read(full + "/kept") == b"kept"
+    src = os.path.join(T.SCRATCH, "src")
+    write(src, b"data")
+    r = T.FS.run_phx("cp", src, T.FS.dev + "/no/such/f", check=False)
+    assert r.returncode and "no such directory on phxfs" in r.stderr, \
+        r.stderr
+    bad = os.path.join(T.SCRATCH, "no\x1b[31mfile")
+    r = T.FS.run_phx("cp", bad, T.FS.dev + "/x", check=False)
+    assert r.returncode and "\x1b" not in r.stderr and "\\x1b" in r.stderr, \
+        r.stderr
+    shutil.rmtree(full)
