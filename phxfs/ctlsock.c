@@ -240,15 +240,20 @@ static int recv_request(struct phxfs_conn *c, char *line, size_t len)
 	}
 }
 
-/* Count a connection of @uid in, or -EAGAIN past a cap; ctl_lock held. */
+/*
+ * Count a connection of @uid in, or -EAGAIN past a cap; ctl_lock held.
+ * Root's are not capped (a loader opening many files at once is root's
+ * own business) and do not count: no user can lock root out.
+ */
 static int conn_admit(struct phxfs *fs, uid_t uid)
 {
 	struct phxfs_ctl_user *u;
 
+	if (!uid)
+		return 0;
 	for (u = fs->ctl_users; u && u->uid != uid; u = u->next)
 		;
-	/* root's connections count apart: no user can lock root out */
-	if (uid && fs->ctl_nconns >= fs->opts.ctl_conns)
+	if (fs->ctl_nconns >= fs->opts.ctl_conns)
 		return -EAGAIN;
 	if (u && u->n >= fs->opts.ctl_conns_uid)
 		return -EAGAIN;
@@ -261,8 +266,7 @@ static int conn_admit(struct phxfs *fs, uid_t uid)
 		fs->ctl_users = u;
 	}
 	u->n++;
-	if (uid)
-		fs->ctl_nconns++;
+	fs->ctl_nconns++;
 	return 0;
 }
 
@@ -270,6 +274,8 @@ static void conn_leave(struct phxfs *fs, uid_t uid)
 {
 	struct phxfs_ctl_user **p, *u;
 
+	if (!uid)
+		return;
 	pthread_mutex_lock(&fs->ctl_lock);
 	for (p = &fs->ctl_users; *p && (*p)->uid != uid; p = &(*p)->next)
 		;
@@ -278,8 +284,7 @@ static void conn_leave(struct phxfs *fs, uid_t uid)
 		*p = u->next;
 		free(u);
 	}
-	if (uid)
-		fs->ctl_nconns--;
+	fs->ctl_nconns--;
 	pthread_mutex_unlock(&fs->ctl_lock);
 }
 

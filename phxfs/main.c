@@ -112,8 +112,9 @@ static void usage(const char *prog)
 	       "    -o nr_inodes=N     inodes and hard links in all (1M)\n"
 	       "    -o ctl_timeout=S   control socket: seconds a client has to\n"
 	       "                       send a request and take each reply (10)\n"
-	       "    -o ctl_conns=N     control socket connections in all (64)\n"
-	       "    -o ctl_conns_uid=N control socket connections per user (8)\n"
+	       "    -o ctl_conns=N     control socket connections of users\n"
+	       "                       other than root, in all (128)\n"
+	       "    -o ctl_conns_uid=N control socket connections per user (16)\n"
 	       "    -o nonempty        mount over a directory that is not empty\n\n",
 	       prog);
 	fuse_cmdline_help();

@@ -130,8 +130,8 @@ struct phxfs_opts {
 #define PHXFS_XATTR_FILE (256ULL << 10)
 #define PHXFS_NR_INODES (1ULL << 20)
 #define PHXFS_CTL_TIMEOUT 10
-#define PHXFS_CTL_CONNS 64
-#define PHXFS_CTL_CONNS_UID 8
+#define PHXFS_CTL_CONNS 128
+#define PHXFS_CTL_CONNS_UID 16
 
 struct phxfs {
 	struct fuse_session *se;

@@ -265,15 +265,15 @@ def _descriptors(mode):
     S = sock()
     status_round_trip()
     before = daemon_fds()
-    got = hostile("fdflood", S, "100", "8")
+    got = hostile("fdflood", S, "100", "16")
     assert got.strip() == "100 ERR 22 unknown request", got
     assert daemon_fds() == before, (before, daemon_fds())
-    # nobody holds 12 silent connections: 8 are admitted, 4 turned away
-    held = hostile_bg("hold", S, "12")
+    # nobody holds 20 silent connections: 16 are admitted, 4 turned away
+    held = hostile_bg("hold", S, "20")
     try:
         assert held.stdout.readline() == "connected\n"
         out = status_round_trip()
-        assert "control connections 8 of 64 (8 per user)" in out, out
+        assert "control connections 16 of 128 (16 per user)" in out, out
         held.stdin.write("check\n")
         held.stdin.flush()
         assert held.stdout.readline() == "refused 4\n"
