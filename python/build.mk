@@ -1,4 +1,4 @@
-# The phoenix Python package (python/phoenix, pure Python over ctypes) and
+# The phxio Python package (python/phxio, pure Python over ctypes) and
 # libphxfile.so (lib/phxfile: LMCache's phxFile ABI on libphoenix).
 #
 #   make install-python   libphoenix.so + libphxfile.so into $(PREFIX)/lib,

@@ -81,7 +81,7 @@ def _device_name(device: Any) -> Optional[str]:
     if name == "sim":
         return "sim:0"
     if name == "cpu":
-        raise ValueError("device 'cpu' is host memory, not a phoenix "
+        raise ValueError("device 'cpu' is host memory, not a phxio "
                          "device: use 'cuda:N' or 'simN'")
     return name
 
@@ -194,7 +194,7 @@ class Device(_Handle):
         return out
 
     def __repr__(self) -> str:
-        return f"<phoenix.Device {self.name} ({self.info.model})>"
+        return f"<phxio.Device {self.name} ({self.info.model})>"
 
 
 _shared: dict[str, Device] = {}
@@ -403,7 +403,7 @@ class Buffer:
 
     def __repr__(self) -> str:
         state = "freed" if self._handle is None else f"{self.size} bytes"
-        return f"<phoenix.Buffer {state} on {self.device.name}>"
+        return f"<phxio.Buffer {state} on {self.device.name}>"
 
 
 def _free_buf(handle: int, dev: Device) -> None:
@@ -443,7 +443,7 @@ class DeviceArray:
     def __dlpack__(self, stream: Any = None, max_version: Any = None,
                    dl_device: Any = None, copy: Any = None) -> Any:
         if copy:
-            raise BufferError("phoenix arrays export without copying only")
+            raise BufferError("phxio arrays export without copying only")
         if dl_device is not None and tuple(dl_device) != \
                 self.__dlpack_device__():
             raise BufferError(f"array lives on {self.device.name}")
@@ -499,7 +499,7 @@ class DeviceArray:
         return as_tensor(self)
 
     def __repr__(self) -> str:
-        return (f"<phoenix.DeviceArray {self.dtype.name}{list(self.shape)} "
+        return (f"<phxio.DeviceArray {self.dtype.name}{list(self.shape)} "
                 f"on {self.device.name}>")
 
 
@@ -667,7 +667,7 @@ def read_into(src: PathOrFd, dest: Any, file_offset: int = 0, *,
     array interface (a torch/CuPy tensor; on sim, also NumPy arrays and
     writable buffers).  Reads @size bytes (default: all of @dest) from
     @file_offset; returns the bytes read, short only at end of file.  With
-    @stream (a phoenix Stream, torch.cuda.Stream or CUstream handle) the
+    @stream (a phxio Stream, torch.cuda.Stream or CUstream handle) the
     read is queued on it and a Transfer is returned instead.
     """
     return _transfer(_lib.PHX_OP_READ, src, dest, file_offset, size, stream)

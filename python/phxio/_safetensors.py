@@ -180,9 +180,9 @@ def _selector(select: Selector) -> tuple[Optional[Callable[[str], bool]],
 # ---- loading ----------------------------------------------------------------
 
 def _framework(framework: str, dev: "_core.Device") -> str:
-    if framework not in ("auto", "pt", "numpy", "phoenix"):
+    if framework not in ("auto", "pt", "numpy", "phxio"):
         raise ValueError(f"unknown framework {framework!r}: use 'pt', "
-                         "'numpy', 'phoenix' or 'auto'")
+                         "'numpy', 'phxio' or 'auto'")
     if framework != "auto":
         return framework
     try:
@@ -190,7 +190,7 @@ def _framework(framework: str, dev: "_core.Device") -> str:
 
         return "pt"
     except ImportError:
-        return "numpy" if dev.kind != "cuda" else "phoenix"
+        return "numpy" if dev.kind != "cuda" else "phxio"
 
 
 @dataclass
@@ -267,9 +267,9 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     index file, or a list of files.  All files go through one pipeline;
     the result is one dict.
     @device: "cuda:0", "cuda", an int, a torch.device, "sim0", a
-    phoenix.Device, or None for the default device.
+    phxio.Device, or None for the default device.
     @framework: "pt" (torch tensors), "numpy" (NumPy arrays; sim only),
-    "phoenix" (DeviceArray), or "auto": torch when it is installed, else
+    "phxio" (DeviceArray), or "auto": torch when it is installed, else
     NumPy on sim and DeviceArray on CUDA.  BF16 and F8 arrays in NumPy use
     ml_dtypes when it is installed, else same-width unsigned integers.
     @metadata: a dict that receives the files' "__metadata__".

@@ -1,17 +1,17 @@
-"""phoenix: move data between files and GPU memory from Python.
+"""phxio: move data between files and GPU memory from Python.
 
 A thin ctypes layer over libphoenix (no compiler needed to install):
 
-    import phoenix
-    phoenix.devices()                      # what there is
-    dev = phoenix.Device("cuda:0")         # or "sim0" without a GPU
+    import phxio
+    phxio.devices()                      # what there is
+    dev = phxio.Device("cuda:0")         # or "sim0" without a GPU
     buf = dev.alloc(1 << 30)               # device memory, DLPack-able
-    phoenix.read_into("weights.bin", buf)  # file -> device, no big bounce
+    phxio.read_into("weights.bin", buf)  # file -> device, no big bounce
     t = torch.empty(n, device="cuda")
-    phoenix.read_into("x.bin", t, file_offset=4096)
-    phoenix.read_batch("kv.bin", [(off, size, dest), ...])
-    sd = phoenix.load_safetensors("ckpt/", device="cuda:0")   # or a file
-    phoenix.save_safetensors(sd, "out/model.safetensors", max_shard_size="5GB")
+    phxio.read_into("x.bin", t, file_offset=4096)
+    phxio.read_batch("kv.bin", [(off, size, dest), ...])
+    sd = phxio.load_safetensors("ckpt/", device="cuda:0")   # or a file
+    phxio.save_safetensors(sd, "out/model.safetensors", max_shard_size="5GB")
 
 Errors are PhoenixError (an OSError): ``errno`` and a one-line message.
 """
