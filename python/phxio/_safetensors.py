@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from . import _core, _lib
 from ._dtypes import DTYPES, DType
+from ._phxfs import XATTR_DEVICE, open_file
 from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
 
 # Longest header the format allows (safetensors refuses larger ones).
@@ -259,7 +260,7 @@ def _pieces(plan: _Plan, nparts: int) -> list[Any]:
 
 def load(path: Any, device: Any = None, framework: str = "auto",
          metadata: Optional[dict] = None, threads: Optional[int] = None,
-         select: Selector = None) -> dict[str, Any]:
+         select: Selector = None, staged: str = "view") -> dict[str, Any]:
     """Load the tensors of a safetensors checkpoint into device memory.
 
     @path: a .safetensors file, a directory (its
@@ -279,7 +280,16 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     @select: which tensors: a name prefix (str), a predicate on the name,
     or a collection of names (each must exist).  Unselected bytes are
     never read, and with an index, files holding none are never opened.
+    @staged: for files on a phxfs mount, which are device memory already:
+    "view" (the tensors are views of the file's memory, mapped in place;
+    writing to them changes the file), "copy" (copied device to device
+    into fresh memory on @device), or "read" (read through the mount like
+    any file).  "view" needs @device to be None or the file's device;
+    otherwise such a file is copied.
     """
+    if staged not in ("view", "copy", "read"):
+        raise ValueError(f"staged={staged!r}: use 'view', 'copy' or 'read'")
+    named = device is not None
     dev = device if isinstance(device, _core.Device) else \
         _core.device(device)
     fw = _framework(framework, dev)
@@ -296,6 +306,9 @@ def load(path: Any, device: Any = None, framework: str = "auto",
         for src in sources:
             plan = _open(src, index, keep, owner, metadata)
             plans.append(plan)
+            if plan.tensors and staged != "read" and \
+                    _from_staged(plan, dev, named, staged == "copy"):
+                continue
             if plan.tensors:
                 plan.buf = dev.alloc(max(plan.size, 1))
             if not plan.ranges:
@@ -380,6 +393,65 @@ def _open(src: _Source, index: Optional[str],
     except BaseException:
         os.close(fd)
         raise
+
+
+def _staged_on(fd: int) -> Optional[str]:
+    """The device a phxfs file lives on (its xattr), None for any other
+    file."""
+    try:
+        return os.getxattr(fd, XATTR_DEVICE).decode()
+    except OSError:
+        return None
+
+
+def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
+                 copy: bool) -> bool:
+    """Take @plan's tensors from the device memory of the phxfs file it
+    reads, mapped in place: as views of it, or copied device to device
+    into a new allocation on @dev.  False when the file is not on phxfs
+    (or phxfs cannot hand its memory over): then it is read as any file."""
+    where = _staged_on(plan.fd)
+    if where is None:
+        return False
+    try:
+        mapped = open_file(plan.path)
+    except _lib.PhoenixError:
+        return False
+    if not copy and (not named or mapped.device.name == dev.name):
+        # the tensors sit where the file has them
+        plan.tensors = _file_offsets(plan)
+        plan.buf = mapped
+        plan.ranges = []
+        return True
+    try:
+        plan.buf = dev.alloc(max(plan.size, 1))
+        for foff, boff, n in plan.ranges:
+            end = min(foff + n, mapped.size)
+            if end < foff + n:
+                raise SafetensorsError(
+                    f"{plan.path}: truncated: the file ends at byte {end}, "
+                    "before the data its header lists")
+            _lib.check(_lib.lib().phx_memcpy_buf(plan.buf.handle, boff,
+                                                 mapped.handle, foff, n),
+                       f"copying {plan.path} from {mapped.device.name} to "
+                       f"{dev.name}")
+    finally:
+        mapped.free()
+    plan.ranges = []
+    return True
+
+
+def _file_offsets(plan: _Plan) -> list[tuple[TensorInfo, int]]:
+    """Each tensor's offset in the file, from the ranges that hold it."""
+    out = []
+    for t, off in plan.tensors:
+        at = 0  # an empty tensor that no range holds
+        for foff, boff, n in plan.ranges:
+            if boff <= off < boff + n:
+                at = foff + off - boff
+                break
+        out.append((t, at))
+    return out
 
 
 def _check_results(plan: _Plan, dev: "_core.Device") -> None:
