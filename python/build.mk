@@ -55,3 +55,13 @@ python-gpu-deps:
 
 TESTS += test-python
 -include $(PHXFILE_OBJS:.o=.d)
+
+# One wheel for pip: the package with libphoenix.so, libphxfile.so and
+# libphxfsctl.so inside (phxio/_libs, found there without LD_LIBRARY_PATH),
+# tagged manylinux for the newest glibc symbol they use.
+#   make wheel            $(BUILD)/wheel/phxio-VERSION-py3-none-manylinux_2_X_ARCH.whl
+#   pip install $(BUILD)/wheel/phxio-*.whl
+.PHONY: wheel
+wheel: $(LIB_SO) $(PHXFILE_SO) $(PHXFSCTL_SO)
+	@rm -f $(BUILD)/wheel/phxio-*.whl
+	$(PYTHON) python/mkwheel.py $(BUILD) $(BUILD)/wheel
