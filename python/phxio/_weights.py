@@ -97,6 +97,7 @@ def iter_safetensors(path: Any, device: Any = None, *,
                      select: Selector = None,
                      where: Optional[dict] = None,
                      report: Optional[dict] = None,
+                     rows: Optional[dict[str, tuple[int, int]]] = None,
                      ) -> Iterator[tuple[str, Any]]:
     """Yield (name, torch tensor) for a safetensors checkpoint (a file, a
     directory, an index, a list of files) on @device, in file order.
@@ -106,7 +107,8 @@ def iter_safetensors(path: Any, device: Any = None, *,
     (on @device, or with @device None) give views of their memory.
     @where, when given, is filled with each name's file (for errors);
     @report with "files", "staged" (files used in place), "tensors",
-    "bytes" and "groups" (read groups).
+    "bytes" and "groups" (read groups).  @rows: as for load_safetensors,
+    the tensors of which only some rows are read.
     """
     keep, wanted = _selector(select)
     files = _files(path, keep)
@@ -142,7 +144,7 @@ def iter_safetensors(path: Any, device: Any = None, *,
 
     def read(group: list[tuple[str, list[str]]]) -> dict:
         return load([p for p, _ in group], device=dev, framework="pt",
-                    threads=threads,
+                    threads=threads, rows=rows,
                     select={n for _, names in group for n in names})
 
     with ThreadPoolExecutor(1, thread_name_prefix="phx-groups") as pool:

@@ -121,11 +121,16 @@ def _device_of(model: Any) -> Any:
 
 def _weights(model: Any, folder: str, opts: dict, where: dict,
              last: list, report: dict) -> Iterator[tuple[str, Any]]:
+    from ._tp import vllm_rows
+
     dev = _device_of(model)
     report["device"] = dev.name
+    rows = vllm_rows(model) if opts["tp_slices"] else {}
+    report["sliced"] = len(rows)
     for name, tensor in iter_safetensors(
             checkpoint_files(folder), dev, group_size=opts["group_size"],
-            threads=opts["threads"], where=where, report=report):
+            threads=opts["threads"], where=where, report=report,
+            rows=rows or None):
         last[0] = name
         yield name, tensor
 
@@ -176,12 +181,15 @@ def _make_class() -> Any:
                         time.perf_counter() - t0)
             logger.info("load format %s: %d tensors (%.1f MB) from %d "
                         "files of %s into %s; %d files staged on phxfs used "
-                        "in place, the rest read in %d groups (pid %d)",
+                        "in place, the rest read in %d groups; %d tensors "
+                        "read in part for this tensor-parallel rank "
+                        "(pid %d)",
                         LOAD_FORMAT, report.get("tensors", 0),
                         report.get("bytes", 0) / 1e6,
                         report.get("files", 0), folder,
                         report.get("device", "?"), report.get("staged", 0),
-                        report.get("groups", 0), os.getpid())
+                        report.get("groups", 0), report.get("sliced", 0),
+                        os.getpid())
             if loaded is not None and model_config.quantization is None:
                 params = {n for n, _ in model.named_parameters()}
                 missing = sorted(params - set(loaded))

@@ -88,3 +88,92 @@ def test_vllm_options():
                       ({"tp_slices": "yes"}, "option tp_slices='yes'")]:
         with pytest.raises(ValueError, match=what):
             v.options(bad)
+
+
+def test_rows_read_only_the_slice(tmp_path):
+    d = _checkpoint(tmp_path / "ck", shards=1, per=3, rows=512)
+    want = load_file(d / "m-0.safetensors")
+    dev = phxio.Device("sim0")
+    moved = sum(dev.stats()[k] for k in ("staged", "buffered", "p2p",
+                                          "memcpy"))
+    rows = {"layers.0.w0": (128, 256), "layers.0.w2": (0, 1)}
+    got = phxio.load_safetensors(d, device=dev, framework="pt", rows=rows)
+    after = sum(dev.stats()[k] for k in ("staged", "buffered", "p2p",
+                                          "memcpy"))
+    for name, (a, b) in rows.items():
+        assert got[name].shape == want[name].shape
+        assert torch.equal(got[name][a:b].view(torch.uint8),
+                           want[name][a:b].view(torch.uint8)), name
+    assert torch.equal(got["layers.0.w1"].view(torch.uint8),
+                       want["layers.0.w1"].view(torch.uint8))
+    full = sum(t.numel() * t.element_size() for t in want.values())
+    part = (want["layers.0.w0"][128:256].numel() * 4 +
+            want["layers.0.w1"].numel() * 2 + 128 * 2)
+    # what was read: the slices and the whole tensor, give or take the
+    # alignment of each range's start
+    assert after - moved < full and after - moved <= part + 3 * 4096
+
+
+class _P:
+    def __init__(self, n, output_dim=0):
+        self.shape = (n, 64)
+        self.output_dim = output_dim
+
+
+class ColumnParallelLinear:
+    def __init__(self, n):
+        self.weight = _P(n)
+        self.bias = None
+
+
+class MergedColumnParallelLinear(ColumnParallelLinear):
+    def __init__(self, sizes, tp):
+        super().__init__(sum(sizes) // tp)
+        self.output_sizes = sizes
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    def __init__(self, heads, kv_heads, head, tp):
+        self.num_heads = heads // tp
+        self.num_kv_heads = max(1, kv_heads // tp)
+        self.num_kv_head_replicas = max(1, tp // kv_heads)
+        self.head_size = head
+        super().__init__((self.num_heads + 2 * self.num_kv_heads) * head)
+
+
+class RowParallelLinear:
+    def __init__(self):
+        self.weight = _P(64, output_dim=None)
+
+
+class _Model:
+    packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"],
+                              "gate_up_proj": ["gate_proj", "up_proj"]}
+
+    def __init__(self, tp):
+        self.mods = {
+            "layers.0.attn.qkv_proj": QKVParallelLinear(8, 2, 16, tp),
+            "layers.0.mlp.gate_up_proj":
+                MergedColumnParallelLinear([256, 256], tp),
+            "layers.0.mlp.down_proj": RowParallelLinear(),
+            "layers.0.mlp.proj": ColumnParallelLinear(96 // tp),
+        }
+
+    def named_modules(self):
+        return iter(self.mods.items())
+
+
+def test_tp_rows():
+    from phxio._tp import tp_rows
+
+    assert tp_rows(_Model(1), 1, 0) == {}
+    r = tp_rows(_Model(4), 4, 3)
+    # q: 2 of 8 heads of 16 per rank; k/v: 2 KV heads for 4 ranks, each
+    # replicated twice: rank 3 has KV head 1
+    assert r["layers.0.attn.q_proj.weight"] == (96, 128)
+    assert r["layers.0.attn.k_proj.weight"] == (16, 32)
+    assert r["layers.0.attn.v_proj.weight"] == (16, 32)
+    assert r["layers.0.mlp.gate_proj.weight"] == (192, 256)
+    assert r["layers.0.mlp.up_proj.weight"] == (192, 256)
+    assert r["layers.0.mlp.proj.weight"] == (72, 96)
+    assert not any("down_proj" in k for k in r)
