@@ -14,7 +14,9 @@
 # qutlass, the Rust frontend binary and deep_gemm for other Pythons.
 #
 # Usage, from the repository root after `make` and `make wheel`:
-#   sh scripts/vllm-gpu-payload.sh
+#   sh scripts/vllm-gpu-payload.sh            everything
+#   sh scripts/vllm-gpu-payload.sh --refresh  only phxio's wheel, phxfs and
+#                                             phx, into an existing .vllm2
 # Downloads go through pip (its cache is kept); the wheels are for CPython
 # 3.12 on manylinux x86_64, as the GPU machine runs.
 set -eu
@@ -43,6 +45,15 @@ pipdl() {
 		--platform linux_x86_64 --platform any -d "$@" ||
 		fail "pip download $* failed (no network?)"
 }
+
+if [ "${1:-}" = --refresh ]; then
+	[ -d .vllm2/wheels ] || fail "no .vllm2 to refresh: run without --refresh"
+	rm -f .vllm2/phxio-*.whl
+	cp "$whl" "$BUILD/phxfs" "$BUILD/phx" .vllm2/
+	say "refreshed:"
+	du -sh .vllm1 .vllm2
+	exit 0
+fi
 
 mkdir -p "$dl/vllm" "$dl/wheels"
 say "vLLM $VLLM"
