@@ -272,7 +272,7 @@ def device(name: Any = None) -> Device:
     key = _device_name(name) or ""
     with _shared_lock:
         dev = _shared.get(key)
-        if dev is None:
+        if dev is None or dev.closed:  # closed by someone: open anew
             dev = Device(key or None)
             _shared[key] = dev
             _shared[dev.name] = dev

@@ -69,3 +69,14 @@ def test_dropped_transfer_keeps_its_target_until_done(dev, scratch, rng):
     assert phxio.read_into(scratch / "f", out, stream=s).wait() == len(data)
     assert out.to_bytes() == data
     assert not [tr for tr in _core._inflight if tr.stream.native == s.native]
+
+
+def test_shared_device_reopens_after_close():
+    d = phxio.device("sim0")
+    buf = d.alloc(4096)
+    d.close()
+    again = phxio.device("sim0")
+    assert again is not d and not again.closed
+    assert again.alloc(4096).size == 4096
+    buf.copy_from_host(b"x" * 4096)  # the closed handle's buffer still works
+    assert buf.to_bytes(0, 1) == b"x"
