@@ -177,3 +177,49 @@ def test_tp_rows():
     assert r["layers.0.mlp.up_proj.weight"] == (192, 256)
     assert r["layers.0.mlp.proj.weight"] == (72, 96)
     assert not any("down_proj" in k for k in r)
+
+
+class _Cfg:
+    def __init__(self, model):
+        self.model = str(model)
+        self.revision = None
+        self.quantization = None
+
+
+class _Broken(torch.nn.Module):
+    """A model whose weight loader refuses one tensor, as vLLM's do on a
+    shape mismatch."""
+
+    def __init__(self, bad):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.bad = bad
+
+    def load_weights(self, weights):
+        for name, t in weights:
+            assert name != self.bad, f"shape {tuple(t.shape)} does not fit"
+        return {"w"}
+
+
+def test_vllm_loader_errors_name_file_and_tensor(tmp_path):
+    pytest.importorskip("vllm")
+    from vllm.config.load import LoadConfig
+
+    from phxio import vllm_loader
+
+    d = _checkpoint(tmp_path / "ck", shards=2)
+    vllm_loader.register()
+    loader = vllm_loader._loader_class(LoadConfig(load_format="phoenix"))
+    with pytest.raises(RuntimeError,
+                       match=r"m-1\.safetensors: tensor 'layers\.1\.w2': "
+                       r"shape \(256, 128\)"):
+        loader.load_weights(_Broken("layers.1.w2"), _Cfg(d))
+    with pytest.raises(ValueError, match="no weight for parameter 'w2'"):
+        class _Missing(_Broken):
+            def __init__(self):
+                super().__init__("none")
+                self.w2 = torch.nn.Parameter(torch.zeros(1))
+        loader.load_weights(_Missing(), _Cfg(d))
+    with pytest.raises(ValueError, match="unknown option 'x'"):
+        vllm_loader._loader_class(LoadConfig(
+            load_format="phoenix", model_loader_extra_config={"x": 1}))
