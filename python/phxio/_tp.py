@@ -84,5 +84,8 @@ def vllm_rows(model: Any) -> dict[str, tuple[int, int]]:
     from vllm.distributed import (get_tensor_model_parallel_rank,
                                   get_tensor_model_parallel_world_size)
 
-    return tp_rows(model, get_tensor_model_parallel_world_size(),
-                   get_tensor_model_parallel_rank())
+    try:
+        size = get_tensor_model_parallel_world_size()
+    except AssertionError:  # no parallel groups: not in a vLLM worker
+        return {}
+    return tp_rows(model, size, get_tensor_model_parallel_rank())
