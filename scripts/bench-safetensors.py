@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Benchmark phoenix's safetensors loader and saver against the loaders a
+"""Benchmark phxio's safetensors loader and saver against the loaders a
 user would pick instead, on one GPU.
 
 Cases: a single file of random bytes in mixed dtypes (--size-gib, default
 4) and a checkpoint written by transformers' save_pretrained (Llama-style,
 about 1.6 GB in shards of at most 400 MB).  Loaders, each in its own
 process (so its peak host RSS is its own): safetensors.torch.load_file,
-phoenix.load_safetensors (one worker, the default, and four),
+phxio.load_safetensors (one worker, the default, and four),
 fastsafetensors (GDS on and off), runai-model-streamer's
 SafetensorsStreamer and instanttensor's safe_open;
 the ones not installed are reported and skipped.  Limits measured in the
@@ -18,7 +18,7 @@ load (loaders that use O_DIRECT leave files cold); cold runs drop the
 page cache first (needs root).  The first load of each process is timed
 apart; then --repeat runs of each, median and spread.  After timing,
 every tensor of every loader is compared bit for bit with
-safetensors.torch.load_file's.  Saving: phoenix.save_safetensors against
+safetensors.torch.load_file's.  Saving: phxio.save_safetensors against
 safetensors.torch.save_file and phx_write of the same bytes (into a new
 file, and into one sized first as the save sizes its files), each
 followed by fsync, the files read back and compared.  Prints one table
@@ -49,10 +49,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
-LOADERS = ["safetensors", "phoenix", "phoenix-4threads",
+LOADERS = ["safetensors", "phxio", "phxio-4threads",
            "fastsafetensors-nogds",
            "fastsafetensors-gds", "runai-streamer", "instanttensor"]
-SAVERS = ["phoenix.save_safetensors", "safetensors.save_file", "phx_write",
+SAVERS = ["phxio.save_safetensors", "safetensors.save_file", "phx_write",
           "phx_write-sized"]
 CHUNK = 8 << 20
 
@@ -192,13 +192,13 @@ def loader(name: str, files: list[str], dev: str):
                 out.update(load_file(f, device=dev))
             return out
         return load
-    if name.startswith("phoenix"):
-        import phoenix
+    if name.startswith("phxio"):
+        import phxio
 
         index = Path(files[0]).parent / "model.safetensors.index.json"
         src = index if len(files) > 1 and index.exists() else files
-        threads = 4 if name == "phoenix-4threads" else None
-        return lambda: phoenix.load_safetensors(src, device=dev,
+        threads = 4 if name == "phxio-4threads" else None
+        return lambda: phxio.load_safetensors(src, device=dev,
                                                 threads=threads)
     if name.startswith("fastsafetensors"):
         from fastsafetensors import fastsafe_open
@@ -297,10 +297,10 @@ def versions(args) -> dict:
 
     import torch
 
-    import phoenix
+    import phxio
 
     out = {"gpu": torch.cuda.get_device_name(args.device),
-           "torch": torch.__version__, "libphoenix": phoenix.version()}
+           "torch": torch.__version__, "libphoenix": phxio.version()}
     for pkg in ("safetensors", "transformers", "fastsafetensors",
                 "runai-model-streamer", "instanttensor"):
         try:
@@ -316,14 +316,14 @@ def child_limit(name: str, files: list[str], args) -> dict:
 
     res: dict = {"name": name}
     if name == "phx_read":
-        import phoenix
+        import phxio
 
-        dev = phoenix.Device(args.device)
+        dev = phxio.Device(args.device)
         bufs = [dev.alloc(os.path.getsize(f)) for f in files]
 
         def fn():
             for f, b in zip(files, bufs):
-                phoenix.read_into(f, b)
+                phxio.read_into(f, b)
         for case in ("cold", "hot"):
             res[case] = [timed(fn, files, case == "cold")
                          for _ in range(args.repeat)]
@@ -346,7 +346,7 @@ def child_save(name: str, files: list[str], args) -> dict:
     import torch
     from safetensors.torch import load_file, save_file
 
-    import phoenix
+    import phxio
 
     sd = {}
     for f in files:
@@ -358,7 +358,7 @@ def child_save(name: str, files: list[str], args) -> dict:
     buf = None
     if name.startswith("phx_write"):
         # the same bytes, so that nothing is faster for being zeros
-        buf = phoenix.Device(args.device).alloc(total)
+        buf = phxio.Device(args.device).alloc(total)
         flat = torch.from_dlpack(buf)
         at = 0
         for t in sd.values():
@@ -369,15 +369,15 @@ def child_save(name: str, files: list[str], args) -> dict:
         del flat
 
     def fn():
-        if name == "phoenix.save_safetensors":
-            phoenix.save_safetensors(sd, target)
+        if name == "phxio.save_safetensors":
+            phxio.save_safetensors(sd, target)
         elif name == "safetensors.save_file":
             save_file(sd, str(target))
         elif name == "phx_write-sized":
             write_sized(target, buf, total)
             return
         else:
-            phoenix.write_from(target, buf)
+            phxio.write_from(target, buf)
         fd = os.open(target, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
@@ -513,16 +513,16 @@ def table(rows, args, versions) -> None:
     print(f"device {args.device}, {args.repeat} runs per figure (median, "
           f"min-max), {time.strftime('%Y-%m-%d')}")
     print(", ".join(f"{k} {v}" for k, v in versions.items()))
-    print("| case | peer | GB/s | min-max | vs limit | vs phoenix | "
+    print("| case | peer | GB/s | min-max | vs limit | vs phxio | "
           "peak RSS MiB | bit for bit |")
     print("|---|---|---|---|---|---|---|---|")
     for case, nbytes, results in rows:
         if case == "save":
             limit_name, ours_name, kinds = ("phx_write",
-                                            "phoenix.save_safetensors",
+                                            "phxio.save_safetensors",
                                             ("hot",))
         else:
-            limit_name, ours_name, kinds = None, "phoenix", ("hot", "cold")
+            limit_name, ours_name, kinds = None, "phxio", ("hot", "cold")
         for kind in kinds:
             lim = results.get(limit_name or ("phx_read" if kind == "hot"
                                              else "raw"), {})
@@ -545,9 +545,9 @@ def table(rows, args, versions) -> None:
                       f"| {vs_lim:.2f}x | {vs_us:.2f}x | "
                       f"{r.get('rss', 0) / (1 << 20):.0f} | {ok} |")
     for case, nbytes, results in rows:
-        if case != "save" and results.get("phoenix", {}).get("first"):
-            print(f"phoenix first load in its process ({case}): "
-                  f"{nbytes / results['phoenix']['first'] / 1e9:.2f} GB/s")
+        if case != "save" and results.get("phxio", {}).get("first"):
+            print(f"phxio first load in its process ({case}): "
+                  f"{nbytes / results['phxio']['first'] / 1e9:.2f} GB/s")
     print("raw cold = best of O_DIRECT (8 threads) and one buffered "
           "reader; limits: hot phx_read, cold raw, save phx_write")
 
@@ -564,9 +564,9 @@ def overhead(args) -> int:
     import safetensors
     from safetensors.numpy import save_file
 
-    import phoenix
+    import phxio
 
-    dev = phoenix.Device("sim0")
+    dev = phxio.Device("sim0")
     rng = np.random.default_rng(1)
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         cases = {
@@ -599,18 +599,18 @@ def overhead(args) -> int:
 
             def raw():
                 for f, b in zip(files, bufs):
-                    phoenix.read_into(f, b)
+                    phxio.read_into(f, b)
 
             def alloc_raw():
                 for f in files:
                     b = dev.alloc(os.path.getsize(f))
-                    phoenix.read_into(f, b)
+                    phxio.read_into(f, b)
                     b.free()
 
             def load():
-                return phoenix.load_safetensors(
+                return phxio.load_safetensors(
                     files if len(files) > 1 else files[0], dev,
-                    framework="phoenix")
+                    framework="phxio")
 
             t_raw = median_time(raw, n)
             t_alloc = median_time(alloc_raw, n)
@@ -630,10 +630,10 @@ def save_sim(args) -> int:
     page cache flushed before: what saving costs beyond moving bytes."""
     import numpy as np
 
-    import phoenix
+    import phxio
 
     size = args.size_gib if "--size-gib" in sys.argv else 1.0
-    dev = phoenix.Device("sim0")
+    dev = phxio.Device("sim0")
     rng = np.random.default_rng(3)
     # A Llama-like state dict (hidden 2048, bfloat16 stored as 2-byte
     # ints): embeddings, per layer 4 attention, 3 MLP and 2 norm tensors,
@@ -665,12 +665,12 @@ def save_sim(args) -> int:
                                  dtype=np.int16).tobytes())
     total = src.stat().st_size
     flat = dev.alloc(total)
-    phoenix.read_into(src, flat)
+    phxio.read_into(src, flat)
     sd = {}
     for name, shape in shapes.items():
-        arr = phoenix.DeviceArray(dev.alloc(int(np.prod(shape)) * 2), 0,
-                                  phoenix.DTYPES["I16"], shape)
-        phoenix.read_into(src, arr, offs[name])
+        arr = phxio.DeviceArray(dev.alloc(int(np.prod(shape)) * 2), 0,
+                                  phxio.DTYPES["I16"], shape)
+        phxio.read_into(src, arr, offs[name])
         sd[name] = arr
     src.unlink()
     out = Path(args.dir) / "phx-bench-save-sim"
@@ -679,11 +679,11 @@ def save_sim(args) -> int:
     raw = out / "raw.bin"
 
     def ours():
-        phoenix.save_safetensors(sd, target)
+        phxio.save_safetensors(sd, target)
         fsync(target)
 
     def theirs():
-        phoenix.write_from(raw, flat)
+        phxio.write_from(raw, flat)
         fsync(raw)
 
     def theirs_sized():
@@ -703,7 +703,7 @@ def save_sim(args) -> int:
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    back = phoenix.load_safetensors(target, dev, framework="numpy")
+    back = phxio.load_safetensors(target, dev, framework="numpy")
     bad = [k for k, a in sd.items() if back[k].tobytes() !=
            a.numpy().tobytes()]
     shutil.rmtree(out, ignore_errors=True)
@@ -723,12 +723,12 @@ def save_sim(args) -> int:
 def write_sized(path, buf, total: int) -> None:
     """phx_write into a file truncated to its final size first (as
     save_safetensors does), up to fsync."""
-    import phoenix
+    import phxio
 
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, total)
-        phoenix.write_from(fd, buf, size=total)
+        phxio.write_from(fd, buf, size=total)
         os.fsync(fd)
     finally:
         os.close(fd)

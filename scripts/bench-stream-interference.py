@@ -4,7 +4,7 @@ transfers run on another stream of the same GPU?
 
 A bf16 matmul loop runs on one torch stream, alone and then while a
 thread moves a hot file into device memory over and over: stream-ordered
-through phoenix (the stream's own copy engine copies, PHX_STREAM_WAIT=copy,
+through phxio (the stream's own copy engine copies, PHX_STREAM_WAIT=copy,
 the default), stream-ordered through the copy kernel
 (PHX_STREAM_WAIT=kernel), and phx_read (synchronous) for reference.  Each
 case runs in a fresh process.  Prints the matmul's TFLOP/s and its ratio
@@ -28,8 +28,8 @@ import time
 
 CASES = [
     ("alone", None, "matmul alone (limit)"),
-    ("copy", "copy", "+ phoenix stream-ordered reads (copy engine)"),
-    ("kernel", "kernel", "+ phoenix stream-ordered reads (copy kernel)"),
+    ("copy", "copy", "+ phxio stream-ordered reads (copy engine)"),
+    ("kernel", "kernel", "+ phxio stream-ordered reads (copy kernel)"),
     ("sync", "copy", "+ phx_read on a thread (synchronous)"),
 ]
 
@@ -37,7 +37,7 @@ CASES = [
 def run_case(args: argparse.Namespace) -> dict:
     import torch
 
-    import phoenix
+    import phxio
 
     n = args.n
     a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
@@ -49,7 +49,7 @@ def run_case(args: argparse.Namespace) -> dict:
     torch.cuda.synchronize()
     dst = torch.empty(os.path.getsize(args.file), dtype=torch.uint8,
                       device="cuda")
-    phoenix.read_into(args.file, dst)  # opens the device, pins staging
+    phxio.read_into(args.file, dst)  # opens the device, pins staging
     stop = threading.Event()
     moved = [0, 0.0]
 
@@ -58,9 +58,9 @@ def run_case(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         while not stop.is_set():
             if args.case == "sync":
-                got = phoenix.read_into(args.file, dst)
+                got = phxio.read_into(args.file, dst)
             else:
-                got = phoenix.read_into(args.file, dst, stream=xs).wait()
+                got = phxio.read_into(args.file, dst, stream=xs).wait()
             assert got == dst.numel(), got
             moved[0] += got
         moved[1] = time.perf_counter() - t0

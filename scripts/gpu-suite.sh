@@ -73,7 +73,7 @@ for s in "$@"; do
 		step st-sharded 200 $st --repeat 1 --cases sharded,save ;;
 	st-save) wheels
 		step st-save 150 $st --repeat 1 --cases save \
-			--loaders safetensors,phoenix ;;
+			--loaders safetensors,phxio ;;
 	phxfs) step phxfs 300 env SIZE="${PHXFS_SIZE:-4G}" URING=on \
 		MODES="${MODES:-direct direct,io_uring direct,blksize=16M}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;

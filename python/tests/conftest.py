@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import phoenix
+import phxio
 
 
 def scratch_dirs() -> list[Path]:
@@ -41,9 +41,9 @@ def rng(request) -> np.random.Generator:
 
 
 @pytest.fixture
-def dev() -> phoenix.Device:
+def dev() -> phxio.Device:
     """The default device (sim0 without a GPU)."""
-    d = phoenix.Device()
+    d = phxio.Device()
     yield d
     d.close()
 
@@ -57,12 +57,12 @@ def random_file(path: Path, size: int, rng: np.random.Generator) -> bytes:
 # Tests that look at device memory from the host (NumPy views, host
 # arrays as targets) need the simulated device; the rest run on any.
 needs_host_views = pytest.mark.skipif(
-    phoenix.default_kind()[0] == "cuda",
+    phxio.default_kind()[0] == "cuda",
     reason="host views need the simulated device")
 
 # The directory prefix of each device kind: gpu0, sim0, phx0.
 PREFIX = {"cuda": "gpu", "sim": "sim", "kmod": "phx"}
 
 
-def host_visible(dev: phoenix.Device) -> bool:
+def host_visible(dev: phxio.Device) -> bool:
     return dev.kind != "cuda"

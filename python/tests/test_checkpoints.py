@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import safetensors
 
-import phoenix
+import phxio
 from conftest import needs_host_views
 from test_safetensors import check_same, reference, write_checkpoint
 
@@ -63,7 +63,7 @@ def test_every_input_form(scratch, rng, form):
            "index": scratch / "model.safetensors.index.json",
            "list": [scratch / f for f in files]}[form]
     meta: dict = {}
-    got = phoenix.load_safetensors(arg, framework="numpy", metadata=meta)
+    got = phxio.load_safetensors(arg, framework="numpy", metadata=meta)
     same_as(union(scratch, files), got)
     assert meta == {"format": "pt"}
 
@@ -72,7 +72,7 @@ def test_every_input_form(scratch, rng, form):
 def test_single_file_and_str_path(scratch, rng):
     write_checkpoint(scratch / "one.safetensors", rng,
                      {"a": ("float32", (3, 3)), "b": ("int8", (5,))})
-    got = phoenix.load_safetensors(str(scratch / "one.safetensors"),
+    got = phxio.load_safetensors(str(scratch / "one.safetensors"),
                                    framework="numpy")
     check_same(scratch / "one.safetensors", got)
 
@@ -81,15 +81,15 @@ def test_single_file_and_str_path(scratch, rng):
 @pytest.mark.parametrize("threads", [1, 2, 5])
 def test_big_shards_share_workers(scratch, rng, threads):
     wmap = sharded(scratch, rng, nshards=4, per=3, big=True)
-    got = phoenix.load_safetensors(scratch, framework="numpy",
+    got = phxio.load_safetensors(scratch, framework="numpy",
                                    threads=threads)
     same_as(union(scratch, set(wmap.values())), got)
 
 
 _STAGING_PROBE = """
-import sys, phoenix
-dev = phoenix.Device("sim0")
-phoenix.load_safetensors(sys.argv[1], dev, framework="phoenix",
+import sys, phxio
+dev = phxio.Device("sim0")
+phxio.load_safetensors(sys.argv[1], dev, framework="phxio",
                          threads=int(sys.argv[2]))
 print(dev.stats()["pinned_bytes"])
 """
@@ -117,12 +117,12 @@ def test_workers_share_the_staging(scratch, rng, threads):
 def test_bad_thread_counts_are_refused(scratch, rng, monkeypatch):
     sharded(scratch, rng, nshards=1, per=2)
     with pytest.raises(ValueError, match="threads must be at least 1"):
-        phoenix.load_safetensors(scratch, threads=0)
+        phxio.load_safetensors(scratch, threads=0)
     monkeypatch.setenv("PHX_LOAD_THREADS", "many")
     with pytest.raises(ValueError, match="PHX_LOAD_THREADS='many'"):
-        phoenix.load_safetensors(scratch)
+        phxio.load_safetensors(scratch)
     with pytest.raises(ValueError, match="PHX_LOAD_THREADS='many'"):
-        phoenix.save_safetensors({"a": np.ones(3)}, scratch / "o")
+        phxio.save_safetensors({"a": np.ones(3)}, scratch / "o")
     assert not (scratch / "o").exists()
 
 
@@ -130,18 +130,18 @@ def test_bad_thread_counts_are_refused(scratch, rng, monkeypatch):
 def test_select_prefix_predicate_names(dev, scratch, rng):
     wmap = sharded(scratch, rng, nshards=2, per=4, big=True)
     ref = union(scratch, set(wmap.values()))
-    got = phoenix.load_safetensors(scratch, framework="numpy",
+    got = phxio.load_safetensors(scratch, framework="numpy",
                                    select="model.layers.1")
     assert set(got) == {n for n in ref if n.startswith("model.layers.1")}
     same_as({n: ref[n] for n in got}, got)
-    odd = phoenix.load_safetensors(
+    odd = phxio.load_safetensors(
         scratch, framework="numpy",
         select=lambda n: int(n.split(".")[2]) % 2 == 1)
     assert set(odd) == {f"model.layers.{i}.w" for i in (1, 3, 5, 7)}
     same_as({n: ref[n] for n in odd}, odd)
     two = ["model.layers.2.w", "model.layers.5.w"]
     moved = sum(dev.stats()[p] for p in ("staged", "buffered", "p2p"))
-    got = phoenix.load_safetensors(scratch, framework="numpy", select=two)
+    got = phxio.load_safetensors(scratch, framework="numpy", select=two)
     same_as({n: ref[n] for n in two}, got)
     # only the selected tensors' bytes were read (and the rest of the
     # 4 KiB blocks they start in), not the 6 others'
@@ -155,19 +155,19 @@ def test_select_prefix_predicate_names(dev, scratch, rng):
 def test_select_skips_unneeded_shards(scratch, rng):
     wmap = sharded(scratch, rng, nshards=3, per=2)
     (scratch / "model-00003-of-00003.safetensors").unlink()
-    got = phoenix.load_safetensors(scratch, framework="numpy",
+    got = phxio.load_safetensors(scratch, framework="numpy",
                                    select=["model.layers.0.w"])
     assert list(got) == ["model.layers.0.w"]
     with pytest.raises(FileNotFoundError, match="00003.*missing.*layers"):
-        phoenix.load_safetensors(scratch, framework="numpy")
+        phxio.load_safetensors(scratch, framework="numpy")
     assert wmap
 
 
 def test_select_unknown_name(scratch, rng):
     sharded(scratch, rng, nshards=2, per=2)
-    with pytest.raises(phoenix.SafetensorsError,
+    with pytest.raises(phxio.SafetensorsError,
                        match="no tensor named 'nope'"):
-        phoenix.load_safetensors(scratch, framework="phoenix",
+        phxio.load_safetensors(scratch, framework="phxio",
                                  select=["model.layers.0.w", "nope"])
 
 
@@ -180,7 +180,7 @@ def test_missing_shard_names_file_and_tensor(dev, scratch, rng):
     (scratch / "model-00002-of-00003.safetensors").unlink()
     before = held(dev)
     with pytest.raises(FileNotFoundError) as e:
-        phoenix.load_safetensors(scratch, framework="phoenix")
+        phxio.load_safetensors(scratch, framework="phxio")
     assert "model-00002-of-00003.safetensors" in str(e.value)
     assert "model.layers.2.w" in str(e.value)
     assert held(dev) == before
@@ -193,10 +193,10 @@ def test_name_listed_twice(dev, scratch, rng):
     write_checkpoint(scratch / "b.safetensors", rng,
                      {"z": ("float32", (4,)), "x": ("int8", (2,))})
     before = held(dev)
-    with pytest.raises(phoenix.SafetensorsError,
+    with pytest.raises(phxio.SafetensorsError,
                        match=r"'x' is listed twice: in .*a\.safetensors "
                              r"and in .*b\.safetensors"):
-        phoenix.load_safetensors(scratch, framework="phoenix")
+        phxio.load_safetensors(scratch, framework="phxio")
     assert held(dev) == before
 
 
@@ -206,9 +206,9 @@ def test_index_lists_tensor_not_in_shard(dev, scratch, rng):
     (scratch / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": wmap}))
     before = held(dev)
-    with pytest.raises(phoenix.SafetensorsError,
+    with pytest.raises(phxio.SafetensorsError,
                        match="00001-of-00002.safetensors: tensor 'ghost'"):
-        phoenix.load_safetensors(scratch, framework="phoenix")
+        phxio.load_safetensors(scratch, framework="phxio")
     assert held(dev) == before
 
 
@@ -217,20 +217,20 @@ def test_truncated_shard(dev, scratch, rng):
     f = scratch / "model-00003-of-00003.safetensors"
     os.truncate(f, f.stat().st_size - 100)
     before = held(dev)
-    with pytest.raises(phoenix.SafetensorsError,
+    with pytest.raises(phxio.SafetensorsError,
                        match=r"00003-of-00003.safetensors: tensor "
                              r"'model.layers.[45].w': truncated"):
-        phoenix.load_safetensors(scratch, framework="phoenix")
+        phxio.load_safetensors(scratch, framework="phxio")
     assert held(dev) == before
 
 
 def test_truncated_header(scratch):
     (scratch / "x.safetensors").write_bytes(struct.pack("<Q", 500) + b"{")
-    with pytest.raises(phoenix.SafetensorsError,
+    with pytest.raises(phxio.SafetensorsError,
                        match="x.safetensors: truncated: the header says "
                              "500 bytes"):
-        phoenix.load_safetensors(scratch / "x.safetensors",
-                                 framework="phoenix")
+        phxio.load_safetensors(scratch / "x.safetensors",
+                                 framework="phxio")
 
 
 def test_bad_header_in_second_file(dev, scratch, rng):
@@ -238,41 +238,41 @@ def test_bad_header_in_second_file(dev, scratch, rng):
                      {"x": ("float32", (256, 1024))})
     (scratch / "b.safetensors").write_bytes(struct.pack("<Q", 4) + b"nope")
     before = held(dev)
-    with pytest.raises(phoenix.SafetensorsError,
+    with pytest.raises(phxio.SafetensorsError,
                        match="b.safetensors: bad header: not JSON"):
-        phoenix.load_safetensors([scratch / "a.safetensors",
+        phxio.load_safetensors([scratch / "a.safetensors",
                                   scratch / "b.safetensors"],
-                                 framework="phoenix")
+                                 framework="phxio")
     assert held(dev) == before
 
 
 def test_bad_index(scratch):
     (scratch / "model.safetensors.index.json").write_text('{"x": 1}')
-    with pytest.raises(phoenix.SafetensorsError, match="no \"weight_map\""):
-        phoenix.load_safetensors(scratch, framework="phoenix")
+    with pytest.raises(phxio.SafetensorsError, match="no \"weight_map\""):
+        phxio.load_safetensors(scratch, framework="phxio")
     (scratch / "model.safetensors.index.json").write_text("{")
-    with pytest.raises(phoenix.SafetensorsError, match="not JSON"):
-        phoenix.load_safetensors(scratch, framework="phoenix")
+    with pytest.raises(phxio.SafetensorsError, match="not JSON"):
+        phxio.load_safetensors(scratch, framework="phxio")
 
 
 def test_empty_inputs(scratch):
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
-        phoenix.load_safetensors(scratch, framework="phoenix")
+        phxio.load_safetensors(scratch, framework="phxio")
     with pytest.raises(ValueError, match="list of files is empty"):
-        phoenix.load_safetensors([], framework="phoenix")
+        phxio.load_safetensors([], framework="phxio")
     with pytest.raises(FileNotFoundError):
-        phoenix.load_safetensors(scratch / "none.safetensors",
-                                 framework="phoenix")
+        phxio.load_safetensors(scratch / "none.safetensors",
+                                 framework="phxio")
 
 
 def test_out_of_device_memory_frees_earlier_files(scratch, rng):
     sharded(scratch, rng, nshards=3, per=2, big=True)
-    with phoenix.Device() as dev:
+    with phxio.Device() as dev:
         before = held(dev)
         dev.set_limit(before + 3 * MiB)  # room for the first shard only
         try:
-            with pytest.raises(phoenix.PhoenixError) as e:
-                phoenix.load_safetensors(scratch, dev, framework="phoenix")
+            with pytest.raises(phxio.PhoenixError) as e:
+                phxio.load_safetensors(scratch, dev, framework="phxio")
             assert e.value.errno == 28
             assert held(dev) == before
         finally:
@@ -293,7 +293,7 @@ def arrays(rng) -> dict:
 @needs_host_views
 def test_save_round_trip(scratch, rng):
     src = arrays(rng)
-    out = phoenix.save_safetensors(src, scratch / "m.safetensors",
+    out = phxio.save_safetensors(src, scratch / "m.safetensors",
                                    metadata={"format": "pt"})
     assert out == [str(scratch / "m.safetensors")]
     ref = reference(scratch / "m.safetensors")  # the safetensors parser
@@ -306,7 +306,7 @@ def test_save_round_trip(scratch, rng):
         assert theirs[name].dtype == arr.dtype
         assert np.array_equal(theirs[name], arr)
     meta: dict = {}
-    back = phoenix.load_safetensors(scratch / "m.safetensors",
+    back = phxio.load_safetensors(scratch / "m.safetensors",
                                     framework="numpy", metadata=meta)
     assert meta == {"format": "pt"}
     for name, arr in src.items():
@@ -323,17 +323,17 @@ def test_save_merges_tensors_that_follow_each_other(dev, scratch, rng):
     write_checkpoint(scratch / "in.safetensors", rng,
                      {"a": ("float32", (300, 77)), "b": ("int64", (1001,)),
                       "c": ("bfloat16", (64, 4096))})
-    loaded = phoenix.load_safetensors(scratch / "in.safetensors", dev,
-                                      framework="phoenix")
-    other = phoenix.load_safetensors(scratch / "in.safetensors", dev,
-                                     framework="phoenix", select=["b"])
+    loaded = phxio.load_safetensors(scratch / "in.safetensors", dev,
+                                      framework="phxio")
+    other = phxio.load_safetensors(scratch / "in.safetensors", dev,
+                                     framework="phxio", select=["b"])
     before = dev.stats()["ios"]
-    phoenix.save_safetensors(loaded, scratch / "one.safetensors")
+    phxio.save_safetensors(loaded, scratch / "one.safetensors")
     assert dev.stats()["ios"] - before == 1
     assert reference(scratch / "one.safetensors") == \
         reference(scratch / "in.safetensors")
     before = dev.stats()["ios"]
-    phoenix.save_safetensors(dict(loaded, b=other["b"]),
+    phxio.save_safetensors(dict(loaded, b=other["b"]),
                              scratch / "three.safetensors")
     assert dev.stats()["ios"] - before == 2  # b (elsewhere) | a c
     assert reference(scratch / "three.safetensors") == \
@@ -346,9 +346,9 @@ def test_save_device_arrays(dev, scratch, rng):
                      {"w": ("bfloat16", (512, 1024)),
                       "q": ("float8_e4m3fn", (33,)),
                       "i": ("int32", (7, 9))})
-    loaded = phoenix.load_safetensors(scratch / "in.safetensors", dev,
-                                      framework="phoenix")
-    phoenix.save_safetensors(loaded, scratch / "out.safetensors")
+    loaded = phxio.load_safetensors(scratch / "in.safetensors", dev,
+                                      framework="phxio")
+    phxio.save_safetensors(loaded, scratch / "out.safetensors")
     assert reference(scratch / "out.safetensors") == \
         reference(scratch / "in.safetensors")
 
@@ -358,8 +358,8 @@ def test_save_device_arrays(dev, scratch, rng):
 def test_save_sharded_with_index(scratch, rng, limit):
     src = {f"layer.{i}.w": rng.standard_normal(128 * 256).astype(np.float32)
            for i in range(8)}  # 128 KiB each
-    files = phoenix.save_safetensors(src, scratch, max_shard_size=limit,
-                                     metadata={"who": "phoenix"})
+    files = phxio.save_safetensors(src, scratch, max_shard_size=limit,
+                                     metadata={"who": "phxio"})
     index = scratch / "model.safetensors.index.json"
     assert files[-1] == str(index)
     shards = files[:-1]
@@ -373,7 +373,7 @@ def test_save_sharded_with_index(scratch, rng, limit):
         for name, (_, _, data) in reference(scratch / f).items():
             assert doc["weight_map"][name] == os.path.basename(f)
             assert data == src[name].tobytes()
-    back = phoenix.load_safetensors(scratch, framework="numpy")
+    back = phxio.load_safetensors(scratch, framework="numpy")
     for name, arr in src.items():
         assert back[name].tobytes() == arr.tobytes()
     assert sorted(os.listdir(scratch)) == sorted(
@@ -383,26 +383,26 @@ def test_save_sharded_with_index(scratch, rng, limit):
 def test_save_errors_leave_nothing(scratch, rng):
     src = {"a": np.ones(10, np.float32)}
     with pytest.raises(ValueError, match="metadata must map strings"):
-        phoenix.save_safetensors(src, scratch / "m.safetensors",
+        phxio.save_safetensors(src, scratch / "m.safetensors",
                                  metadata={"n": 1})
     with pytest.raises(ValueError, match="reserved"):
-        phoenix.save_safetensors({"__metadata__": src["a"]},
+        phxio.save_safetensors({"__metadata__": src["a"]},
                                  scratch / "m.safetensors")
     with pytest.raises(TypeError, match="tensor 'x': cannot save"):
-        phoenix.save_safetensors({"x": [1, 2]}, scratch / "m.safetensors")
+        phxio.save_safetensors({"x": [1, 2]}, scratch / "m.safetensors")
     with pytest.raises(ValueError, match="max_shard_size 'lots'"):
-        phoenix.save_safetensors(src, scratch, max_shard_size="lots")
+        phxio.save_safetensors(src, scratch, max_shard_size="lots")
     with pytest.raises(FileNotFoundError):
-        phoenix.save_safetensors(src, scratch / "no" / "m.safetensors")
+        phxio.save_safetensors(src, scratch / "no" / "m.safetensors")
     assert os.listdir(scratch) == []
 
 
 @needs_host_views
 def test_save_replaces_only_when_complete(scratch, rng):
     first = {"a": np.arange(100, dtype=np.int16)}
-    phoenix.save_safetensors(first, scratch / "m.safetensors")
+    phxio.save_safetensors(first, scratch / "m.safetensors")
     with pytest.raises(ValueError):
-        phoenix.save_safetensors({"a": np.ones(3), "b": np.ones(3)},
+        phxio.save_safetensors({"a": np.ones(3), "b": np.ones(3)},
                                  scratch / "m.safetensors",
                                  metadata={"bad": 2})
     assert reference(scratch / "m.safetensors")["a"][2] == \
@@ -415,9 +415,9 @@ def test_safetensors_torch_format_is_read(scratch, rng):
     """A file safetensors wrote, saved again by us, is identical data."""
     write_checkpoint(scratch / "in.safetensors", rng,
                      {f"t{i}": ("float32", (i + 1, 3)) for i in range(20)})
-    got = phoenix.load_safetensors(scratch / "in.safetensors",
+    got = phxio.load_safetensors(scratch / "in.safetensors",
                                    framework="numpy")
-    phoenix.save_safetensors(got, scratch / "out.safetensors")
+    phxio.save_safetensors(got, scratch / "out.safetensors")
     ours = safetensors.deserialize((scratch / "out.safetensors").read_bytes())
     theirs = safetensors.deserialize((scratch / "in.safetensors")
                                      .read_bytes())
@@ -438,10 +438,10 @@ def test_file_shrinking_during_the_load(dev, scratch, rng):
         return True
 
     before = held(dev)
-    with pytest.raises(phoenix.SafetensorsError,
+    with pytest.raises(phxio.SafetensorsError,
                        match=r"00002-of-00002.safetensors: tensor "
                              r"'model.layers.\d.w': truncated: the file "
                              r"ends at byte"):
-        phoenix.load_safetensors(scratch, framework="phoenix",
+        phxio.load_safetensors(scratch, framework="phxio",
                                  select=shrink)
     assert held(dev) == before

@@ -7,44 +7,44 @@ import errno
 import numpy as np
 import pytest
 
-import phoenix
-from phoenix import _dlpack
+import phxio
+from phxio import _dlpack
 from conftest import PREFIX, needs_host_views
 
-KIND = phoenix.default_kind()[0]
+KIND = phxio.default_kind()[0]
 NAME0 = PREFIX.get(KIND, "sim") + "0"
 
 
 def test_version_and_devices():
-    assert phoenix.version().count(".") == 2
-    kind, why = phoenix.default_kind()
+    assert phxio.version().count(".") == 2
+    kind, why = phxio.default_kind()
     assert kind in PREFIX and why
-    devs = phoenix.devices()
+    devs = phxio.devices()
     assert devs and devs[0].name == NAME0 and devs[0].kind == kind
     assert devs[0].capacity > 0
-    assert phoenix.devices(kind)[0].name == NAME0
+    assert phxio.devices(kind)[0].name == NAME0
 
 
 def test_device_open_close_and_names():
-    with phoenix.Device(NAME0) as d:
+    with phxio.Device(NAME0) as d:
         assert d.name == NAME0 and d.kind == KIND and d.index == 0
         assert NAME0 in repr(d)
-    with phoenix.Device(f"{KIND}:0") as d:
+    with phxio.Device(f"{KIND}:0") as d:
         assert d.name == NAME0
-    assert phoenix.device(NAME0) is phoenix.device(NAME0)
+    assert phxio.device(NAME0) is phxio.device(NAME0)
 
 
 def test_bad_device_is_oserror_with_errno():
     bad = NAME0[:-1] + "99"
-    with pytest.raises(phoenix.PhoenixError) as ei:
-        phoenix.Device(bad)
+    with pytest.raises(phxio.PhoenixError) as ei:
+        phxio.Device(bad)
     assert isinstance(ei.value, OSError)
     assert ei.value.errno in (errno.ENODEV, errno.EINVAL)
     assert bad in str(ei.value)
 
 
 def test_out_of_memory_is_enospc(dev):
-    with pytest.raises(phoenix.PhoenixError) as ei:
+    with pytest.raises(phxio.PhoenixError) as ei:
         dev.alloc(dev.info.capacity + (1 << 30))
     assert ei.value.errno in (errno.ENOSPC, errno.EFBIG)
     assert ei.value.strerror
@@ -62,7 +62,7 @@ def test_alloc_zeroed_and_host_copy(dev, rng):
     assert buf.to_bytes(0, 3) == b"xyz"
     buf.free()
     assert "freed" in repr(buf)
-    with pytest.raises(phoenix.PhoenixError):
+    with pytest.raises(phxio.PhoenixError):
         buf.size
 
 

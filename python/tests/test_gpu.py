@@ -8,14 +8,14 @@ import os
 import numpy as np
 import pytest
 
-import phoenix
+import phxio
 from conftest import random_file
 from phxfile_abi import PENDING, Op, handle, library_path, \
     load_like_lmcache
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or phoenix.default_kind()[0] != "cuda",
+    not torch.cuda.is_available() or phxio.default_kind()[0] != "cuda",
     reason="needs torch with CUDA and PHX_DEVICE=cuda")
 
 
@@ -64,14 +64,14 @@ def test_read_into_tensor(scratch, rng, dtype):
     t = torch.empty((1000, 333), dtype=dtype, device="cuda")
     nbytes = t.numel() * t.element_size()
     for off in (0, 1, 4096, 12345):
-        assert phoenix.read_into(scratch / "f", t, off) == nbytes
+        assert phxio.read_into(scratch / "f", t, off) == nbytes
         got = t.view(torch.uint8).reshape(-1).cpu()
         assert torch.equal(got, file_tensor(data, off, nbytes))
 
 
 def test_write_from_tensor(scratch):
     t = torch.randint(0, 255, (3 << 20,), dtype=torch.uint8, device="cuda")
-    assert phoenix.write_from(scratch / "out", t) == 3 << 20
+    assert phxio.write_from(scratch / "out", t) == 3 << 20
     assert (scratch / "out").read_bytes() == t.cpu().numpy().tobytes()
 
 
@@ -80,7 +80,7 @@ def test_read_batch_into_tensor_slices(scratch, rng):
     t = torch.zeros(64 * 65536, dtype=torch.uint8, device="cuda")
     items = [((63 - i) * 262144, 65536, t[i * 65536:(i + 1) * 65536])
              for i in range(64)]
-    assert phoenix.read_batch(scratch / "f", items) == [65536] * 64
+    assert phxio.read_batch(scratch / "f", items) == [65536] * 64
     got = t.cpu().numpy().reshape(64, 65536)
     ref = np.frombuffer(data, np.uint8)
     for i in range(64):
@@ -94,12 +94,12 @@ def test_read_into_on_a_torch_stream(scratch, rng):
     s = torch.cuda.Stream()
     # Loading a kernel waits for the GPU to finish what is queued, so load
     # ours (the device opens) and torch's add before the stream is held.
-    phoenix.device("cuda:0")
+    phxio.device("cuda:0")
     t.add_(1)  # the read overwrites all of it
     torch.cuda.synchronize()
     with torch.cuda.stream(s):
         flag = hold(s)  # the read waits behind this
-        tr = phoenix.read_into(scratch / "f", t, stream=s)
+        tr = phxio.read_into(scratch / "f", t, stream=s)
         t.add_(1)  # and this waits for the read
     assert not tr.done()
     flag[0] = 1
@@ -186,7 +186,7 @@ def test_load_safetensors_matches_safetensors(scratch, rng):
     gib = float(os.environ.get("PHX_TEST_CKPT_GIB", "2.5"))
     path = scratch / "model.safetensors"
     _checkpoint(path, gib, rng)
-    ours = phoenix.load_safetensors(path, device="cuda:0")
+    ours = phxio.load_safetensors(path, device="cuda:0")
     ref = load_file(str(path), device="cuda:0")
     assert set(ours) == set(ref) and len(ref) > 10
     for k, r in ref.items():

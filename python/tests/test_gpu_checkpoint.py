@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-import phoenix
+import phxio
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or phoenix.default_kind()[0] != "cuda",
+    not torch.cuda.is_available() or phxio.default_kind()[0] != "cuda",
     reason="needs torch with CUDA, transformers and PHX_DEVICE=cuda")
 
 
@@ -48,7 +48,7 @@ def test_transformers_sharded_checkpoint(scratch):
                                 "model.safetensors.index.json").exists()
     want = logits(model, inputs())
 
-    sd = phoenix.load_safetensors(scratch, device="cuda:0")
+    sd = phxio.load_safetensors(scratch, device="cuda:0")
     assert all(t.is_cuda for t in sd.values())
     fresh, _ = llama(1, config)
     assert not torch.equal(logits(fresh, inputs()), want)
@@ -56,7 +56,7 @@ def test_transformers_sharded_checkpoint(scratch):
     assert torch.equal(logits(fresh, inputs()), want)
 
     # a tensor-parallel style part: only layer 1, nothing else read
-    part = phoenix.load_safetensors(scratch, device="cuda:0",
+    part = phxio.load_safetensors(scratch, device="cuda:0",
                                     select="model.layers.1.")
     assert part and all(k.startswith("model.layers.1.") for k in part)
     for k, t in part.items():
@@ -70,7 +70,7 @@ def test_save_then_transformers_loads(scratch):
     model, config = llama(2)
     want = logits(model, inputs())
     sd = {k: v.detach() for k, v in model.state_dict().items()}
-    files = phoenix.save_safetensors(sd, scratch / "model.safetensors",
+    files = phxio.save_safetensors(sd, scratch / "model.safetensors",
                                      metadata={"format": "pt"},
                                      max_shard_size="2MB")
     assert files[-1].endswith("model.safetensors.index.json")
@@ -86,7 +86,7 @@ def test_save_then_transformers_loads(scratch):
     # the last bits): the weights are exact, the logits within rounding
     torch.testing.assert_close(logits(again, inputs()), want,
                                rtol=1e-5, atol=1e-5)
-    back = phoenix.load_safetensors(scratch, device="cuda:0")
+    back = phxio.load_safetensors(scratch, device="cuda:0")
     assert set(back) == set(sd)
     for k, t in back.items():
         assert torch.equal(t, sd[k]), k

@@ -15,12 +15,12 @@ import threading
 import numpy as np
 import pytest
 
-import phoenix
+import phxio
 from conftest import random_file
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or phoenix.default_kind()[0] != "cuda",
+    not torch.cuda.is_available() or phxio.default_kind()[0] != "cuda",
     reason="needs torch with CUDA and PHX_DEVICE=cuda")
 
 # Twenty kernels this process has not launched before: each first launch
@@ -41,7 +41,7 @@ def test_no_hang_with_a_synchronizing_thread_and_lazy_kernels(
         scratch, rng, mode):
     size = 32 << 20
     data = random_file(scratch / "f", size, rng)
-    dev = phoenix.device("cuda:0")
+    dev = phxio.device("cuda:0")
     t = torch.zeros(size, dtype=torch.uint8, device="cuda")
     s = torch.cuda.Stream()
     x = torch.rand(1 << 16, device="cuda") + 0.5
@@ -62,9 +62,9 @@ def test_no_hang_with_a_synchronizing_thread_and_lazy_kernels(
                 a = torch.rand(2048, 2048, device="cuda")
                 busy = a @ a  # the transfer queues behind real work
                 if mode == "read":
-                    tr = phoenix.read_into(scratch / "f", t, stream=s)
+                    tr = phxio.read_into(scratch / "f", t, stream=s)
                 else:
-                    tr = phoenix.write_from(scratch / "out", t, stream=s)
+                    tr = phxio.write_from(scratch / "out", t, stream=s)
                 y = first(x)  # a first launch right behind it
                 t.add_(1)
             assert tr.wait() == size, f"round {i}"

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import phoenix
+import phxio
 from conftest import random_file
 
 BUILD = Path(os.environ.get("PHX_BUILD_DIR",
@@ -45,7 +45,7 @@ def test_open_file_maps_in_place(mount, rng):
     data = rng.integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
     f = mount / "buf1"
     f.write_bytes(data)
-    buf = phoenix.open_file(f)
+    buf = phxio.open_file(f)
     assert buf.size == len(data)
     assert buf.device.name == os.getxattr(f, "user.phx.device").decode()
     assert buf.to_bytes() == data
@@ -63,8 +63,8 @@ def test_read_into_a_phxfs_file(mount, rng, tmp_path):
     data = random_file(src, 1 << 20, rng)
     f = mount / "dst"
     f.write_bytes(bytes(1 << 20))
-    buf = phoenix.open_file(f)
-    assert phoenix.read_into(src, buf) == 1 << 20
+    buf = phxio.open_file(f)
+    assert phxio.read_into(src, buf) == 1 << 20
     assert f.read_bytes() == data
     buf.free()
     f.unlink()
@@ -73,7 +73,7 @@ def test_read_into_a_phxfs_file(mount, rng, tmp_path):
 def test_mapping_outlives_unlink(mount, rng):
     f = mount / "gone"
     f.write_bytes(b"still here")
-    buf = phoenix.open_file(f)
+    buf = phxio.open_file(f)
     f.unlink()
     assert buf.to_bytes() == b"still here"
     buf.free()
@@ -81,8 +81,8 @@ def test_mapping_outlives_unlink(mount, rng):
 
 def test_not_a_phxfs_file(tmp_path):
     (tmp_path / "plain").write_bytes(b"x")
-    with pytest.raises(phoenix.PhoenixError) as ei:
-        phoenix.open_file(tmp_path / "plain")
+    with pytest.raises(phxio.PhoenixError) as ei:
+        phxio.open_file(tmp_path / "plain")
     assert ei.value.errno in (errno.ENODATA, errno.ENOTSUP)
     assert "phxfs" in str(ei.value)
 
@@ -96,7 +96,7 @@ def test_status_names_are_exact_bytes(mount):
         with open(os.path.join(os.fsencode(mount), n), "wb") as fh:
             fh.write(b"x")
     try:
-        st = phoenix.phxfs_status(mount)
+        st = phxio.phxfs_status(mount)
         dev = mount.name
         assert [d["name"] for d in st["devices"]] == \
             sorted(os.listdir(mount.parent))

@@ -12,11 +12,11 @@ import subprocess
 import numpy as np
 import pytest
 
-import phoenix
+import phxio
 from conftest import random_file
 from phxfile_abi import ABI, Op, handle, library_path, load_like_lmcache
 
-pytestmark = pytest.mark.skipif(phoenix.default_kind()[0] == "cuda",
+pytestmark = pytest.mark.skipif(phxio.default_kind()[0] == "cuda",
                                 reason="host views need the simulated device")
 
 
@@ -29,7 +29,7 @@ def phx():
 
 
 @contextlib.contextmanager
-def stream(lib, dev: phoenix.Device):
+def stream(lib, dev: phxio.Device):
     """A stream known to the library from registration to deregistration,
     as the ABI asks: a stream must outlive its registration."""
     with dev.stream() as s:
@@ -52,7 +52,7 @@ def test_exports_exactly_the_abi():
 
 
 def test_buf_register(phx):
-    dev = phoenix.device()
+    dev = phxio.device()
     buf = dev.alloc(1 << 20)
     addr = ctypes.c_void_p(buf.dptr)
     assert phx.phxFileBufRegister(addr, 1 << 20) == 0
@@ -68,7 +68,7 @@ def test_buf_register(phx):
 
 def test_read_and_write_on_a_stream(phx, scratch, rng):
     data = random_file(scratch / "f", 1 << 20, rng)
-    dev = phoenix.device()
+    dev = phxio.device()
     buf = dev.alloc(1 << 20)
     fd = os.open(scratch / "f", os.O_RDONLY)
     wfd = os.open(scratch / "out", os.O_RDWR | os.O_CREAT, 0o644)
@@ -104,7 +104,7 @@ def test_values_changed_after_queueing_are_refused(phx, scratch, rng):
     late = os.environ.get("PHX_STREAM_WAIT") in ("kernel", "host", "device")
     size = 16 << 20
     data = random_file(scratch / "f", size, rng)
-    dev = phoenix.device()
+    dev = phxio.device()
     blocker_dst = dev.alloc(size)
     buf = dev.alloc(1 << 20)
     fd = os.open(scratch / "f", os.O_RDONLY)
@@ -112,7 +112,7 @@ def test_values_changed_after_queueing_are_refused(phx, scratch, rng):
     for attempt in range(6):
         buf.copy_from_host(b"\xa5" * 100)
         with stream(phx, dev) as s:
-            blocker = phoenix.read_into(scratch / "f", blocker_dst, stream=s)
+            blocker = phxio.read_into(scratch / "f", blocker_dst, stream=s)
             op = Op(10, 0, 0)
             assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
                                         *op.args(),
@@ -145,7 +145,7 @@ def test_values_changed_after_queueing_are_refused(phx, scratch, rng):
 
 def test_bytes_done_written_at_completion(phx, scratch, rng):
     data = random_file(scratch / "f", 10000, rng)
-    dev = phoenix.device()
+    dev = phxio.device()
     buf = dev.alloc(1 << 16)
     fd = os.open(scratch / "f", os.O_RDONLY)
     fh = handle(phx, fd)
@@ -167,7 +167,7 @@ def test_bytes_done_written_at_completion(phx, scratch, rng):
 
 
 def test_write_only_fd_fails_read_with_ebadf(phx, scratch):
-    dev = phoenix.device()
+    dev = phxio.device()
     buf = dev.alloc(4096)
     fd = os.open(scratch / "w", os.O_WRONLY | os.O_CREAT, 0o644)
     fh = handle(phx, fd)
@@ -183,7 +183,7 @@ def test_write_only_fd_fails_read_with_ebadf(phx, scratch):
 
 def test_default_stream(phx, scratch, rng):
     data = random_file(scratch / "f", 100000, rng)
-    buf = phoenix.device().alloc(100000)
+    buf = phxio.device().alloc(100000)
     fd = os.open(scratch / "f", os.O_RDONLY)
     fh = handle(phx, fd)
     op = Op(100000, 0)
@@ -205,9 +205,9 @@ def test_o_direct_fd(phx, scratch, rng):
         fd = os.open(scratch / "f", os.O_RDONLY | os.O_DIRECT)
     except OSError:
         pytest.skip("this file system has no O_DIRECT")
-    buf = phoenix.device().alloc(3 << 20)
+    buf = phxio.device().alloc(3 << 20)
     fh = handle(phx, fd)
-    with stream(phx, phoenix.device()) as s:
+    with stream(phx, phxio.device()) as s:
         op = Op((2 << 20) + 3, 4095, 1)
         assert phx.phxFileReadAsync(fh, ctypes.c_void_p(buf.dptr),
                                     *op.args(), ctypes.c_void_p(s.native)) == 0
@@ -220,7 +220,7 @@ def test_o_direct_fd(phx, scratch, rng):
 
 def test_many_ops_in_flight(phx, scratch, rng):
     data = random_file(scratch / "f", 4 << 20, rng)
-    dev = phoenix.device()
+    dev = phxio.device()
     buf = dev.alloc(4 << 20)
     fd = os.open(scratch / "f", os.O_RDONLY)
     fh = handle(phx, fd)

@@ -23,11 +23,11 @@ import os
 
 import pytest
 
-import phoenix
+import phxio
 from conftest import random_file
 from phxfile_abi import Op, handle, library_path, load_like_lmcache
 
-pytestmark = pytest.mark.skipif(phoenix.default_kind()[0] == "cuda",
+pytestmark = pytest.mark.skipif(phxio.default_kind()[0] == "cuda",
                                 reason="host views need the simulated device")
 
 MAX_REGION = 16 << 20  # gds_context._MAX_GDS_REGION
@@ -47,7 +47,7 @@ class Staging:
     """A device buffer registered the way GDSContext.register_gpu_buffer
     does it: one registration per <= 16 MiB region, bases kept sorted."""
 
-    def __init__(self, lib, dev: phoenix.Device, size: int):
+    def __init__(self, lib, dev: phxio.Device, size: int):
         self.lib = lib
         self.buf = dev.alloc(size)
         self.size = size
@@ -104,7 +104,7 @@ def submit(lib, fn, fh, staging, pos, nbytes, slab_off, raw):
 @pytest.mark.parametrize("use_stream", [False, True],
                          ids=["default-stream", "stream"])
 def test_lmcache_order(lib, scratch, rng, use_stream):
-    dev = phoenix.device()
+    dev = phxio.device()
     slab_size = 48 << 20
     # chunk sizes LMCache uses, placed so some cross a 16 MiB region edge
     chunks = [(16 << 10, 4096), (256 << 10, MAX_REGION - (100 << 10)),
@@ -160,7 +160,7 @@ def test_lmcache_order(lib, scratch, rng, use_stream):
 
 def test_session_ends_at_close_and_reopens(lib, scratch, rng):
     data = random_file(scratch / "f", 1 << 20, rng)
-    dev = phoenix.device()
+    dev = phxio.device()
     buf = dev.alloc(1 << 20)
     addr = ctypes.c_void_p(buf.dptr)
     fd = os.open(scratch / "f", os.O_RDONLY)
@@ -189,7 +189,7 @@ def test_session_ends_at_close_and_reopens(lib, scratch, rng):
 
 
 def test_explicit_opens_are_counted(lib):
-    buf = phoenix.device().alloc(1 << 16)
+    buf = phxio.device().alloc(1 << 16)
     addr = ctypes.c_void_p(buf.dptr)
     for _ in range(3):  # three owners
         assert lib.phxFileDriverOpen() == 0

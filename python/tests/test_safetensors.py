@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import safetensors
 
-import phoenix
+import phxio
 from conftest import needs_host_views
 
 # safetensors' serializer names -> bytes per element
@@ -68,7 +68,7 @@ def test_every_dtype_every_shape(scratch, rng):
     tensors = {f"{k}.{i}": (k, s) for k in KINDS
                for i, s in enumerate(SHAPES)}
     write_checkpoint(scratch / "m.safetensors", rng, tensors)
-    got = phoenix.load_safetensors(scratch / "m.safetensors",
+    got = phxio.load_safetensors(scratch / "m.safetensors",
                                    framework="numpy")
     check_same(scratch / "m.safetensors", got)
 
@@ -83,7 +83,7 @@ def test_matches_safetensors_numpy(scratch, rng):
                                       "complex64"])}
     write_checkpoint(scratch / "m.safetensors", rng, tensors)
     ref = load_file(scratch / "m.safetensors")
-    got = phoenix.load_safetensors(scratch / "m.safetensors", "sim0",
+    got = phxio.load_safetensors(scratch / "m.safetensors", "sim0",
                                    framework="numpy")
     assert set(ref) == set(got)
     for k in ref:
@@ -96,7 +96,7 @@ def test_matches_safetensors_numpy(scratch, rng):
 def test_raw_views_for_types_numpy_lacks(scratch, rng):
     tensors = {"b": ("bfloat16", (3, 4)), "f8": ("float8_e4m3fn", (5,))}
     write_checkpoint(scratch / "m.safetensors", rng, tensors)
-    got = phoenix.load_safetensors(scratch / "m.safetensors",
+    got = phxio.load_safetensors(scratch / "m.safetensors",
                                    framework="numpy")
     assert got["b"].itemsize == 2 and got["b"].shape == (3, 4)
     assert got["f8"].itemsize == 1 and got["f8"].shape == (5,)
@@ -112,7 +112,7 @@ def test_packed_float4(scratch, rng):
         safetensors.serialize_file({"q": spec}, str(scratch / "m"), None)
     except Exception as exc:  # an older serializer without F4
         pytest.skip(f"safetensors cannot write F4: {exc}")
-    got = phoenix.load_safetensors(scratch / "m", framework="phoenix")
+    got = phxio.load_safetensors(scratch / "m", framework="phxio")
     assert got["q"].dtype.name == "F4" and got["q"].shape == (3, 8)
     assert np.asarray(got["q"]).tobytes() == data
     assert reference(scratch / "m")["q"][2] == data
@@ -126,12 +126,12 @@ def test_many_tensors_one_allocation(dev, scratch, rng):
         shape = tuple(int(x) for x in rng.integers(1, 40, rng.integers(1, 4)))
         tensors[f"layer.{i}.w"] = (kinds[i % len(kinds)], shape)
     write_checkpoint(scratch / "m.safetensors", rng, tensors,
-                     {"format": "pt", "who": "phoenix"})
+                     {"format": "pt", "who": "phxio"})
     used = dev.query().used
     meta: dict = {}
-    got = phoenix.load_safetensors(scratch / "m.safetensors", dev,
+    got = phxio.load_safetensors(scratch / "m.safetensors", dev,
                                    framework="numpy", metadata=meta)
-    assert meta == {"format": "pt", "who": "phoenix"}
+    assert meta == {"format": "pt", "who": "phxio"}
     check_same(scratch / "m.safetensors", got)
     # every array is a view of one device allocation
     size = (scratch / "m.safetensors").stat().st_size
@@ -146,7 +146,7 @@ def test_large_checkpoint_crosses_pieces(scratch, rng, threads):
     tensors = {"big": ("float32", (40 << 20,)), "tail": ("int8", (12345,)),
                "mid": ("bfloat16", (3000, 1000))}
     write_checkpoint(scratch / "m.safetensors", rng, tensors)
-    got = phoenix.load_safetensors(scratch / "m.safetensors",
+    got = phxio.load_safetensors(scratch / "m.safetensors",
                                    framework="numpy", threads=threads)
     check_same(scratch / "m.safetensors", got)
 
@@ -155,10 +155,10 @@ def test_large_checkpoint_crosses_pieces(scratch, rng, threads):
 def test_phoenix_arrays(scratch, rng):
     write_checkpoint(scratch / "m.safetensors", rng,
                      {"x": ("float32", (4, 4))})
-    got = phoenix.load_safetensors(scratch / "m.safetensors",
-                                   framework="phoenix")
+    got = phxio.load_safetensors(scratch / "m.safetensors",
+                                   framework="phxio")
     x = got["x"]
-    assert isinstance(x, phoenix.DeviceArray)
+    assert isinstance(x, phxio.DeviceArray)
     assert x.dtype.name == "F32" and x.shape == (4, 4)
     assert np.from_dlpack(x).tobytes() == reference(
         scratch / "m.safetensors")["x"][2]
@@ -166,8 +166,8 @@ def test_phoenix_arrays(scratch, rng):
 
 def test_empty_checkpoint(scratch, rng):
     write_checkpoint(scratch / "m.safetensors", rng, {})
-    assert phoenix.load_safetensors(scratch / "m.safetensors",
-                                    framework="phoenix") == {}
+    assert phxio.load_safetensors(scratch / "m.safetensors",
+                                    framework="phxio") == {}
 
 
 def _raw_file(path, header: bytes, data: bytes = b"") -> None:
@@ -186,14 +186,14 @@ def _raw_file(path, header: bytes, data: bytes = b"") -> None:
 ])
 def test_bad_files_are_rejected(scratch, header, data):
     _raw_file(scratch / "bad", header, data)
-    with pytest.raises(phoenix.SafetensorsError):
-        phoenix.load_safetensors(scratch / "bad", framework="phoenix")
+    with pytest.raises(phxio.SafetensorsError):
+        phxio.load_safetensors(scratch / "bad", framework="phxio")
 
 
 def test_truncated_file(scratch):
     (scratch / "bad").write_bytes(b"\x10\0\0")
-    with pytest.raises(phoenix.SafetensorsError):
-        phoenix.load_safetensors(scratch / "bad", framework="phoenix")
+    with pytest.raises(phxio.SafetensorsError):
+        phxio.load_safetensors(scratch / "bad", framework="phxio")
 
 
 @needs_host_views
@@ -206,6 +206,6 @@ def test_unaligned_header_from_another_writer(scratch, rng):
     header += b" " * ((8 - len(header) % 8) % 8 + 3)
     data = rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
     _raw_file(scratch / "odd", header, data)
-    got = phoenix.load_safetensors(scratch / "odd", framework="numpy")
+    got = phxio.load_safetensors(scratch / "odd", framework="numpy")
     assert got["a"].tobytes() == data[:12]
     assert got["b"].tobytes() == data[12:]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import phoenix
+import phxio
 from conftest import random_file
 from test_safetensors import KINDS, SHAPES, write_checkpoint
 
@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture
 def sim():
-    d = phoenix.Device("sim0")
+    d = phxio.Device("sim0")
     yield d
     d.close()
 
@@ -33,7 +33,7 @@ def test_from_dlpack_is_a_cpu_view(sim):
 def test_read_into_cpu_tensor(scratch, rng):
     data = random_file(scratch / "f", 1 << 20, rng)
     t = torch.zeros((100, 100), dtype=torch.bfloat16)
-    assert phoenix.read_into(scratch / "f", t, 77) == 20000
+    assert phxio.read_into(scratch / "f", t, 77) == 20000
     assert t.view(torch.uint8).numpy().tobytes() == data[77:20077]
 
 
@@ -58,7 +58,7 @@ def test_load_matches_safetensors_torch(sim, scratch, rng):
         ref = load_file(str(path))
     except Exception as exc:  # this safetensors lacks one of the types
         pytest.skip(f"safetensors.torch cannot load it: {exc}")
-    ours = phoenix.load_safetensors(path, device=sim, framework="pt")
+    ours = phxio.load_safetensors(path, device=sim, framework="pt")
     assert set(ours) == set(ref)
     for k, r in ref.items():
         o = ours[k]

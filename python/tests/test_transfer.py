@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-import phoenix
+import phxio
 from conftest import needs_host_views, random_file
 
 SIZES = [1, 4095, 4096, 65537, 3 << 20]
@@ -19,7 +19,7 @@ def test_read_into_buffer_random_offsets(dev, scratch, rng, size):
     data = random_file(scratch / "f", size + 9000, rng)
     buf = dev.alloc(size)
     for off in (0, 1, 4096, int(rng.integers(0, 9000))):
-        got = phoenix.read_into(scratch / "f", buf, off)
+        got = phxio.read_into(scratch / "f", buf, off)
         assert got == size
         assert buf.to_bytes() == data[off:off + size]
 
@@ -31,13 +31,13 @@ def test_read_into_sparse_buffer_backs_what_it_fills(dev, scratch, rng):
     data = random_file(scratch / "f", 8 << 20, rng)
     buf = dev.alloc(16 << 20, sparse=True)
     assert buf.committed == 0
-    assert phoenix.read_into(scratch / "f", buf[4 << 20:12 << 20]) == 8 << 20
+    assert phxio.read_into(scratch / "f", buf[4 << 20:12 << 20]) == 8 << 20
     assert 8 << 20 <= buf.committed < 16 << 20
     assert buf.to_bytes(4 << 20, 8 << 20) == data
     assert buf.to_bytes(0, 4096) == bytes(4096)
-    phoenix.write_from(scratch / "g", buf[4 << 20:12 << 20])
+    phxio.write_from(scratch / "g", buf[4 << 20:12 << 20])
     assert (scratch / "g").read_bytes() == data
-    assert phoenix.read_batch(scratch / "f", [(0, 4096, buf[0:4096])]) == \
+    assert phxio.read_batch(scratch / "f", [(0, 4096, buf[0:4096])]) == \
         [4096]
     assert buf.to_bytes(0, 4096) == data[:4096]
 
@@ -45,9 +45,9 @@ def test_read_into_sparse_buffer_backs_what_it_fills(dev, scratch, rng):
 def test_read_into_short_at_eof(dev, scratch, rng):
     data = random_file(scratch / "f", 10000, rng)
     buf = dev.alloc(16384)
-    assert phoenix.read_into(scratch / "f", buf, 6000) == 4000
+    assert phxio.read_into(scratch / "f", buf, 6000) == 4000
     assert buf.to_bytes(0, 4000) == data[6000:]
-    assert phoenix.read_into(scratch / "f", buf, 20000) == 0
+    assert phxio.read_into(scratch / "f", buf, 20000) == 0
 
 
 def test_read_into_fd_and_file_object(dev, scratch, rng):
@@ -55,13 +55,13 @@ def test_read_into_fd_and_file_object(dev, scratch, rng):
     buf = dev.alloc(50000)
     fd = os.open(scratch / "f", os.O_RDONLY)
     try:
-        assert phoenix.read_into(fd, buf, 777) == 50000
+        assert phxio.read_into(fd, buf, 777) == 50000
         assert buf.to_bytes() == data[777:50777]
         os.fstat(fd)  # still ours, still open
     finally:
         os.close(fd)
     with open(scratch / "f", "rb") as f:
-        assert phoenix.read_into(f, buf, 5, size=100) == 100
+        assert phxio.read_into(f, buf, 5, size=100) == 100
     assert buf.to_bytes(0, 100) == data[5:105]
 
 
@@ -72,7 +72,7 @@ def test_read_into_numpy_arrays(scratch, rng, dtype):
     data = random_file(scratch / "f", 1 << 20, rng)
     arr = np.zeros((37, 91), dtype=dtype)
     off = int(rng.integers(0, 4096))
-    assert phoenix.read_into(scratch / "f", arr, off) == arr.nbytes
+    assert phxio.read_into(scratch / "f", arr, off) == arr.nbytes
     assert arr.tobytes() == data[off:off + arr.nbytes]
 
 
@@ -80,15 +80,15 @@ def test_read_into_numpy_arrays(scratch, rng, dtype):
 def test_read_into_bytearray_and_views(dev, scratch, rng):
     data = random_file(scratch / "f", 200000, rng)
     ba = bytearray(1000)
-    assert phoenix.read_into(scratch / "f", ba, 3) == 1000
+    assert phxio.read_into(scratch / "f", ba, 3) == 1000
     assert bytes(ba) == data[3:1003]
     buf = dev.alloc(100000)
     window = buf[4096:8192]
-    assert phoenix.read_into(scratch / "f", window, 10) == 4096
+    assert phxio.read_into(scratch / "f", window, 10) == 4096
     assert buf.to_bytes(4096, 4096) == data[10:4106]
     assert buf.to_bytes(0, 4096) == bytes(4096)
     v = buf.view("F32", (10, 10), 400)
-    assert phoenix.read_into(scratch / "f", v, 0) == 400
+    assert phxio.read_into(scratch / "f", v, 0) == 400
     assert np.asarray(v).tobytes() == data[:400]
 
 
@@ -96,14 +96,14 @@ def test_read_into_bytearray_and_views(dev, scratch, rng):
 def test_readonly_and_noncontiguous_targets_refused(scratch, rng):
     random_file(scratch / "f", 4096, rng)
     with pytest.raises(ValueError):
-        phoenix.read_into(scratch / "f", b"immutable", 0)
+        phxio.read_into(scratch / "f", b"immutable", 0)
     arr = np.zeros((10, 10), np.uint8)
     with pytest.raises(ValueError):
-        phoenix.read_into(scratch / "f", arr[:, ::2], 0)
+        phxio.read_into(scratch / "f", arr[:, ::2], 0)
     with pytest.raises(TypeError):
-        phoenix.read_into(scratch / "f", object(), 0)
+        phxio.read_into(scratch / "f", object(), 0)
     with pytest.raises(ValueError):
-        phoenix.read_into(scratch / "f", arr, 0, size=101)
+        phxio.read_into(scratch / "f", arr, 0, size=101)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -111,10 +111,10 @@ def test_write_from_round_trip(dev, scratch, rng, size):
     data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
     buf = dev.alloc(size)
     buf.copy_from_host(data)
-    assert phoenix.write_from(scratch / "out", buf) == size
+    assert phxio.write_from(scratch / "out", buf) == size
     assert (scratch / "out").read_bytes() == data
     # at an offset, into an existing file: the rest is kept
-    assert phoenix.write_from(scratch / "out", buf, 1000, size=1) == 1
+    assert phxio.write_from(scratch / "out", buf, 1000, size=1) == 1
     back = (scratch / "out").read_bytes()
     assert back[1000:1001] == data[:1]
     assert back[:1000] == data[:1000] or size <= 1000
@@ -124,7 +124,7 @@ def test_write_from_round_trip(dev, scratch, rng, size):
 def test_write_from_numpy_and_truncate(scratch, rng):
     (scratch / "out").write_bytes(b"x" * 100000)
     arr = rng.standard_normal(1000).astype(np.float32)
-    assert phoenix.write_from(scratch / "out", arr) == 4000
+    assert phxio.write_from(scratch / "out", arr) == 4000
     assert (scratch / "out").read_bytes() == arr.tobytes()
 
 
@@ -133,8 +133,8 @@ def test_write_to_readonly_fd_is_ebadf(dev, scratch, rng):
     buf = dev.alloc(4096)
     fd = os.open(scratch / "f", os.O_RDONLY)
     try:
-        with pytest.raises(phoenix.PhoenixError) as ei:
-            phoenix.write_from(fd, buf)
+        with pytest.raises(phxio.PhoenixError) as ei:
+            phxio.write_from(fd, buf)
         assert ei.value.errno == errno.EBADF
         assert f"fd {fd}" in str(ei.value)
     finally:
@@ -143,7 +143,7 @@ def test_write_to_readonly_fd_is_ebadf(dev, scratch, rng):
 
 def test_missing_file(dev, scratch):
     with pytest.raises(FileNotFoundError):
-        phoenix.read_into(scratch / "nope", dev.alloc(10))
+        phxio.read_into(scratch / "nope", dev.alloc(10))
 
 
 def test_read_batch_random_triples(dev, scratch, rng):
@@ -160,7 +160,7 @@ def test_read_batch_random_triples(dev, scratch, rng):
         items.append((off, n, buf[pos:pos + n]))
         expect.append((pos, data[off:off + n]))
         pos += n
-    got = phoenix.read_batch(scratch / "f", items)
+    got = phxio.read_batch(scratch / "f", items)
     assert got == [n for _, n, _ in items]
     for p, chunk in expect:
         assert buf.to_bytes(p, len(chunk)) == chunk
@@ -170,7 +170,7 @@ def test_read_batch_random_triples(dev, scratch, rng):
 def test_read_batch_into_numpy_and_eof(scratch, rng):
     data = random_file(scratch / "f", 10000, rng)
     a, b = np.zeros(100, np.uint8), np.zeros(5000, np.uint8)
-    got = phoenix.read_batch(scratch / "f", [(0, 100, a), (9000, 5000, b)])
+    got = phxio.read_batch(scratch / "f", [(0, 100, a), (9000, 5000, b)])
     assert got == [100, 1000]
     assert a.tobytes() == data[:100] and b[:1000].tobytes() == data[9000:]
 
@@ -181,7 +181,7 @@ def test_write_batch_round_trip(dev, scratch, rng):
     buf.copy_from_host(src)
     items = [(i * 10000, 5000, buf[i * 5000:(i + 1) * 5000])
              for i in range(50)]
-    assert phoenix.write_batch(scratch / "out", items) == [5000] * 50
+    assert phxio.write_batch(scratch / "out", items) == [5000] * 50
     out = (scratch / "out").read_bytes()
     for i in range(50):
         assert out[i * 10000:i * 10000 + 5000] == src[i * 5000:(i + 1) * 5000]
@@ -190,19 +190,19 @@ def test_write_batch_round_trip(dev, scratch, rng):
 def test_batch_entry_error_names_entry(dev, scratch, rng):
     random_file(scratch / "f", 100, rng)
     buf = dev.alloc(100)
-    with pytest.raises(phoenix.PhoenixError) as ei:
-        phoenix.read_batch(scratch / "f", [(0, 10, buf), (-5, 10, buf)])
+    with pytest.raises(phxio.PhoenixError) as ei:
+        phxio.read_batch(scratch / "f", [(0, 10, buf), (-5, 10, buf)])
     assert "entry 1" in str(ei.value)
-    assert phoenix.read_batch(scratch / "f", []) == []
+    assert phxio.read_batch(scratch / "f", []) == []
 
 
 def test_stream_ordered_read_into(dev, scratch, rng):
     data = random_file(scratch / "f", 1 << 20, rng)
     buf = dev.alloc(1 << 20)
     with dev.stream() as s:
-        tr = phoenix.read_into(scratch / "f", buf, 4096, size=8192,
+        tr = phxio.read_into(scratch / "f", buf, 4096, size=8192,
                                stream=s)
-        assert isinstance(tr, phoenix.Transfer)
+        assert isinstance(tr, phxio.Transfer)
         assert tr.wait() == 8192
         assert tr.done()
     assert buf.to_bytes(0, 8192) == data[4096:4096 + 8192]
@@ -213,7 +213,7 @@ def test_stream_ordered_on_default_stream(dev, scratch, rng):
     buf = dev.alloc(300000)
     with dev.default_stream() as s:
         assert s.native == dev.wrap_stream(None).native
-        tr = phoenix.read_into(scratch / "f", buf, stream=s)
+        tr = phxio.read_into(scratch / "f", buf, stream=s)
         s.synchronize()
         assert tr.done() and tr.wait() == 300000
     assert buf.to_bytes() == data
@@ -224,7 +224,7 @@ def test_stream_ordered_write_from(dev, scratch, rng):
     buf = dev.alloc(100000)
     buf.copy_from_host(src)
     with dev.stream() as s:
-        tr = phoenix.write_from(scratch / "out", buf, stream=s)
+        tr = phxio.write_from(scratch / "out", buf, stream=s)
         assert tr.wait() == 100000
     assert (scratch / "out").read_bytes() == src
 

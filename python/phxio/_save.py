@@ -49,7 +49,7 @@ def _allocation(obj: Any) -> Any:
     not run from one allocation into the next even where they lie side
     by side."""
     if isinstance(obj, _core.DeviceArray):
-        return ("phoenix", obj.owner.handle)
+        return ("phxio", obj.owner.handle)
     storage = getattr(obj, "untyped_storage", None)  # torch
     if callable(storage):
         try:
@@ -129,7 +129,7 @@ def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
          threads: Optional[int] = None) -> list[str]:
     """Write @tensors (name -> device tensor) to a safetensors file.
 
-    Tensors are torch or CuPy tensors on a GPU, phoenix DeviceArrays or
+    Tensors are torch or CuPy tensors on a GPU, phxio DeviceArrays or
     (on the simulated device) NumPy arrays, all on one device and
     C-contiguous.  @metadata (str -> str) goes into "__metadata__".
     With @max_shard_size (bytes, or "400MB", "5GiB") a checkpoint larger

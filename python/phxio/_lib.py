@@ -1,8 +1,9 @@
 """ctypes bindings to libphoenix: loading, structures, error checking.
 
 The library is found in this order: the PHX_LIBRARY environment variable (a
-path), the build tree of a source checkout (build/libphoenix.so next to
-python/), then the system's library search (ctypes.util.find_library).
+path), the copy the wheel carries (phxio/_libs/), the build tree of a
+source checkout (build/libphoenix.so next to python/), then the system's
+library search (ctypes.util.find_library).
 """
 
 from __future__ import annotations
@@ -153,7 +154,10 @@ def _candidates() -> list[str]:
     if env:
         return [env]
     found = []
-    root = Path(__file__).resolve().parent.parent.parent
+    here = Path(__file__).resolve().parent
+    if (here / "_libs" / "libphoenix.so").is_file():
+        found.append(str(here / "_libs" / "libphoenix.so"))
+    root = here.parent.parent
     build = os.environ.get("BUILD", "build")
     for name in (build, "build"):
         p = root / name / "libphoenix.so"
@@ -203,6 +207,12 @@ def lib() -> ctypes.CDLL:
         handle._phx_path = cand
         _lib = handle
         return handle
+
+
+def lib_dir() -> str:
+    """The folder of the libphoenix in use (the wheel's phxio/_libs holds
+    libphxfile.so beside it, for LMCache's find_library)."""
+    return str(Path(getattr(lib(), "_phx_path", "")).resolve().parent)
 
 
 def last_error() -> str:

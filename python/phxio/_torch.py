@@ -1,4 +1,4 @@
-"""torch views of phoenix memory (imported only when torch is used)."""
+"""torch views of phxio memory (imported only when torch is used)."""
 
 from __future__ import annotations
 

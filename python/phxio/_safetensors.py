@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from . import _core, _lib
 from ._dtypes import DTYPES, DType
+from ._phxfs import XATTR_DEVICE, open_file
 from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
 
 # Longest header the format allows (safetensors refuses larger ones).
@@ -180,9 +181,9 @@ def _selector(select: Selector) -> tuple[Optional[Callable[[str], bool]],
 # ---- loading ----------------------------------------------------------------
 
 def _framework(framework: str, dev: "_core.Device") -> str:
-    if framework not in ("auto", "pt", "numpy", "phoenix"):
+    if framework not in ("auto", "pt", "numpy", "phxio"):
         raise ValueError(f"unknown framework {framework!r}: use 'pt', "
-                         "'numpy', 'phoenix' or 'auto'")
+                         "'numpy', 'phxio' or 'auto'")
     if framework != "auto":
         return framework
     try:
@@ -190,7 +191,7 @@ def _framework(framework: str, dev: "_core.Device") -> str:
 
         return "pt"
     except ImportError:
-        return "numpy" if dev.kind != "cuda" else "phoenix"
+        return "numpy" if dev.kind != "cuda" else "phxio"
 
 
 @dataclass
@@ -201,34 +202,59 @@ class _Plan:
     tensors: list[tuple[TensorInfo, int]]  # (tensor, offset in buf)
     ranges: list[tuple[int, int, int]]  # (file offset, buf offset, len)
     size: int  # bytes of the allocation
+    data_start: int = 0  # of the file's data section
     buf: Any = None
     ios: Any = None
 
 
-def _plan(path: str, fd: int, data_start: int, tensors: list[TensorInfo]
-          ) -> _Plan:
+def _plan(path: str, fd: int, data_start: int, tensors: list[TensorInfo],
+          rows: Optional[dict[str, tuple[int, int]]] = None) -> _Plan:
     """Read runs of nearby tensors as one range each, from an aligned file
     offset, so the file and the allocation are congruent (what direct and
-    peer-to-peer I/O want)."""
+    peer-to-peer I/O want).  A tensor in @rows gets its whole place in the
+    allocation but only its rows [a, b) along the first dimension are
+    read: it is a run of its own."""
     placed: list[tuple[TensorInfo, int]] = []
     ranges: list[tuple[int, int, int]] = []
     cur = 0
     i = 0
     while i < len(tensors):
+        part = _rows_of(tensors[i], rows)
         j = i + 1
         end = tensors[i].end
-        while j < len(tensors) and tensors[j].begin - end <= _GAP:
+        while part is None and j < len(tensors) and \
+                _rows_of(tensors[j], rows) is None and \
+                tensors[j].begin - end <= _GAP:
             end = max(end, tensors[j].end)
             j += 1
         start = (data_start + tensors[i].begin) // _ALIGN * _ALIGN
         stop = data_start + end
-        if stop > start:
+        if part is not None:
+            t = tensors[i]
+            row = (t.end - t.begin) // t.shape[0]
+            lo = (data_start + t.begin + part[0] * row) // _ALIGN * _ALIGN
+            hi = data_start + t.begin + part[1] * row
+            if hi > lo:
+                ranges.append((lo, cur + lo - start, hi - lo))
+        elif stop > start:
             ranges.append((start, cur, stop - start))
         for t in tensors[i:j]:
             placed.append((t, cur + data_start + t.begin - start))
         cur += (stop - start + _ALIGN - 1) // _ALIGN * _ALIGN
         i = j
-    return _Plan(path, fd, placed, ranges, cur)
+    return _Plan(path, fd, placed, ranges, cur, data_start)
+
+
+def _rows_of(t: TensorInfo, rows: Optional[dict[str, tuple[int, int]]]
+             ) -> Optional[tuple[int, int]]:
+    """The rows of @t to read, when fewer than all of them."""
+    if not rows or t.name not in rows or not t.shape or t.shape[0] < 1:
+        return None
+    a, b = rows[t.name]
+    if not 0 <= a < b <= t.shape[0] or (a, b) == (0, t.shape[0]) or \
+            (t.end - t.begin) % t.shape[0]:
+        return None
+    return a, b
 
 
 def _pieces(plan: _Plan, nparts: int) -> list[Any]:
@@ -259,7 +285,9 @@ def _pieces(plan: _Plan, nparts: int) -> list[Any]:
 
 def load(path: Any, device: Any = None, framework: str = "auto",
          metadata: Optional[dict] = None, threads: Optional[int] = None,
-         select: Selector = None) -> dict[str, Any]:
+         select: Selector = None, staged: str = "view",
+         rows: Optional[dict[str, tuple[int, int]]] = None
+         ) -> dict[str, Any]:
     """Load the tensors of a safetensors checkpoint into device memory.
 
     @path: a .safetensors file, a directory (its
@@ -267,9 +295,9 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     index file, or a list of files.  All files go through one pipeline;
     the result is one dict.
     @device: "cuda:0", "cuda", an int, a torch.device, "sim0", a
-    phoenix.Device, or None for the default device.
+    phxio.Device, or None for the default device.
     @framework: "pt" (torch tensors), "numpy" (NumPy arrays; sim only),
-    "phoenix" (DeviceArray), or "auto": torch when it is installed, else
+    "phxio" (DeviceArray), or "auto": torch when it is installed, else
     NumPy on sim and DeviceArray on CUDA.  BF16 and F8 arrays in NumPy use
     ml_dtypes when it is installed, else same-width unsigned integers.
     @metadata: a dict that receives the files' "__metadata__".
@@ -279,7 +307,19 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     @select: which tensors: a name prefix (str), a predicate on the name,
     or a collection of names (each must exist).  Unselected bytes are
     never read, and with an index, files holding none are never opened.
+    @staged: for files on a phxfs mount, which are device memory already:
+    "view" (the tensors are views of the file's memory, mapped in place;
+    writing to them changes the file), "copy" (copied device to device
+    into fresh memory on @device), or "read" (read through the mount like
+    any file).  "view" needs @device to be None or the file's device;
+    otherwise such a file is copied.
+    @rows: {name: (a, b)}: of these tensors only rows a to b of the first
+    dimension are read (the rest of the tensor is left uninitialized):
+    for a tensor-parallel rank that uses only its slice.
     """
+    if staged not in ("view", "copy", "read"):
+        raise ValueError(f"staged={staged!r}: use 'view', 'copy' or 'read'")
+    named = device is not None
     dev = device if isinstance(device, _core.Device) else \
         _core.device(device)
     fw = _framework(framework, dev)
@@ -294,8 +334,11 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     pipe: Optional[Pipeline] = None
     try:
         for src in sources:
-            plan = _open(src, index, keep, owner, metadata)
+            plan = _open(src, index, keep, owner, metadata, rows)
             plans.append(plan)
+            if plan.tensors and staged != "read" and \
+                    _from_staged(plan, dev, named, staged == "copy"):
+                continue
             if plan.tensors:
                 plan.buf = dev.alloc(max(plan.size, 1))
             if not plan.ranges:
@@ -343,7 +386,8 @@ def _where(path: Any) -> str:
 
 def _open(src: _Source, index: Optional[str],
           keep: Optional[Callable[[str], bool]], owner: dict[str, str],
-          metadata: Optional[dict]) -> _Plan:
+          metadata: Optional[dict],
+          rows: Optional[dict[str, tuple[int, int]]] = None) -> _Plan:
     """Open and parse one file; its plan holds the open fd."""
     try:
         fd = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -376,10 +420,57 @@ def _open(src: _Source, index: Optional[str],
             for name in names:
                 if not keep(name):
                     del owner[name]
-        return _plan(src.path, fd, data_start, tensors)
+        return _plan(src.path, fd, data_start, tensors, rows)
     except BaseException:
         os.close(fd)
         raise
+
+
+def _staged_on(fd: int) -> Optional[str]:
+    """The device a phxfs file lives on (its xattr), None for any other
+    file."""
+    try:
+        return os.getxattr(fd, XATTR_DEVICE).decode()
+    except OSError:
+        return None
+
+
+def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
+                 copy: bool) -> bool:
+    """Take @plan's tensors from the device memory of the phxfs file it
+    reads, mapped in place: as views of it, or copied device to device
+    into a new allocation on @dev.  False when the file is not on phxfs
+    (or phxfs cannot hand its memory over): then it is read as any file."""
+    where = _staged_on(plan.fd)
+    if where is None:
+        return False
+    try:
+        mapped = open_file(plan.path)
+    except _lib.PhoenixError:
+        return False
+    if not copy and (not named or mapped.device.name == dev.name):
+        # the tensors sit where the file has them
+        plan.tensors = [(t, plan.data_start + t.begin)
+                        for t, _ in plan.tensors]
+        plan.buf = mapped
+        plan.ranges = []
+        return True
+    try:
+        plan.buf = dev.alloc(max(plan.size, 1))
+        for foff, boff, n in plan.ranges:
+            end = min(foff + n, mapped.size)
+            if end < foff + n:
+                raise SafetensorsError(
+                    f"{plan.path}: truncated: the file ends at byte {end}, "
+                    "before the data its header lists")
+            _lib.check(_lib.lib().phx_memcpy_buf(plan.buf.handle, boff,
+                                                 mapped.handle, foff, n),
+                       f"copying {plan.path} from {mapped.device.name} to "
+                       f"{dev.name}")
+    finally:
+        mapped.free()
+    plan.ranges = []
+    return True
 
 
 def _check_results(plan: _Plan, dev: "_core.Device") -> None:

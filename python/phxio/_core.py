@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import threading
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -15,6 +17,9 @@ from ._dtypes import DType, dtype_of
 from ._lib import PhoenixError, check, lib
 
 PathOrFd = Union[str, "os.PathLike[str]", int, Any]
+
+# Native stream handles whose wrappers a Device keeps (Device.stream_of).
+_WRAPPED_STREAMS = 64
 
 
 @dataclass(frozen=True)
@@ -81,40 +86,74 @@ def _device_name(device: Any) -> Optional[str]:
     if name == "sim":
         return "sim:0"
     if name == "cpu":
-        raise ValueError("device 'cpu' is host memory, not a phoenix "
+        raise ValueError("device 'cpu' is host memory, not a phxio "
                          "device: use 'cuda:N' or 'simN'")
     return name
 
 
+_exit_hooked = False
+
+
+class _Native:
+    """The library object behind a Device or Stream, released once.
+
+    Release happens on close(), on garbage collection and at interpreter
+    exit (weakref.finalize, which runs the live ones newest first), in
+    whatever order those come.  A native device is closed only after
+    every buffer and stream made from it was released: their finalizers
+    hold it, so closing or collecting a Device first only drops its hold.
+    """
+
+    def __init__(self, handle: int, release: Any, *after: Any) -> None:
+        global _exit_hooked
+        self.handle = handle
+        self._finalizer = weakref.finalize(self, release, handle, *after)
+        if not _exit_hooked:
+            # After weakref.finalize's own exit handler, so before it.
+            _exit_hooked = True
+            atexit.register(_finish_inflight)
+
+    @property
+    def alive(self) -> bool:
+        return self._finalizer.alive
+
+    def release(self) -> None:
+        self._finalizer()
+
+
+def _close_device(handle: int, cdll: Any) -> None:
+    cdll.phx_device_close(handle)
+
+
+def _destroy_stream(handle: int, cdll: Any, dev: _Native) -> None:
+    cdll.phx_stream_destroy(handle)
+
+
 class _Handle:
     """A libphoenix object that close() releases, as do the end of a
-    ``with`` block and garbage collection."""
+    ``with`` block, garbage collection and interpreter exit."""
 
-    _handle: Optional[int] = None
+    _native: Optional[_Native] = None
 
     def _gone(self) -> str:
         """The error message once the object is released."""
         raise NotImplementedError
 
-    def _release(self, handle: int) -> None:
-        raise NotImplementedError
-
     @property
     def handle(self) -> int:
-        if self._handle is None:
+        n = self._native
+        if n is None or not n.alive:
             raise PhoenixError(9, self._gone())
-        return self._handle
+        return n.handle
+
+    @property
+    def closed(self) -> bool:
+        return self._native is None or not self._native.alive
 
     def close(self) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            self._release(handle)
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+        n, self._native = self._native, None
+        if n is not None:
+            n.release()
 
     def __enter__(self) -> Any:
         return self
@@ -132,13 +171,14 @@ class Device(_Handle):
     """
 
     def __init__(self, name: Any = None) -> None:
-        self._handle: Optional[int] = None
         cname = _device_name(name)
         h = ctypes.c_void_p()
         check(lib().phx_device_open(cname.encode() if cname else None,
                                     ctypes.byref(h)),
               f"opening device {cname or '(default)'}")
-        self._handle = h.value
+        self._native = _Native(h.value, _close_device, lib())
+        self._streams: "OrderedDict[int, _Native]" = OrderedDict()
+        self._streams_lock = threading.Lock()
         self.info = self.query()
         self.name: str = self.info.name
         self.kind: str = self.info.kind
@@ -147,9 +187,12 @@ class Device(_Handle):
     def _gone(self) -> str:
         return f"device {self.name} is closed"
 
-    def _release(self, handle: int) -> None:
-        """Drop this handle; buffers made from it keep the device open."""
-        lib().phx_device_close(handle)
+    def close(self) -> None:
+        """Drop this handle; buffers and streams made from it keep the
+        device open until they are released."""
+        with self._streams_lock:
+            self._streams.clear()
+        self._native = None
 
     def query(self) -> DeviceInfo:
         """Current description, with capacity and bytes in use."""
@@ -177,6 +220,29 @@ class Device(_Handle):
         None or 0 is the device's default stream."""
         return Stream(self, native=_native_stream(native), _wrap=True)
 
+    def stream_of(self, stream: Any) -> "Stream":
+        """A Stream for @stream (a Stream, torch or CuPy stream, or a raw
+        CUstream handle), wrapped once per native handle.
+
+        A wrapper owns nothing but the handle, so one made for a stream
+        that is gone and whose handle was reused by a new one serves the
+        new one as well.  The last _WRAPPED_STREAMS handles are kept.
+        """
+        if isinstance(stream, Stream):
+            return stream
+        native = _native_stream(stream) or 0
+        with self._streams_lock:
+            n = self._streams.get(native)
+            if n is not None and n.alive:
+                self._streams.move_to_end(native)
+                return Stream._of(self, n)
+        s = Stream(self, native=native or None, _wrap=True)
+        with self._streams_lock:
+            self._streams[native] = s._native
+            while len(self._streams) > _WRAPPED_STREAMS:
+                self._streams.popitem(last=False)
+        return s
+
     def default_stream(self) -> "Stream":
         """The device's default stream (where a NULL stream handle goes)."""
         return Stream(self, _wrap=True)
@@ -194,7 +260,7 @@ class Device(_Handle):
         return out
 
     def __repr__(self) -> str:
-        return f"<phoenix.Device {self.name} ({self.info.model})>"
+        return f"<phxio.Device {self.name} ({self.info.model})>"
 
 
 _shared: dict[str, Device] = {}
@@ -206,7 +272,7 @@ def device(name: Any = None) -> Device:
     key = _device_name(name) or ""
     with _shared_lock:
         dev = _shared.get(key)
-        if dev is None:
+        if dev is None or dev.closed:  # closed by someone: open anew
             dev = Device(key or None)
             _shared[key] = dev
             _shared[dev.name] = dev
@@ -235,22 +301,27 @@ class Stream(_Handle):
     def __init__(self, dev: Device, native: Optional[int] = None,
                  _wrap: bool = False) -> None:
         self.device = dev
-        self._handle: Optional[int] = None
+        devn = dev._native
         h = ctypes.c_void_p()
         if native is not None or _wrap:
             check(lib().phx_stream_wrap(dev.handle, native, ctypes.byref(h)))
         else:
             check(lib().phx_stream_create(dev.handle, ctypes.byref(h)))
-        self._handle = h.value
+        self._native = _Native(h.value, _destroy_stream, lib(), devn)
         # A transfer's values are set before it is queued and never
         # change: the copy engine can move its bytes (phx_io_enqueue).
         check(lib().phx_stream_set_flags(h, _lib.PHX_STREAM_FIXED))
 
+    @classmethod
+    def _of(cls, dev: Device, native: _Native) -> "Stream":
+        """Another Stream object on the library stream @native."""
+        self = cls.__new__(cls)
+        self.device = dev
+        self._native = native
+        return self
+
     def _gone(self) -> str:
         return "stream is destroyed"
-
-    def _release(self, handle: int) -> None:
-        lib().phx_stream_destroy(handle)
 
     @property
     def native(self) -> int:
@@ -272,30 +343,31 @@ class Buffer:
     """
 
     def __init__(self, dev: Device, size: int, sparse: bool = False) -> None:
-        self.device = dev
-        self._handle: Optional[int] = None
         h = ctypes.c_void_p()
         flags = _lib.PHX_BUF_SPARSE if sparse else 0
         check(lib().phx_buf_alloc(dev.handle, size, flags, ctypes.byref(h)),
               f"allocating {size} bytes on {dev.name}")
-        self._handle = h.value
-        # Free the memory when collected even if the device object goes
-        # first in interpreter teardown: the finalizer holds the device.
-        self._finalizer = weakref.finalize(self, _free_buf, h.value, dev)
+        self._own(dev, h.value)
 
     @classmethod
     def _adopt(cls, dev: Device, handle: int) -> "Buffer":
         """Wrap a phx_buf made elsewhere (phx_buf_recv); frees it when
         collected."""
         self = cls.__new__(cls)
-        self.device = dev
-        self._handle = handle
-        self._finalizer = weakref.finalize(self, _free_buf, handle, dev)
+        self._own(dev, handle)
         return self
+
+    def _own(self, dev: Device, handle: int) -> None:
+        # The finalizer holds the native device, so the memory is freed
+        # before the device closes, whichever of the two goes first.
+        self.device = dev
+        self._handle: Optional[int] = handle
+        self._finalizer = weakref.finalize(self, _free_buf, handle, lib(),
+                                           dev._native)
 
     @property
     def handle(self) -> int:
-        if self._handle is None:
+        if self._handle is None or not self._finalizer.alive:
             raise PhoenixError(9, "buffer is freed")
         return self._handle
 
@@ -403,11 +475,11 @@ class Buffer:
 
     def __repr__(self) -> str:
         state = "freed" if self._handle is None else f"{self.size} bytes"
-        return f"<phoenix.Buffer {state} on {self.device.name}>"
+        return f"<phxio.Buffer {state} on {self.device.name}>"
 
 
-def _free_buf(handle: int, dev: Device) -> None:
-    lib().phx_buf_free(handle)
+def _free_buf(handle: int, cdll: Any, dev: _Native) -> None:
+    cdll.phx_buf_free(handle)
 
 
 class DeviceArray:
@@ -443,7 +515,7 @@ class DeviceArray:
     def __dlpack__(self, stream: Any = None, max_version: Any = None,
                    dl_device: Any = None, copy: Any = None) -> Any:
         if copy:
-            raise BufferError("phoenix arrays export without copying only")
+            raise BufferError("phxio arrays export without copying only")
         if dl_device is not None and tuple(dl_device) != \
                 self.__dlpack_device__():
             raise BufferError(f"array lives on {self.device.name}")
@@ -499,7 +571,7 @@ class DeviceArray:
         return as_tensor(self)
 
     def __repr__(self) -> str:
-        return (f"<phoenix.DeviceArray {self.dtype.name}{list(self.shape)} "
+        return (f"<phxio.DeviceArray {self.dtype.name}{list(self.shape)} "
                 f"on {self.device.name}>")
 
 
@@ -587,6 +659,13 @@ class _File:
             os.close(self.fd)
 
 
+# Stream-ordered transfers not yet seen complete.  Each keeps its target,
+# its file and the values the library reads when the stream gets there,
+# also when the caller drops it; _transfer() lets go of finished ones.
+_inflight: set["Transfer"] = set()
+_inflight_lock = threading.Lock()
+
+
 class Transfer:
     """A stream-ordered transfer; ``wait()`` gives the bytes moved."""
 
@@ -604,8 +683,35 @@ class Transfer:
     def wait(self) -> int:
         """Synchronize the stream, then return the bytes moved."""
         self.stream.synchronize()
-        self._keep[1].__exit__()
+        self._settle()
         return check(self.bytes_done.value, "stream-ordered transfer")
+
+    def _settle(self) -> None:
+        self._keep[1].__exit__()
+        with _inflight_lock:
+            _inflight.discard(self)
+
+
+def _settle_done() -> None:
+    """Let go of the transfers that completed."""
+    with _inflight_lock:
+        done = [tr for tr in _inflight if tr.done()]
+    for tr in done:
+        tr._settle()
+
+
+def _finish_inflight() -> None:
+    """At exit, before any finalizer frees what they move: wait for the
+    transfers still queued."""
+    with _inflight_lock:
+        left = list(_inflight)
+    for tr in left:
+        try:
+            if not tr.done() and not tr.stream.closed:
+                tr.stream.synchronize()
+            tr._settle()
+        except Exception:
+            pass
 
 
 def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
@@ -618,8 +724,9 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
               truncate=(file_offset == 0 and size is None))
     fd = f.__enter__()
     if stream is not None:
-        s = stream if isinstance(stream, Stream) else \
-            Stream(t.device, native=_native_stream(stream), _wrap=True)
+        s = t.device.stream_of(stream)
+        if _inflight:
+            _settle_done()
         tr = Transfer(s, (t, f))
         tr.len.value = n
         tr.file_offset.value = file_offset
@@ -631,6 +738,8 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
         except BaseException:
             f.__exit__()
             raise
+        with _inflight_lock:
+            _inflight.add(tr)
         return tr
     try:
         io = _lib.IoStruct(op=op, fd=fd, file_off=file_offset, len=n)
@@ -667,7 +776,7 @@ def read_into(src: PathOrFd, dest: Any, file_offset: int = 0, *,
     array interface (a torch/CuPy tensor; on sim, also NumPy arrays and
     writable buffers).  Reads @size bytes (default: all of @dest) from
     @file_offset; returns the bytes read, short only at end of file.  With
-    @stream (a phoenix Stream, torch.cuda.Stream or CUstream handle) the
+    @stream (a phxio Stream, torch.cuda.Stream or CUstream handle) the
     read is queued on it and a Transfer is returned instead.
     """
     return _transfer(_lib.PHX_OP_READ, src, dest, file_offset, size, stream)

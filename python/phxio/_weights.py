@@ -1,0 +1,159 @@
+"""A checkpoint's tensors one bounded group at a time.
+
+For a framework that copies each tensor into memory of its own (vLLM's
+weight loaders, a module's load_state_dict): load_safetensors() of the
+whole checkpoint would hold a second full copy of the model.  Here the
+tensors come in groups of about @group_size bytes; while the caller
+consumes one, the next is read by the same pipeline, so at most two
+groups are held at once.  Files staged on phxfs are device memory
+already: their tensors are views of it and cost nothing to hold.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterator, Optional
+
+from . import _core
+from ._safetensors import (SafetensorsError, Selector, TensorInfo,
+                           _selector, _sources, _staged_on, _where, load,
+                           read_header)
+
+DEFAULT_GROUP = 1 << 30
+
+
+class _File:
+    def __init__(self, path: str, tensors: list[TensorInfo],
+                 staged: Optional[str]) -> None:
+        self.path = path
+        self.tensors = tensors
+        self.staged = staged
+
+
+def _files(path: Any, keep: Optional[Callable[[str], bool]]
+           ) -> list[_File]:
+    sources, index = _sources(path)
+    out = []
+    seen: dict[str, str] = {}
+    for src in sources:
+        if keep is not None and src.listed is not None and \
+                not any(map(keep, src.listed)):
+            continue
+        try:
+            fd = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if index is None:
+                raise
+            raise FileNotFoundError(2, f"{index}: shard {src.path} is "
+                                    "missing", src.path) from None
+        try:
+            _, tensors, _ = read_header(fd, src.path)
+            staged = _staged_on(fd)
+        finally:
+            os.close(fd)
+        for t in tensors:
+            if t.name in seen:
+                raise SafetensorsError(f"tensor {t.name!r} is listed twice: "
+                                       f"in {seen[t.name]} and in "
+                                       f"{src.path}")
+            seen[t.name] = src.path
+        if keep is not None:
+            tensors = [t for t in tensors if keep(t.name)]
+        if tensors:
+            out.append(_File(src.path, tensors, staged))
+    return out
+
+
+def _groups(files: list[_File], group_size: int
+            ) -> list[list[tuple[str, list[str]]]]:
+    """Consecutive runs of tensors of about @group_size bytes, as (file,
+    names) lists; a tensor larger than that is a group of its own."""
+    groups: list[list[tuple[str, list[str]]]] = []
+    cur: list[tuple[str, list[str]]] = []
+    held = 0
+    for f in files:
+        names: list[str] = []
+        for t in f.tensors:
+            n = t.end - t.begin
+            if held and held + n > group_size:
+                if names:
+                    cur.append((f.path, names))
+                    names = []
+                groups.append(cur)
+                cur, held = [], 0
+            names.append(t.name)
+            held += n
+        if names:
+            cur.append((f.path, names))
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def iter_safetensors(path: Any, device: Any = None, *,
+                     group_size: int = DEFAULT_GROUP,
+                     threads: Optional[int] = None,
+                     select: Selector = None,
+                     where: Optional[dict] = None,
+                     report: Optional[dict] = None,
+                     rows: Optional[dict[str, tuple[int, int]]] = None,
+                     ) -> Iterator[tuple[str, Any]]:
+    """Yield (name, torch tensor) for a safetensors checkpoint (a file, a
+    directory, an index, a list of files) on @device, in file order.
+
+    A tensor stays valid as long as the caller holds it; the group that
+    holds it is freed once none of its tensors is held.  Files on phxfs
+    (on @device, or with @device None) give views of their memory.
+    @where, when given, is filled with each name's file (for errors);
+    @report with "files", "staged" (files used in place), "tensors",
+    "bytes" and "groups" (read groups).  @rows: as for load_safetensors,
+    the tensors of which only some rows are read.
+    """
+    keep, wanted = _selector(select)
+    files = _files(path, keep)
+    if wanted is not None:
+        have = {t.name for f in files for t in f.tensors}
+        if wanted - have:
+            missing = sorted(wanted - have)
+            raise SafetensorsError(f"{_where(path)}: no tensor named "
+                                   f"{missing[0]!r}")
+    if where is not None:
+        for f in files:
+            for t in f.tensors:
+                where[t.name] = f.path
+    dev = device if isinstance(device, _core.Device) or device is None \
+        else _core.device(device)
+    staged = [f for f in files if f.staged is not None and
+              (dev is None or f.staged == dev.name)]
+    rest = [f for f in files if f not in staged]
+    groups = _groups(rest, max(1, group_size)) if rest else []
+    if report is not None:
+        report.update(files=len(files), staged=len(staged),
+                      tensors=sum(len(f.tensors) for f in files),
+                      bytes=sum(t.end - t.begin for f in files
+                                for t in f.tensors), groups=len(groups))
+    for f in staged:
+        names = [t.name for t in f.tensors]
+        sd = load(f.path, device=dev, framework="pt", threads=threads,
+                  select=names)
+        for name in names:
+            yield name, sd.pop(name)
+    if not groups:
+        return
+
+    def read(group: list[tuple[str, list[str]]]) -> dict:
+        return load([p for p, _ in group], device=dev, framework="pt",
+                    threads=threads, rows=rows,
+                    select={n for _, names in group for n in names})
+
+    with ThreadPoolExecutor(1, thread_name_prefix="phx-groups") as pool:
+        nxt = pool.submit(read, groups[0])
+        for i, group in enumerate(groups):
+            sd = nxt.result()
+            nxt = pool.submit(read, groups[i + 1]) \
+                if i + 1 < len(groups) else None
+            for _, names in group:
+                for name in names:
+                    yield name, sd.pop(name)
+            del sd

@@ -1,0 +1,105 @@
+"""load_safetensors on a checkpoint staged on phxfs: its device memory is
+used in place (views) or copied device to device, never read back
+through the mount."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import phxio
+from test_open_file import mount  # noqa: F401  (the fixture)
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+
+def _checkpoint(d, rng, shards=3, per=4):
+    """A sharded checkpoint with its index; the tensors by name."""
+    d.mkdir()
+    want, wmap = {}, {}
+    for s in range(shards):
+        part = {}
+        for i in range(per):
+            name = f"layers.{s}.w{i}"
+            shape = (int(rng.integers(1, 300)), 257)
+            dt = [np.float32, np.float16, np.int8, np.int64][i % 4]
+            part[name] = rng.integers(-100, 100, shape).astype(dt)
+            wmap[name] = f"model-{s:05d}-of-{shards:05d}.safetensors"
+        safetensors_numpy.save_file(part, str(d / wmap[name]))
+        want.update(part)
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": wmap}))
+    return want
+
+
+def _reads(dev_dir) -> int:
+    st = phxio.phxfs_status(dev_dir)
+    return sum(d["read_requests"] for d in st["devices"])
+
+
+def _host(a):
+    return a.cpu().numpy() if hasattr(a, "cpu") else np.asarray(a)
+
+
+def _fw(mount) -> str:
+    """NumPy views on sim; torch tensors on a GPU."""
+    return "numpy" if phxio.device(mount.name).kind != "cuda" else "pt"
+
+
+def _same(got, want):
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        a = _host(got[k])
+        assert a.dtype == v.dtype and a.shape == v.shape, k
+        assert a.tobytes() == v.tobytes(), k
+
+
+@pytest.mark.parametrize("staged", ["view", "copy"])
+def test_staged_checkpoint_is_used_in_place(mount, rng, tmp_path, staged):
+    want = _checkpoint(tmp_path / "ck", rng)
+    dst = mount / f"ck-{staged}"
+    shutil.copytree(tmp_path / "ck", dst)
+    before = _reads(mount)
+    fw = _fw(mount)
+    if fw == "pt":
+        pytest.importorskip("torch")
+    got = phxio.load_safetensors(dst, framework=fw, staged=staged)
+    # the index and headers are read through the mount, the data is not
+    assert _reads(mount) - before <= 2 * 4
+    _same(got, want)
+    # a view writes the staged file; a copy does not
+    name = "layers.1.w0"
+    got[name].reshape(-1)[:1] = 7
+    arr = _host(phxio.load_safetensors(dst, framework=fw, staged="read",
+                                       select=[name])[name])
+    assert (arr.reshape(-1)[0] == 7) == (staged == "view")
+    shutil.rmtree(dst)
+
+
+def test_staged_file_and_index_and_read(mount, rng, tmp_path):
+    want = _checkpoint(tmp_path / "ck", rng, shards=2)
+    dst = mount / "ck-read"
+    shutil.copytree(tmp_path / "ck", dst)
+    one = sorted(dst.glob("*.safetensors"))[0]
+    fw = _fw(mount)
+    if fw == "pt":
+        pytest.importorskip("torch")
+    got = phxio.load_safetensors(one, framework=fw)
+    part = {k: v for k, v in want.items() if k.startswith("layers.0.")}
+    _same(got, part)
+    _same(phxio.load_safetensors(dst / "model.safetensors.index.json",
+                                 framework=fw, select="layers.1."),
+          {k: v for k, v in want.items() if k.startswith("layers.1.")})
+    before = _reads(mount)
+    _same(phxio.load_safetensors(dst, framework=fw, staged="read"),
+          want)
+    assert _reads(mount) > before  # "read" goes through the mount
+    shutil.rmtree(dst)
+
+
+def test_bad_staged_option():
+    with pytest.raises(ValueError, match="staged="):
+        phxio.load_safetensors("x", staged="maybe")
