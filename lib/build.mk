@@ -1,16 +1,18 @@
 # libphoenix: libphoenix.{a,so}, built from lib/src; tests in tests/lib.
 
-LIB_SRCS := $(wildcard lib/src/*.c)
+LIB_DIRS := base device device/cuda device/sim device/kmod buf engine stream \
+	registry
+LIB_SRCS := $(foreach d,$(LIB_DIRS),$(wildcard lib/src/$(d)/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/feed_ptx.o
 LIB_A := $(BUILD)/libphoenix.a
 LIB_SO := $(BUILD)/libphoenix.so
 PHX_CPPFLAGS := -Ilib/include
 
 # Build against cuda.h where the toolkit is installed; without it the CUDA
-# backend uses its own declarations of the driver API (lib/src/cuda_api.h).
+# backend uses its own declarations of the driver API (lib/src/device/cuda/cuda_api.h).
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
-$(BUILD)/lib/src/dev_cuda.o $(BUILD)/lib/src/cuda_driver.o: CFLAGS += \
+$(BUILD)/lib/src/device/cuda/cuda.o $(BUILD)/lib/src/device/cuda/driver.o: CFLAGS += \
 	-I$(CUDA_HOME)/include -DPHX_HAVE_CUDA_H
 endif
 
@@ -26,13 +28,13 @@ endif
 $(BUILD)/lib/src/%.o: lib/src/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Ilib/src -fvisibility=hidden -c $< -o $@
+	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(foreach d,$(LIB_DIRS),-Ilib/src/$(d)) -fvisibility=hidden -c $< -o $@
 
-# The copy kernel's PTX as a C string (lib/src/feed.h, phx_feed_ptx).
-$(BUILD)/lib/feed_ptx.c: lib/src/feed.ptx
+# The copy kernel's PTX as a C string (lib/src/device/feed.h, phx_feed_ptx).
+$(BUILD)/lib/feed_ptx.c: lib/src/device/feed.ptx
 	@mkdir -p $(dir $@)
 	@echo "  GEN     $@"
-	@{ echo '/* Generated from lib/src/feed.ptx by lib/build.mk. */'; \
+	@{ echo '/* Generated from lib/src/device/feed.ptx by lib/build.mk. */'; \
 	  echo 'const char phx_feed_ptx[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; \
 	  echo ';'; } > $@
@@ -62,7 +64,8 @@ LIB_TEST_BIN := $(BUILD)/tests/test-lib
 $(LIB_TEST_BIN): $(LIB_TEST_SRCS) tests/lib/util.h $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Itests/lib -o $@ \
+	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Itests/lib \
+		$(foreach d,$(LIB_DIRS),-Ilib/src/$(d)) -o $@ \
 		$(LIB_TEST_SRCS) $(LIB_A) $(URING_LIB) $(FUSE_SYS_LIB) -lcriterion \
 		$(LDFLAGS) $(LDLIBS)
 

@@ -5,7 +5,7 @@
  */
 #include <pthread.h>
 
-#include "../../lib/src/feed.h"
+#include "../../lib/src/device/feed.h"
 #include "util.h"
 
 #define SLOT 4096

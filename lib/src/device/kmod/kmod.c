@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "internal.h"
-#include "../../kmod/phx_uapi.h"
+#include "../../../../kmod/phx_uapi.h"
 
 /* Phoenix's registration granularity; a multiple of every page size. */
 #define KMOD_GRANULARITY (64ULL << 10)
