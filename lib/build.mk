@@ -1,7 +1,21 @@
 # libphoenix: libphoenix.{a,so}, built from lib/src; tests in tests/lib.
 
+# The folders of lib/src are its layers, bottom up (docs/architecture.md).
+# A folder's files see, through the include path, only its own folder's
+# headers and those of the layers below; the backends see none of each
+# other's.  scripts/check-layers.sh checks calls and includes the same way.
 LIB_DIRS := base device device/cuda device/sim device/kmod buf engine stream \
 	registry
+LIB_INC_base := base
+LIB_INC_device := device base
+LIB_INC_device/cuda := device/cuda device base
+LIB_INC_device/sim := device/sim device base
+LIB_INC_device/kmod := device/kmod device base
+LIB_INC_buf := buf device base
+LIB_INC_engine := engine buf device base
+LIB_INC_stream := stream engine buf device base
+LIB_INC_registry := registry stream engine buf device base
+lib_inc = $(addprefix -Ilib/src/,$(LIB_INC_$(patsubst lib/src/%/,%,$(dir $(1)))))
 LIB_SRCS := $(foreach d,$(LIB_DIRS),$(wildcard lib/src/$(d)/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/feed_ptx.o
 LIB_A := $(BUILD)/libphoenix.a
@@ -11,6 +25,9 @@ PHX_CPPFLAGS := -Ilib/include
 # Build against cuda.h where the toolkit is installed; without it the CUDA
 # backend uses its own declarations of the driver API (lib/src/device/cuda/cuda_api.h).
 CUDA_HOME ?= /usr/local/cuda
+# The kmod backend speaks phx.ko's uapi (kmod/phx_uapi.h).
+$(BUILD)/lib/src/device/kmod/kmod.o: CFLAGS += -Ikmod
+
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 $(BUILD)/lib/src/device/cuda/cuda.o $(BUILD)/lib/src/device/cuda/driver.o: CFLAGS += \
 	-I$(CUDA_HOME)/include -DPHX_HAVE_CUDA_H
@@ -28,7 +45,8 @@ endif
 $(BUILD)/lib/src/%.o: lib/src/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(foreach d,$(LIB_DIRS),-Ilib/src/$(d)) -fvisibility=hidden -c $< -o $@
+	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(call lib_inc,$<) \
+		-fvisibility=hidden -c $< -o $@
 
 # The copy kernel's PTX as a C string (lib/src/device/feed.h, phx_feed_ptx).
 $(BUILD)/lib/feed_ptx.c: lib/src/device/feed.ptx

@@ -5,7 +5,7 @@
  */
 #include <pthread.h>
 
-#include "../../lib/src/device/feed.h"
+#include "stream_i.h"
 #include "util.h"
 
 #define SLOT 4096

@@ -4,12 +4,13 @@
  * overrides, read once at first use.
  */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
-#include "internal.h"
+#include "base.h"
 
 PHX_EXPORT int phx_parse_size(const char *s, uint64_t *out)
 {

@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "buf.h"
 
 #define PHX_MIN_RESERVE (256ULL << 20)
 #define PHX_MAX_SIZE (1ULL << 46) /* 64 TiB: beyond any device */

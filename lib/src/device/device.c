@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "device.h"
 
 int phx_device_charge(struct phx_device *dev, uint64_t bytes)
 {

@@ -19,11 +19,55 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 
-#include "feed.h"
-#include "phoenix.h"
+#include "base.h"
 
 struct phx_device;
+
+/*
+ * The copy kernel (feed.ptx) and its control block, shared by a
+ * stream-ordered transfer's worker and the kernel on its stream: how
+ * stream-ordered transfers move their bytes in PHX_STREAM_WAIT=kernel
+ * (lib/src/stream/kernel.c).  The block lives in pinned host memory
+ * mapped for the device.  The host side writes with release stores and
+ * reads with acquire loads; the kernel uses volatile accesses and
+ * system-scope fences.  Offsets are fixed by the PTX.
+ */
+#define PHX_FEED_SLOTS 8
+
+/* feed.ptx, NUL-terminated, for cuModuleLoadData (built from it). */
+extern const char phx_feed_ptx[];
+
+struct phx_feed_ctl {
+	uint32_t reached; /* kernel -> host: the stream got here */
+	uint32_t done; /* host -> kernel: nchunks is final */
+	uint32_t nchunks;
+	uint32_t op; /* 0: slot -> buffer, 1: buffer -> slot */
+	uint64_t ring; /* device address of slot 0 */
+	uint64_t slot_size;
+	uint32_t ready[PHX_FEED_SLOTS]; /* host -> kernel: chunk + 1 */
+	uint32_t freed[PHX_FEED_SLOTS]; /* kernel -> host: chunk + 1 */
+	uint64_t off[PHX_FEED_SLOTS]; /* buffer offset of each slot's chunk */
+	uint32_t len[PHX_FEED_SLOTS];
+	/* kernel -> host: block b is gone; the block can be reused */
+	uint32_t exited[PHX_FEED_SLOTS];
+};
+
+_Static_assert(offsetof(struct phx_feed_ctl, ready) == 32, "feed.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, freed) == 64, "feed.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, off) == 96, "feed.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, len) == 160, "feed.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, exited) == 192, "feed.ptx");
+
+/*
+ * What the kernel does, on the CPU: the stream layer hands it to the
+ * simulated device (feed_launch's @play), which runs it as a stream op,
+ * its blocks in turn on one thread, so the suites exercise the worker's
+ * side of the protocol.  Device addresses (ctl->ring, @buf) are host
+ * addresses there.
+ */
+typedef void phx_feed_play_fn(struct phx_feed_ctl *ctl, unsigned char *buf);
 
 /* A physical chunk of device memory (CUmemGenericAllocationHandle etc.). */
 typedef uint64_t phx_chunk_t;
@@ -122,7 +166,7 @@ struct phx_backend_ops {
 	int (*host_register)(struct phx_device *dev, void *p, size_t len);
 	void (*host_unregister)(struct phx_device *dev, void *p);
 
-	/* Streams: @native NULL asks for a new stream. */
+	/* A new stream of the device. */
 	int (*stream_create)(struct phx_device *dev, void **stream);
 	/*
 	 * A stream whose work is always waited for by the thread that
@@ -279,11 +323,6 @@ int phx_fdmem_export(struct phx_device *dev, phx_chunk_t chunk, uint64_t size,
 		     int *fd);
 int phx_fdmem_dup(struct phx_device *dev, int fd, phx_chunk_t *out);
 
-/*
- * Flags that hold a stream on the device side (stream_wait_flag): the
- * host sets one and wakes whoever waits on it in the host (simulated and
- * phx.ko streams).
- */
 /*
  * Words that hold streams (stream_wait_value): store @v with release
  * semantics and wake host threads waiting on @word; wait until @word

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "device.h"
 
 int phx_fdmem_reserve(struct phx_device *dev, uint64_t size, phx_dptr_t *out)
 {

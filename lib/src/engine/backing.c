@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "engine.h"
 
 #define BACKING_PAGE 4096ULL
 

@@ -16,7 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_i.h"
 
 #ifndef __NR_cachestat
 #define __NR_cachestat 451

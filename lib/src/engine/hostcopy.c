@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_i.h"
 
 /*
  * Streams for host memory copies, reused: creating one per copy costs a

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "engine_i.h"
 
 static void job_add_region(struct job *j, uint64_t from, uint64_t to,
 			   bool direct)

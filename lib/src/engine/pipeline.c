@@ -31,7 +31,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_i.h"
 
 /* ---- engine lifetime ------------------------------------------------ */
 

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
+#include "engine_i.h"
 
 uint64_t phx_sink_nsegs(uint64_t file_off, uint64_t len, uint64_t chunk)
 {

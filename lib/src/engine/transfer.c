@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
+#include "engine_i.h"
 
 /*
  * Lend an engine of shape @sh from @dev's pool: an idle one of that shape,

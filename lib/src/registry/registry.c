@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "stream.h"
 
 static const struct phx_backend_ops *const backends[] = {
 	[PHX_DEVICE_CUDA] = &phx_cuda_ops,
@@ -330,7 +330,7 @@ PHX_EXPORT void phx_device_close(struct phx_device *dev)
 	open_devices[dev->ops->kind][dev->index] = NULL;
 	pthread_mutex_unlock(&registry_lock);
 
-	phx_async_destroy(dev);
+	phx_stream_device_close(dev);
 	phx_engine_pool_destroy(dev);
 	phx_hostcopy_release(dev);
 	dev->ops->close(dev);

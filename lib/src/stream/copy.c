@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "async.h"
+#include "stream_i.h"
 
 /* Segments past this go to the copy kernel (cyclic sequence numbers). */
 #define PHX_RING_MAX_SEGS (1u << 24)
@@ -81,7 +81,7 @@ static bool ring_pinned(const struct phx_engine *e)
  * slots, and the ring's worker swaps it in when it gets to the first of
  * them (the small engine is idle by then: all before it are done).  Then
  * free the small ones.  It makes driver calls that may wait for streams,
- * so no one waits for it but phx_async_destroy(), after every transfer is
+ * so no one waits for it but phx_stream_device_close(), after every transfer is
  * done; a ring whose full engine cannot be built keeps its small one.
  */
 static void *ring_grow_main(void *arg)

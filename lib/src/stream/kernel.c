@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "async.h"
+#include "stream_i.h"
 
 static uint32_t load_acq(const uint32_t *p)
 {

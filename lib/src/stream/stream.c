@@ -46,7 +46,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "async.h"
+#include "stream_i.h"
 
 PHX_EXPORT int phx_stream_create(struct phx_device *dev,
 				 struct phx_stream **out)
@@ -413,7 +413,7 @@ static void async_host_fn(void *arg)
 	async_queue_locked(w, r);
 	while (!r->done)
 		pthread_cond_wait(&w->done, &w->lock);
-	/* the last use of @w: phx_async_destroy() waits for this */
+	/* the last use of @w: phx_stream_device_close() waits for this */
 	phx_async_release_locked(w, r);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
@@ -664,7 +664,7 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 	return ret;
 }
 
-void phx_async_destroy(struct phx_device *dev)
+void phx_stream_device_close(struct phx_device *dev)
 {
 	struct phx_async_worker *w = dev->async;
 	unsigned int i;

@@ -32,7 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "device.h"
 #include "cuda_api.h"
 
 #define PHX_CUDA_MAX_GPUS 64

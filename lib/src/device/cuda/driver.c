@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "device.h"
 #include "cuda_api.h"
 
 struct phx_cu_api cu;

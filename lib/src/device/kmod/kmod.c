@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "../../../../kmod/phx_uapi.h"
+#include "device.h"
+#include "phx_uapi.h"
 
 /* Phoenix's registration granularity; a multiple of every page size. */
 #define KMOD_GRANULARITY (64ULL << 10)

@@ -17,7 +17,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "device.h"
 #include "sim_mem.h"
 
 #define SIM_GRANULARITY (64ULL << 10)

@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "device.h"
 #include "sim_mem.h"
 
 /* A memfd holding chunks, each at its offset in its reservation. */

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * async.h - what the files of the stream layer share: streams, the
+ * stream_i.h - what the files of the stream layer share: streams, the
  * device's transfer workers and the requests they serve (stream.c), the
- * copy-kernel mode (feed.c) and the copy mode's rings (ring.c).  Nothing
+ * copy-kernel mode (kernel.c) and the copy mode's rings (copy.c).  Nothing
  * outside those files includes it.
  */
-#ifndef PHX_ASYNC_H
-#define PHX_ASYNC_H
+#ifndef PHX_STREAM_I_H
+#define PHX_STREAM_I_H
 
 #include <pthread.h>
 
-#include "internal.h"
+#include "stream.h"
 
 #define PHX_ASYNC_WORKERS 4
 /* Transfers a device can have queued at once in "device" mode. */
@@ -180,7 +180,37 @@ int phx_mapped_alloc(struct phx_device *dev, size_t len, void **out,
 		     uint64_t *daddr);
 void phx_mapped_free(struct phx_device *dev, void *p, size_t len);
 
-/* ---- "kernel" mode (feed.c) ------------------------------------------ */
+/* ---- "kernel" mode (kernel.c) ---------------------------------------- */
+
+/*
+ * What the copy kernel does, played on the CPU (the simulated device's
+ * feed_launch @play).
+ */
+phx_feed_play_fn phx_feed_emulate;
+
+/*
+ * The worker's side of a read: @n bytes of @fd at @file_off into the
+ * buffer at @buf_off, through @ring (its host address; the kernel was told
+ * its device address in ctl->ring).  Returns the bytes moved or -errno;
+ * in both cases the kernel is told it is done, after *@bytes_done is set.
+ */
+int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
+		      uint64_t n, int64_t file_off, int64_t buf_off,
+		      int64_t *bytes_done);
+
+/*
+ * The worker's side of a write: @n bytes of the buffer at @buf_off to @fd
+ * at @file_off.  As phx_feed_read otherwise.
+ */
+int64_t phx_feed_write(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
+		       uint64_t n, int64_t file_off, int64_t buf_off,
+		       int64_t *bytes_done);
+
+/* End a transfer before it moves anything: *@bytes_done = @err. */
+void phx_feed_abort(struct phx_feed_ctl *ctl, int64_t err, int64_t *bytes_done);
+
+/* Wait until every block of the kernel has left @ctl. */
+void phx_feed_wait_exit(struct phx_feed_ctl *ctl);
 
 int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w);
 void phx_feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
@@ -190,7 +220,7 @@ int phx_feed_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 struct async_req *phx_feed_claim_locked(struct phx_async_worker *w);
 void phx_feed_run(struct async_thread *t, struct async_req *r);
 
-/* ---- "copy" mode (ring.c) -------------------------------------------- */
+/* ---- "copy" mode (copy.c) -------------------------------------------- */
 
 /* Unmap one worker's ring words, or all. */
 void phx_ring_teardown_one(struct phx_device *dev, struct async_thread *t);
@@ -229,4 +259,4 @@ void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t);
 /* Stop the grower, once the workers are stopped; frees what it held. */
 void phx_ring_grow_stop(struct phx_async_worker *w);
 
-#endif /* PHX_ASYNC_H */
+#endif /* PHX_STREAM_I_H */

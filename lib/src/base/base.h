@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * base.h - the bottom of libphoenix (lib/src/base): the thread's one-line
+ * error message (errors.c), the settings and their PHX_* overrides
+ * (settings.c), and the helpers and limits every layer above uses.
+ */
+#ifndef PHX_BASE_H
+#define PHX_BASE_H
+
+#include <errno.h>
+#include <stdint.h>
+
+#include "phoenix.h"
+
+#define PHX_EXPORT __attribute__((visibility("default")))
+
+#define phx_min(a, b) ((a) < (b) ? (a) : (b))
+#define phx_max(a, b) ((a) > (b) ? (a) : (b))
+#define phx_align_down(x, a) ((x) / (a) * (a))
+#define phx_align_up(x, a) (((x) + (a)-1) / (a) * (a))
+
+/*
+ * Record a one-line message for phx_strerror_last() and return -@err
+ * (@err is a positive errno), so call sites read
+ * "return phx_err(ENOSPC, "...", ...);".
+ */
+int phx_err(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Clear the thread's last message (successful public calls). */
+void phx_err_clear(void);
+
+/* The settings in force; parsed once from the environment. */
+const struct phx_settings *phx_settings(void);
+
+/* Human-readable byte count into @buf ("64 MiB"); returns @buf. */
+char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
+
+/*
+ * Limits named once.  O_DIRECT's alignment (file offsets, lengths and
+ * memory of direct I/O); the smallest staging slot the engine cuts; the
+ * device kinds of enum phx_device_kind.
+ */
+#define PHX_DIO_ALIGN 4096ULL
+#define PHX_MIN_SLOT (64u << 10)
+
+#endif /* PHX_BASE_H */
