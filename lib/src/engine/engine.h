@@ -24,7 +24,7 @@ int phx_fd_size(int fd, uint64_t *size);
 struct phx_engine;
 int phx_engine_new(struct phx_device *dev, size_t staging,
 		   struct phx_engine **out);
-void phx_engine_free(struct phx_engine *e);
+void phx_engine_destroy(struct phx_engine *e);
 int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io);
 
 /*

@@ -43,7 +43,7 @@ int phx_reopen(int fd, int flags)
 	return open(path, flags | O_CLOEXEC);
 }
 
-void phx_fd_put(struct fd_entry *f)
+void phx_fd_put(struct phx_fd *f)
 {
 	if (--f->users)
 		return;
@@ -80,10 +80,10 @@ int phx_fd_size(int fd, uint64_t *size)
 	return stat_size(fd, &st, size);
 }
 
-int phx_fd_get(struct fd_entry *cache, int fd, enum phx_op op,
-	       struct fd_entry **out)
+int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
+	       struct phx_fd **out)
 {
-	struct fd_entry *f, *free_slot = NULL;
+	struct phx_fd *f, *free_slot = NULL;
 	struct stat st;
 	int fl, acc, i, ret;
 	uint64_t size;
@@ -136,7 +136,7 @@ int phx_fd_get(struct fd_entry *cache, int fd, enum phx_op op,
 }
 
 /* Per-file descriptors for each mode, opened on first need. */
-int phx_fd_direct(struct fd_entry *f)
+int phx_fd_direct(struct phx_fd *f)
 {
 	if (f->direct_fd == -1) {
 		int acc = f->accmode == O_WRONLY ? O_RDWR : f->accmode;
@@ -153,7 +153,7 @@ int phx_fd_direct(struct fd_entry *f)
 	return f->direct_fd;
 }
 
-int phx_fd_buffered(struct fd_entry *f)
+int phx_fd_buffered(struct phx_fd *f)
 {
 	if (f->buffered_fd == -1) {
 		f->buffered_fd = phx_reopen(f->user_fd, f->accmode);

@@ -229,14 +229,14 @@ static int slots_drain(struct phx_engine *e)
 	int ret = 0, r;
 
 	for (i = 0; i < e->nslots; i++) {
-		struct slot *sl = &e->slots[i];
+		struct phx_slot *sl = &e->slots[i];
 
-		if (sl->state != SLOT_COPY)
+		if (sl->state != PHX_SLOT_COPY)
 			continue;
 		r = e->dev->ops->event_sync(e->dev, sl->event);
 		if (!ret)
 			ret = r;
-		sl->state = SLOT_FREE;
+		sl->state = PHX_SLOT_FREE;
 	}
 	return ret;
 }
@@ -273,10 +273,10 @@ static int staged_copy_in(struct phx_device *dev, phx_dptr_t dptr,
 	if (ret)
 		return ret;
 	while (!ret && done < len) {
-		struct slot *sl = &e->slots[i++ % e->nslots];
+		struct phx_slot *sl = &e->slots[i++ % e->nslots];
 
-		if (sl->state == SLOT_COPY) {
-			sl->state = SLOT_FREE;
+		if (sl->state == PHX_SLOT_COPY) {
+			sl->state = PHX_SLOT_FREE;
 			ret = dev->ops->event_sync(dev, sl->event);
 			if (ret)
 				break;
@@ -289,7 +289,7 @@ static int staged_copy_in(struct phx_device *dev, phx_dptr_t dptr,
 			ret = dev->ops->event_record(dev, sl->event,
 						     sl->stream);
 		if (!ret)
-			sl->state = SLOT_COPY;
+			sl->state = PHX_SLOT_COPY;
 		done += n;
 	}
 	return staged_end(dev, e, ret);
@@ -309,7 +309,7 @@ static int staged_copy_out(struct phx_buf *buf, uint64_t off, char *dst,
 	if (ret)
 		return ret;
 	while (!ret && drained < len) {
-		struct slot *sl;
+		struct phx_slot *sl;
 
 		while (!ret && issued < len && head - tail < e->nslots) {
 			sl = &e->slots[head++ % e->nslots];
@@ -321,13 +321,13 @@ static int staged_copy_out(struct phx_buf *buf, uint64_t off, char *dst,
 				ret = dev->ops->event_record(dev, sl->event,
 							     sl->stream);
 			if (!ret)
-				sl->state = SLOT_COPY;
+				sl->state = PHX_SLOT_COPY;
 			issued += sl->copied;
 		}
 		if (ret)
 			break;
 		sl = &e->slots[tail++ % e->nslots];
-		sl->state = SLOT_FREE;
+		sl->state = PHX_SLOT_FREE;
 		ret = dev->ops->event_sync(dev, sl->event);
 		if (!ret)
 			memcpy(dst + sl->foff, sl->mem, sl->copied);

@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine.c - the io_uring transfer engine: staging, slots, the job pipeline.
+ * pipeline.c - the io_uring transfer engine: its staging slots and the
+ * job pipeline that moves them.
  *
- * An engine owns one io_uring, a ring of pinned staging slots (registered
- * with io_uring as fixed buffers and with the device), a few copy streams
- * and an event per slot.  Each transfer (a "job") is cut into segments of
- * PHX_CHUNK_SIZE.  A read segment is read from the file into a slot and,
- * once the read completes, copied to the device asynchronously while
- * other slots are still reading, so disk and PCIe overlap.  Writes are the
- * mirror image: device-to-slot copy, then the file write.
+ * An engine owns one io_uring, pinned staging cut into slots (registered
+ * with io_uring as one fixed buffer and with the device), two copy
+ * streams and an event per slot.  Each transfer (a "job") is cut into
+ * segments of PHX_CHUNK_SIZE; each segment takes a free slot, has its
+ * file I/O done through io_uring, and is handed to the engine's slot
+ * consumer (struct phx_slot_consumer), which moves its bytes between the
+ * slot and the device and gives the slot back: the engine's own copies
+ * (staged.c) or a stream's (sink.c).  Reads of other slots are in flight
+ * meanwhile, so disk and PCIe overlap.
  *
- * Data paths:
+ * Data paths (enum phx_path):
  *   staged    O_DIRECT reads of the block-aligned superset of the range,
  *             so any offset and length work without the page cache;
  *   buffered  page-cache reads (the file is mostly cached, O_DIRECT is
@@ -20,9 +23,9 @@
  *             straight between the file and the mapping, no staging.
  * Unaligned edges of writes go through the page cache, the middle O_DIRECT.
  *
- * Host memory is the staging ring, whatever the transfer size.  Engines
- * are pooled per device (transfer.c) and lent to synchronous calls,
- * batches and host copies; an engine is used by one thread at a time.
+ * Host memory is the staging, whatever the transfer size.  Engines are
+ * pooled per device (transfer.c) and lent to synchronous calls, batches
+ * and host copies; an engine is used by one thread at a time.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,10 +99,10 @@ void phx_engine_destroy(struct phx_engine *e)
  * @staging: bytes, 0 for the configured size.  @depth: slots of a batch,
  * 0 for the configured queue depth.
  */
-struct engine_shape phx_shape_sync(size_t staging)
+struct phx_engine_shape phx_shape_sync(size_t staging)
 {
 	const struct phx_settings *s = phx_settings();
-	struct engine_shape sh = { .chunk = s->chunk_size };
+	struct phx_engine_shape sh = { .chunk = s->chunk_size };
 
 	if (!staging)
 		staging = s->staging_size;
@@ -113,10 +116,10 @@ struct engine_shape phx_shape_sync(size_t staging)
  * a process's first small transfer pins a few KiB, not the staging; a
  * pooled engine of any size re-cuts to this in no time.
  */
-struct engine_shape phx_shape_io(uint64_t len)
+struct phx_engine_shape phx_shape_io(uint64_t len)
 {
 	const struct phx_settings *s = phx_settings();
-	struct engine_shape sh = { .nslots = 2 };
+	struct phx_engine_shape sh = { .nslots = 2 };
 
 	if (len >= s->chunk_size / 2)
 		return phx_shape_sync(0);
@@ -124,10 +127,10 @@ struct engine_shape phx_shape_io(uint64_t len)
 	return sh;
 }
 
-struct engine_shape phx_shape_batch(unsigned int depth)
+struct phx_engine_shape phx_shape_batch(unsigned int depth)
 {
 	const struct phx_settings *s = phx_settings();
-	struct engine_shape sh;
+	struct phx_engine_shape sh;
 
 	sh.nslots = depth ? phx_min(depth, 4096u) : s->queue_depth;
 	sh.chunk = phx_align_down(s->staging_size / sh.nslots, 4096);
@@ -136,7 +139,7 @@ struct engine_shape phx_shape_batch(unsigned int depth)
 }
 
 /* Whether @e's staging and ring can take shape @sh without rebuilding. */
-bool phx_engine_fits(const struct phx_engine *e, struct engine_shape sh)
+bool phx_engine_fits(const struct phx_engine *e, struct phx_engine_shape sh)
 {
 	return sh.nslots * sh.chunk <= e->staging_len &&
 	       sh.nslots * 2 <= e->ring_entries;
@@ -147,14 +150,14 @@ bool phx_engine_fits(const struct phx_engine *e, struct engine_shape sh)
  * staging is one fixed buffer of the ring, so re-cutting it costs no
  * registration: only events for slots it never had.
  */
-int phx_engine_slice(struct phx_engine *e, struct engine_shape sh)
+int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 {
 	struct phx_device *dev = e->dev;
 	unsigned int i;
 	int ret;
 
 	if (sh.nslots > e->nevents) {
-		struct slot *slots =
+		struct phx_slot *slots =
 			realloc(e->slots, sh.nslots * sizeof(*slots));
 
 		if (!slots)
@@ -171,9 +174,9 @@ int phx_engine_slice(struct phx_engine *e, struct engine_shape sh)
 		}
 	}
 	for (i = 0; i < sh.nslots; i++) {
-		struct slot *sl = &e->slots[i];
+		struct phx_slot *sl = &e->slots[i];
 
-		sl->state = SLOT_FREE;
+		sl->state = PHX_SLOT_FREE;
 		sl->job = NULL;
 		sl->target = NULL;
 		sl->mem = e->staging + (size_t)i * sh.chunk;
@@ -186,7 +189,8 @@ int phx_engine_slice(struct phx_engine *e, struct engine_shape sh)
 }
 
 /* Build an engine of shape @sh: ring, staging (pinned), streams, events. */
-int phx_engine_create(struct phx_device *dev, struct engine_shape sh,
+int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
+		      const struct phx_slot_consumer *consumer,
 		      struct phx_engine **out)
 {
 	struct phx_engine *e;
@@ -198,6 +202,7 @@ int phx_engine_create(struct phx_device *dev, struct engine_shape sh,
 	if (!e)
 		return phx_err(ENOMEM, "out of host memory for an engine");
 	e->dev = dev;
+	e->consumer = consumer;
 	TAILQ_INIT(&e->issue);
 	STAILQ_INIT(&e->done);
 
@@ -257,7 +262,7 @@ out:
 
 /* ---- jobs ----------------------------------------------------------- */
 
-static void job_complete(struct phx_engine *e, struct job *j)
+static void job_complete(struct phx_engine *e, struct phx_job *j)
 {
 	struct phx_device *dev = e->dev;
 	unsigned int p, best = PHX_PATH_NONE;
@@ -283,15 +288,7 @@ static void job_complete(struct phx_engine *e, struct job *j)
 	STAILQ_INSERT_TAIL(&e->done, j, done);
 }
 
-static bool job_issuable(const struct job *j)
-{
-	/* a stream waits for every segment of a sink job, failed or not */
-	if (j->sink)
-		return j->seg < j->nsegs;
-	return !j->err && !j->eof && j->cur < j->nregions;
-}
-
-static void job_fail(struct job *j, int err)
+void phx_job_fail(struct phx_job *j, int err)
 {
 	if (!j->err)
 		j->err = err;
@@ -299,36 +296,35 @@ static void job_fail(struct job *j, int err)
 
 /*
  * @sl's I/O failed with @err: the job fails and the slot is released; a
- * stream-ordered read still hands the slot over, since its stream waits
- * for every segment.
+ * read whose consumer waits for every segment (a stream) still hands the
+ * slot over.
  */
-static void slot_fail(struct phx_engine *e, struct slot *sl, int err)
+static void slot_fail(struct phx_engine *e, struct phx_slot *sl, int err)
 {
-	job_fail(sl->job, err);
+	phx_job_fail(sl->job, err);
 	sl->copied = 0;
-	if (sl->job->sink && sl->job->io->op == PHX_OP_READ)
-		phx_sink_publish(e, sl);
+	if (e->consumer->publish_failed && sl->job->io->op == PHX_OP_READ)
+		e->consumer->publish(e, sl);
 	else
 		phx_slot_free(e, sl);
 }
 
 /* ---- the pipeline --------------------------------------------------- */
 
-/* The oldest job with segments to issue; drops the ones that have none. */
-static struct job *next_issuable(struct phx_engine *e)
+struct phx_job *phx_engine_next_job(struct phx_engine *e)
 {
-	struct job *j;
+	struct phx_job *j;
 
-	while ((j = TAILQ_FIRST(&e->issue)) && !job_issuable(j)) {
+	while ((j = TAILQ_FIRST(&e->issue)) && !e->consumer->issuable(j)) {
 		TAILQ_REMOVE(&e->issue, j, issue);
 		j->queued = false;
 	}
 	return j;
 }
 
-void phx_slot_prep_io(struct phx_engine *e, struct slot *sl)
+void phx_slot_prep_io(struct phx_engine *e, struct phx_slot *sl)
 {
-	struct job *j = sl->job;
+	struct phx_job *j = sl->job;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
 	int fd = sl->direct ? j->fde->direct_fd : j->fde->buffered_fd;
 	char *mem = (sl->target ? sl->target : sl->mem) + sl->done;
@@ -351,25 +347,25 @@ void phx_slot_prep_io(struct phx_engine *e, struct slot *sl)
 	if (!sl->direct)
 		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data(sqe, sl);
-	sl->state = SLOT_IO;
+	sl->state = PHX_SLOT_IO;
 	e->to_submit++;
 }
 
-void phx_slot_free(struct phx_engine *e, struct slot *sl)
+void phx_slot_free(struct phx_engine *e, struct phx_slot *sl)
 {
-	struct job *j = sl->job;
+	struct phx_job *j = sl->job;
 
-	sl->state = SLOT_FREE;
+	sl->state = PHX_SLOT_FREE;
 	sl->job = NULL;
 	sl->target = NULL;
-	if (--j->pending == 0 && !job_issuable(j))
+	if (--j->pending == 0 && !e->consumer->issuable(j))
 		job_complete(e, j);
 }
 
 /* Account a finished segment and release the slot. */
-void phx_slot_finish(struct phx_engine *e, struct slot *sl)
+void phx_slot_finish(struct phx_engine *e, struct phx_slot *sl)
 {
-	struct job *j = sl->job;
+	struct phx_job *j = sl->job;
 	enum phx_path p = sl->target ? PHX_PATH_P2P :
 			  sl->direct ? PHX_PATH_STAGED :
 				       PHX_PATH_BUFFERED;
@@ -379,120 +375,10 @@ void phx_slot_finish(struct phx_engine *e, struct slot *sl)
 	phx_slot_free(e, sl);
 }
 
-/* Start a device copy for @sl; the slot completes when its event fires. */
-static void slot_copy(struct phx_engine *e, struct slot *sl, bool to_device)
-{
-	struct phx_device *dev = e->dev;
-	struct job *j = sl->job;
-	uint64_t cs, ce;
-	int ret;
-
-	if (j->sink) {
-		phx_sink_publish(e, sl);
-		return;
-	}
-	if (to_device) {
-		cs = phx_max(sl->foff, j->start);
-		ce = phx_min(sl->foff + sl->done, j->end);
-	} else {
-		cs = sl->foff;
-		ce = sl->foff + sl->len;
-	}
-	sl->copied = ce > cs ? ce - cs : 0;
-	if (!sl->copied) {
-		phx_slot_finish(e, sl);
-		return;
-	}
-	if (to_device)
-		ret = dev->ops->copy_htod(dev, j->dptr + (cs - j->start),
-					  sl->mem + (cs - sl->foff), sl->copied,
-					  sl->stream);
-	else if (j->buf)
-		ret = phx_buf_copy_out(j->buf, j->io->buf_off + (cs - j->start),
-				       sl->mem, sl->copied, sl->stream);
-	else
-		ret = dev->ops->copy_dtoh(dev, sl->mem,
-					  j->dptr + (cs - j->start), sl->copied,
-					  sl->stream);
-	if (!ret)
-		ret = dev->ops->event_record(dev, sl->event, sl->stream);
-	if (ret) {
-		job_fail(j, ret);
-		sl->copied = 0;
-		phx_slot_free(e, sl);
-		return;
-	}
-	sl->state = SLOT_COPY;
-	sl->copy_next = NULL;
-	if (e->copyq[sl->sidx])
-		e->copyq_tail[sl->sidx]->copy_next = sl;
-	else
-		e->copyq[sl->sidx] = sl;
-	e->copyq_tail[sl->sidx] = sl;
-}
-
-/* Give free slots to jobs with segments left. */
-static void engine_fill(struct phx_engine *e)
-{
-	struct job *head = next_issuable(e);
-	unsigned int i;
-
-	/* a ring's jobs take its slots in sequence, one job after the other */
-	if (head && head->sink) {
-		do {
-			phx_sink_fill(e, head);
-			if (job_issuable(head))
-				return; /* its next slot is not free yet */
-		} while ((head = next_issuable(e)));
-		return;
-	}
-	for (i = 0; i < e->nslots; i++) {
-		struct slot *sl = &e->slots[i];
-		struct job_region *r;
-		struct job *j;
-		uint64_t seg_end;
-
-		if (sl->state != SLOT_FREE)
-			continue;
-		j = next_issuable(e);
-		if (!j)
-			return;
-		r = &j->region[j->cur];
-		/* Segments end on chunk-aligned file offsets. */
-		seg_end = phx_min(r->to,
-				  phx_align_down(j->pos, e->chunk) + e->chunk);
-		sl->job = j;
-		sl->mem = e->staging + (size_t)i * e->chunk;
-		sl->foff = j->pos;
-		sl->len = seg_end - j->pos;
-		sl->done = 0;
-		sl->copied = 0;
-		sl->direct = r->direct;
-		sl->target = NULL;
-		if (j->p2p && r->direct)
-			sl->target = (char *)e->dev->ops->host_addr(e->dev,
-								    j->dptr) +
-				     (sl->foff - j->start);
-		j->pos = seg_end;
-		if (j->pos >= r->to && ++j->cur < j->nregions)
-			j->pos = j->region[j->cur].from;
-		j->pending++;
-
-		if (j->io->op == PHX_OP_WRITE && !sl->target) {
-			sl->len = seg_end - sl->foff;
-			slot_copy(e, sl, false);
-		} else {
-			if (sl->target && j->io->op == PHX_OP_WRITE)
-				sl->copied = sl->len;
-			phx_slot_prep_io(e, sl);
-		}
-	}
-}
-
 static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 {
-	struct slot *sl = io_uring_cqe_get_data(cqe);
-	struct job *j = sl->job;
+	struct phx_slot *sl = io_uring_cqe_get_data(cqe);
+	struct phx_job *j = sl->job;
 	int res = cqe->res;
 
 	e->inflight--;
@@ -545,82 +431,11 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 				     phx_min(sl->foff, j->end);
 			phx_slot_finish(e, sl);
 		} else {
-			slot_copy(e, sl, true);
+			e->consumer->publish(e, sl);
 		}
 	} else {
 		phx_slot_finish(e, sl);
 	}
-}
-
-/* A sink's slots the stream is done with; returns how many. */
-static unsigned int sink_poll(struct phx_engine *e)
-{
-	unsigned int i, n = 0;
-
-	for (i = 0; i < e->nslots; i++) {
-		struct slot *sl = &e->slots[i];
-
-		/* the stream copies, not us: no driver call here */
-		if (sl->state != SLOT_COPY || !phx_sink_consumed(e, sl))
-			continue;
-		n++;
-		if (sl->job->io->op == PHX_OP_READ)
-			phx_slot_finish(e, sl);
-		else if (sl->job->err)
-			phx_slot_free(e, sl);
-		else
-			phx_slot_prep_io(e, sl);
-	}
-	return n;
-}
-
-/*
- * Progress copies whose events fired, oldest first on each stream, up to
- * the first still running; returns how many did.
- */
-static unsigned int engine_poll_copies(struct phx_engine *e)
-{
-	struct phx_device *dev = e->dev;
-	unsigned int s, n = 0;
-	struct slot *sl;
-	int ret;
-
-	for (s = 0; s < PHX_NR_STREAMS; s++) {
-		while ((sl = e->copyq[s])) {
-			ret = dev->ops->event_query(dev, sl->event);
-			if (ret == -EAGAIN)
-				break;
-			e->copyq[s] = sl->copy_next;
-			n++;
-			if (ret) {
-				job_fail(sl->job, ret);
-				sl->copied = 0;
-				phx_slot_free(e, sl);
-			} else if (sl->job->io->op == PHX_OP_WRITE) {
-				phx_slot_prep_io(e, sl);
-			} else {
-				phx_slot_finish(e, sl);
-			}
-		}
-	}
-	return n;
-}
-
-/* The oldest device copy in flight, or NULL. */
-static struct slot *oldest_copy(struct phx_engine *e)
-{
-	for (unsigned int s = 0; s < PHX_NR_STREAMS; s++)
-		if (e->copyq[s])
-			return e->copyq[s];
-	return NULL;
-}
-
-static bool sink_busy(const struct phx_engine *e)
-{
-	for (unsigned int i = 0; i < e->nslots; i++)
-		if (e->slots[i].state == SLOT_COPY && e->slots[i].job->sink)
-			return true;
-	return false;
 }
 
 /*
@@ -631,10 +446,9 @@ static int engine_step_once(struct phx_engine *e, bool block)
 {
 	struct io_uring_cqe *cqe;
 	unsigned int progressed = 0, head, seen;
-	struct slot *sl;
 	int ret;
 
-	engine_fill(e);
+	e->consumer->fill(e);
 	if (e->to_submit) {
 		ret = io_uring_submit(&e->ring);
 		if (ret < 0)
@@ -643,9 +457,7 @@ static int engine_step_once(struct phx_engine *e, bool block)
 		e->inflight += e->to_submit;
 		e->to_submit = 0;
 	}
-	progressed += engine_poll_copies(e);
-	if (e->sink_ring)
-		progressed += sink_poll(e);
+	progressed += e->consumer->consumed(e);
 
 	seen = 0;
 	io_uring_for_each_cqe(&e->ring, head, cqe) {
@@ -656,18 +468,17 @@ static int engine_step_once(struct phx_engine *e, bool block)
 	progressed += seen;
 
 	if (progressed || !block || e->polled || e->to_submit) {
-		e->sink_polls = 0;
+		e->idle_polls = 0;
 		return 0;
 	}
+	return e->consumer->idle(e);
+}
 
-	/* Copies are short next to disk reads: wait on them first. */
-	if (e->sink_ring && sink_busy(e))
-		return phx_sink_idle(e); /* a stream copies: poll */
-	sl = oldest_copy(e);
-	if (sl) {
-		ret = e->dev->ops->event_sync(e->dev, sl->event);
-		return ret;
-	}
+int phx_engine_wait_io(struct phx_engine *e)
+{
+	struct io_uring_cqe *cqe;
+	int ret;
+
 	if (e->inflight) {
 		ret = io_uring_wait_cqe(&e->ring, &cqe);
 		if (ret < 0 && ret != -EINTR)
@@ -692,23 +503,10 @@ bool phx_engine_busy(const struct phx_engine *e)
 	return e->nactive > 0;
 }
 
-/* Run until @j completes (and no request of it is left in flight). */
-static int engine_run_job(struct phx_engine *e, struct job *j)
-{
-	int ret;
-
-	while (phx_engine_busy(e)) {
-		ret = phx_engine_step(e, true);
-		if (ret)
-			return ret;
-	}
-	return 0;
-}
-
-void phx_engine_queue(struct phx_engine *e, struct job *j)
+void phx_engine_queue(struct phx_engine *e, struct phx_job *j)
 {
 	e->nactive++;
-	if (!j->nregions) {
+	if (!e->consumer->issuable(j)) {
 		job_complete(e, j); /* nothing to move */
 		return;
 	}
@@ -716,53 +514,9 @@ void phx_engine_queue(struct phx_engine *e, struct job *j)
 	j->queued = true;
 }
 
-/* Run @io to completion on @e, which nothing else uses meanwhile. */
-int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
-{
-	struct job *j;
-	int ret;
-
-	ret = phx_job_make(e, io, NULL, &j);
-	if (ret) {
-		atomic_fetch_add(&e->dev->errors, 1);
-		return io->result = ret;
-	}
-	phx_engine_queue(e, j);
-	ret = engine_run_job(e, j);
-	/* the job is on the done list now */
-	STAILQ_INIT(&e->done);
-	free(j);
-	if (ret)
-		return io->result = ret;
-	if (io->result >= 0)
-		phx_err_clear();
-	return io->result;
-}
-
-int phx_engine_sink_queue(struct phx_engine *e, struct phx_io *io,
-			  struct phx_sink *sink, int err)
-{
-	struct job *j = NULL;
-	int ret = err;
-
-	if (!ret) {
-		ret = phx_job_make(e, io, sink, &j);
-		if (ret == -EAGAIN)
-			return ret;
-	}
-	if (ret) {
-		/* nothing moves, but its stream waits for every segment */
-		j = phx_sink_failed_job(e, io, sink, ret);
-		if (!j)
-			return -EAGAIN;
-	}
-	phx_engine_queue(e, j);
-	return 0;
-}
-
 struct phx_io *phx_engine_reap(struct phx_engine *e)
 {
-	struct job *j = STAILQ_FIRST(&e->done);
+	struct phx_job *j = STAILQ_FIRST(&e->done);
 	struct phx_io *io;
 
 	if (!j)

@@ -44,7 +44,7 @@ void phx_sink_seg(uint64_t file_off, uint64_t len, uint64_t chunk,
 	*slot_off = s % PHX_DIO_ALIGN;
 }
 
-int phx_sink_plan(struct phx_engine *e, struct job *j)
+static int sink_plan(struct phx_engine *e, struct phx_job *j)
 {
 	bool direct;
 	int ret = phx_job_direct(e, j, &direct);
@@ -60,19 +60,24 @@ int phx_sink_plan(struct phx_engine *e, struct job *j)
 	j->direct = direct;
 	j->nsegs = (unsigned int)phx_sink_nsegs(j->start, j->end - j->start,
 						e->chunk);
-	j->nregions = 1; /* something to move: see phx_engine_queue() */
 	return 0;
 }
 
+/* A stream waits for every segment of a sink job, failed or not. */
+static bool sink_issuable(const struct phx_job *j)
+{
+	return j->seg < j->nsegs;
+}
+
 static unsigned int slot_index(const struct phx_engine *e,
-			       const struct slot *sl)
+			       const struct phx_slot *sl)
 {
 	return (unsigned int)(sl - e->slots);
 }
 
-void phx_sink_publish(struct phx_engine *e, struct slot *sl)
+static void sink_publish(struct phx_engine *e, struct phx_slot *sl)
 {
-	struct job *j = sl->job;
+	struct phx_job *j = sl->job;
 
 	if (j->io->op == PHX_OP_READ) {
 		/* the slot holds the file's bytes up to @valid */
@@ -91,20 +96,21 @@ void phx_sink_publish(struct phx_engine *e, struct slot *sl)
 	} else {
 		sl->copied = sl->seg_len;
 	}
-	sl->state = SLOT_COPY;
+	sl->state = PHX_SLOT_COPY;
 	phx_word_store(&j->sink->ready[slot_index(e, sl)], sl->seq + 1);
 }
 
-void phx_sink_fill(struct phx_engine *e, struct job *j)
+/* Give free slots to @j's next segments, in sequence. */
+static void sink_fill_job(struct phx_engine *e, struct phx_job *j)
 {
 	while (j->seg < j->nsegs) {
 		uint32_t q = j->sink->seq + j->seg;
 		unsigned int i = q % e->nslots;
-		struct slot *sl = &e->slots[i];
+		struct phx_slot *sl = &e->slots[i];
 		char *base = e->staging + (size_t)i * e->chunk;
 		uint64_t off;
 
-		if (sl->state != SLOT_FREE)
+		if (sl->state != PHX_SLOT_FREE)
 			return; /* the stream has not copied it yet */
 		phx_sink_seg(j->start, j->end - j->start, e->chunk, j->seg,
 			     &sl->seg_foff, &sl->seg_len, &off);
@@ -124,12 +130,12 @@ void phx_sink_fill(struct phx_engine *e, struct job *j)
 			sl->direct = j->direct &&
 				     sl->foff % PHX_DIO_ALIGN == 0 &&
 				     sl->len % PHX_DIO_ALIGN == 0;
-			phx_sink_publish(e, sl); /* free: the stream fills it */
+			sink_publish(e, sl); /* free: the stream fills it */
 			continue;
 		}
 		if (j->err) {
 			sl->foff = sl->seg_foff; /* nothing read: zeros */
-			phx_sink_publish(e, sl);
+			sink_publish(e, sl);
 			continue;
 		}
 		if (j->direct) {
@@ -150,7 +156,8 @@ void phx_sink_fill(struct phx_engine *e, struct job *j)
 	}
 }
 
-bool phx_sink_consumed(const struct phx_engine *e, const struct slot *sl)
+/* Whether the stream is done with @sl. */
+static bool sink_done(const struct phx_engine *e, const struct phx_slot *sl)
 {
 	const struct phx_sink *sink = sl->job->sink;
 
@@ -160,10 +167,93 @@ bool phx_sink_consumed(const struct phx_engine *e, const struct slot *sl)
 	return phx_word_reached(&sink->freed[slot_index(e, sl)], sl->seq + 1);
 }
 
-struct job *phx_sink_failed_job(struct phx_engine *e, struct phx_io *io,
-				struct phx_sink *sink, int err)
+/* A stream copies: poll its words and the disk. */
+static int sink_poll_idle(struct phx_engine *e)
 {
-	struct job *j = calloc(1, sizeof(*j));
+	struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 20000 };
+	struct io_uring_cqe *cqe;
+	int ret;
+
+	if (!e->inflight) {
+		phx_poll_backoff(e->idle_polls++);
+		return 0;
+	}
+	/* I/O and stream copies both pending: look at the words often */
+	ret = io_uring_wait_cqe_timeout(&e->ring, &cqe, &ts);
+	if (ret < 0 && ret != -ETIME && ret != -EINTR)
+		return phx_err(-ret, "io_uring_wait_cqe: %s", strerror(-ret));
+	return 0;
+}
+
+/* A ring's jobs take its slots in sequence, one job after the other. */
+static void sink_fill(struct phx_engine *e)
+{
+	struct phx_job *head;
+
+	while ((head = phx_engine_next_job(e))) {
+		sink_fill_job(e, head);
+		if (sink_issuable(head))
+			return; /* its next slot is not free yet */
+	}
+}
+
+/* A sink's slots the stream is done with; returns how many. */
+static unsigned int sink_consumed(struct phx_engine *e)
+{
+	unsigned int i, n = 0;
+
+	for (i = 0; i < e->nslots; i++) {
+		struct phx_slot *sl = &e->slots[i];
+
+		/* the stream copies, not us: no driver call here */
+		if (sl->state != PHX_SLOT_COPY || !sink_done(e, sl))
+			continue;
+		n++;
+		if (sl->job->io->op == PHX_OP_READ)
+			phx_slot_finish(e, sl);
+		else if (sl->job->err)
+			phx_slot_free(e, sl);
+		else
+			phx_slot_prep_io(e, sl);
+	}
+	return n;
+}
+
+static bool sink_busy(const struct phx_engine *e)
+{
+	for (unsigned int i = 0; i < e->nslots; i++)
+		if (e->slots[i].state == PHX_SLOT_COPY)
+			return true;
+	return false;
+}
+
+static int sink_idle(struct phx_engine *e)
+{
+	if (sink_busy(e))
+		return sink_poll_idle(e);
+	return phx_engine_wait_io(e);
+}
+
+const struct phx_slot_consumer phx_sink_consumer = {
+	.plan = sink_plan,
+	.issuable = sink_issuable,
+	.fill = sink_fill,
+	.publish = sink_publish,
+	.consumed = sink_consumed,
+	.idle = sink_idle,
+	.publish_failed = true,
+};
+
+/*
+ * A job for @io that moves nothing and fails with @err: its segments
+ * still take their slots in sequence and hand them to the stream (a
+ * read's are zeros), since the stream waits for every one.  NULL when
+ * out of host memory.
+ */
+static struct phx_job *sink_failed_job(struct phx_engine *e, struct phx_io *io,
+				       struct phx_sink *sink, int err)
+{
+	struct phx_job *j = calloc(1, sizeof(*j));
 
 	if (!j)
 		return NULL;
@@ -176,23 +266,26 @@ struct job *phx_sink_failed_job(struct phx_engine *e, struct phx_io *io,
 	j->start = (uint64_t)io->file_off;
 	j->end = j->start + io->len;
 	j->nsegs = (unsigned int)phx_sink_nsegs(j->start, io->len, e->chunk);
-	j->nregions = j->nsegs ? 1 : 0;
 	return j;
 }
 
-int phx_sink_idle(struct phx_engine *e)
+int phx_engine_sink_queue(struct phx_engine *e, struct phx_io *io,
+			  struct phx_sink *sink, int err)
 {
-	struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 20000 };
-	struct io_uring_cqe *cqe;
-	int ret;
+	struct phx_job *j = NULL;
+	int ret = err;
 
-	if (!e->inflight) {
-		phx_poll_backoff(e->sink_polls++);
-		return 0;
+	if (!ret) {
+		ret = phx_job_make(e, io, sink, &j);
+		if (ret == -EAGAIN)
+			return ret;
 	}
-	/* I/O and stream copies both pending: look at the words often */
-	ret = io_uring_wait_cqe_timeout(&e->ring, &cqe, &ts);
-	if (ret < 0 && ret != -ETIME && ret != -EINTR)
-		return phx_err(-ret, "io_uring_wait_cqe: %s", strerror(-ret));
+	if (ret) {
+		/* nothing moves, but its stream waits for every segment */
+		j = sink_failed_job(e, io, sink, ret);
+		if (!j)
+			return -EAGAIN;
+	}
+	phx_engine_queue(e, j);
 	return 0;
 }

@@ -23,8 +23,8 @@
  * batches would otherwise wait for itself in its next synchronous call.
  * Engines past the limit are freed when they come back.
  */
-int phx_engine_get(struct phx_device *dev, struct engine_shape sh, bool wait,
-		   struct phx_engine **out)
+int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
+		   bool wait, struct phx_engine **out)
 {
 	struct phx_engine *e, **pp, **pick;
 	int ret;
@@ -64,7 +64,7 @@ int phx_engine_get(struct phx_device *dev, struct engine_shape sh, bool wait,
 	/* Too small for this shape: build one in its place. */
 	phx_engine_destroy(e);
 build:
-	ret = phx_engine_create(dev, sh, &e);
+	ret = phx_engine_create(dev, sh, &phx_staged_consumer, &e);
 	if (ret) {
 		pthread_mutex_lock(&dev->pool_lock);
 		dev->pool_count--;
@@ -160,13 +160,15 @@ int phx_engine_new(struct phx_device *dev, size_t staging,
 {
 	int ret = phx_device_bind(dev);
 
-	return ret ? ret : phx_engine_create(dev, phx_shape_sync(staging), out);
+	return ret ? ret :
+		     phx_engine_create(dev, phx_shape_sync(staging),
+				       &phx_staged_consumer, out);
 }
 
 int phx_engine_new_ring(struct phx_device *dev, size_t staging,
 			unsigned int nslots, struct phx_engine **out)
 {
-	struct engine_shape sh = {
+	struct phx_engine_shape sh = {
 		.nslots = nslots,
 		.chunk = phx_align_down(staging / nslots, PHX_DIO_ALIGN),
 	};
@@ -176,15 +178,8 @@ int phx_engine_new_ring(struct phx_device *dev, size_t staging,
 		ret = phx_err(EINVAL, "%s: %zu bytes of staging for %u slots",
 			      dev->name, staging, nslots);
 	if (!ret)
-		ret = phx_engine_create(dev, sh, out);
-	if (!ret)
-		(*out)->sink_ring = true;
+		ret = phx_engine_create(dev, sh, &phx_sink_consumer, out);
 	return ret;
-}
-
-void phx_engine_free(struct phx_engine *e)
-{
-	phx_engine_destroy(e);
 }
 
 int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io)
@@ -262,9 +257,9 @@ PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
 	if (ret)
 		return ret;
 	for (i = 0; i < n; i++) {
-		struct job *j;
+		struct phx_job *j;
 
-		while ((ret = phx_job_start(e, &ios[i], &j)) == -EAGAIN &&
+		while ((ret = phx_job_make(e, &ios[i], NULL, &j)) == -EAGAIN &&
 		       phx_engine_busy(e)) {
 			/* all file slots busy: let transfers finish */
 			ret = phx_engine_step(e, true);
@@ -303,7 +298,7 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		while (!STAILQ_EMPTY(&e->done) && (!done || n < max)) {
-			struct job *j = STAILQ_FIRST(&e->done);
+			struct phx_job *j = STAILQ_FIRST(&e->done);
 
 			STAILQ_REMOVE_HEAD(&e->done, done);
 			if (done)
@@ -339,7 +334,7 @@ PHX_EXPORT void phx_batch_destroy(struct phx_batch *b)
 		if (phx_engine_step(e, true))
 			break;
 	while (!STAILQ_EMPTY(&e->done)) {
-		struct job *j = STAILQ_FIRST(&e->done);
+		struct phx_job *j = STAILQ_FIRST(&e->done);
 
 		STAILQ_REMOVE_HEAD(&e->done, done);
 		free(j);

@@ -107,7 +107,7 @@ static void *ring_grow_main(void *arg)
 		}
 		if (!ring_pinned(e)) {
 			/* streams copy only pinned slots: keep the small */
-			phx_engine_free(e);
+			phx_engine_destroy(e);
 			continue;
 		}
 		pthread_mutex_lock(&w->lock);
@@ -130,7 +130,7 @@ static void *ring_grow_main(void *arg)
 		t->grow_to = 0;
 		pthread_mutex_unlock(&w->lock);
 		if (e)
-			phx_engine_free(e);
+			phx_engine_destroy(e);
 	}
 	return NULL;
 }

@@ -311,7 +311,7 @@ static int async_spawn(struct phx_device *dev, struct phx_async_worker *w,
 	if (ret) {
 		phx_ring_teardown_one(dev, t);
 		if (t->engine)
-			phx_engine_free(t->engine);
+			phx_engine_destroy(t->engine);
 		t->engine = NULL;
 		return ret;
 	}
@@ -684,7 +684,7 @@ void phx_stream_device_close(struct phx_device *dev)
 	phx_ring_grow_stop(w);
 	for (i = 0; i < w->nthreads; i++)
 		if (w->threads[i].engine)
-			phx_engine_free(w->threads[i].engine);
+			phx_engine_destroy(w->threads[i].engine);
 	phx_feed_teardown(dev, w, w->ctls);
 	phx_ring_teardown(dev, w);
 	phx_mapped_free(dev, w->flags, PHX_ASYNC_FLAGS * sizeof(uint32_t));
