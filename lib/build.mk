@@ -29,7 +29,7 @@ CUDA_HOME ?= /usr/local/cuda
 $(BUILD)/lib/src/device/kmod/kmod.o: CFLAGS += -Ikmod
 
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
-$(BUILD)/lib/src/device/cuda/cuda.o $(BUILD)/lib/src/device/cuda/driver.o: CFLAGS += \
+$(BUILD)/lib/src/device/cuda/%.o: CFLAGS += \
 	-I$(CUDA_HOME)/include -DPHX_HAVE_CUDA_H
 endif
 

@@ -48,9 +48,9 @@ for o in "$@"; do
 done >"$tmp/defs"
 for o in "$@"; do
 	f=$(file_of "$o")
-	nm -u "$o" | awk '$2 ~ /^phx_/ {print $2}' | while read -r sym; do
+	nm -u "$o" | awk '{print $2}' | while read -r sym; do
 		owner=$(awk -v s="$sym" '$1 == s {print $2; exit}' "$tmp/defs")
-		[ -n "$owner" ] && echo "$f $owner $sym"
+		if [ -n "$owner" ]; then echo "$f $owner $sym"; fi
 	done
 done >"$tmp/calls"
 

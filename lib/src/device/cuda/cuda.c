@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dev_cuda.c - the cuda backend: NVIDIA GPUs through the CUDA driver API.
+ * cuda.c - the cuda backend: NVIDIA GPUs through the CUDA driver API.
  *
  * The driver is loaded at run time and called through the table `cu`
- * (cuda_driver.c, cuda_api.h).
+ * (driver.c, cuda_api.h); its streams, events and copies are in streams.c.
  *
  * Each device uses its primary context, the one the CUDA runtime and
  * frameworks such as PyTorch share, so device addresses can be exchanged
@@ -34,63 +34,6 @@
 
 #include "device.h"
 #include "cuda_api.h"
-
-#define PHX_CUDA_MAX_GPUS 64
-
-struct cuda_dev {
-	CUdevice cudev;
-	CUcontext ctx; /* retained primary context */
-	CUstream zero_stream; /* clears new chunks */
-	CUmemAllocationHandleType handle_type; /* NONE if not exportable */
-	/* this GPU, then every GPU that can reach its memory as a peer */
-	CUmemAccessDesc access[PHX_CUDA_MAX_GPUS];
-	int naccess;
-	/*
-	 * The copy kernel (feed.ptx), loaded when the device opens: loading
-	 * a module waits for the GPU to finish what is queued, which at the
-	 * first launch can be a stream held for the transfer being queued.
-	 */
-	CUmodule feed_mod;
-	CUfunction feed_fn;
-};
-
-static pthread_mutex_t feed_lock = PTHREAD_MUTEX_INITIALIZER;
-static int cuda_feed_load(struct phx_device *dev);
-
-static inline struct cuda_dev *cuda_priv(struct phx_device *dev)
-{
-	return dev->priv;
-}
-
-/* The driver does not survive fork(): say so instead of its error code. */
-static int cu_fork_err(struct phx_device *dev)
-{
-	return phx_err(
-		ENODEV,
-		"cuda: %s cannot be used in this process: it was forked after CUDA started in its parent; open devices after fork(), or exec a new program",
-		dev ? dev->name : "the GPU");
-}
-
-/* Make @ctx current in this thread unless it already is. */
-static int cu_bind_ctx(struct phx_device *dev, CUcontext ctx)
-{
-	CUcontext cur = NULL;
-	CUresult res;
-
-	if (cu_forked)
-		return cu_fork_err(dev);
-	if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
-		return 0;
-	res = cu.cuCtxSetCurrent(ctx);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuCtxSetCurrent");
-	return 0;
-}
-
-static int cuda_bind(struct phx_device *dev)
-{
-	return cu_bind_ctx(dev, cuda_priv(dev)->ctx);
-}
 
 /* The GPU an address was allocated on (any context of the process). */
 static int cuda_locate(phx_dptr_t dptr)
@@ -187,7 +130,7 @@ static int cuda_query(int index, struct phx_device_info *info)
 
 static void cuda_close(struct phx_device *dev)
 {
-	struct cuda_dev *cd = cuda_priv(dev);
+	struct phx_cuda_dev *cd = cuda_priv(dev);
 
 	if (!cd)
 		return;
@@ -200,7 +143,7 @@ static void cuda_close(struct phx_device *dev)
 	dev->priv = NULL;
 }
 
-static void cu_access_desc(struct cuda_dev *cd, CUmemAccessDesc *desc)
+static void cu_access_desc(struct phx_cuda_dev *cd, CUmemAccessDesc *desc)
 {
 	memset(desc, 0, sizeof(*desc));
 	desc->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -212,7 +155,7 @@ static void cu_access_desc(struct cuda_dev *cd, CUmemAccessDesc *desc)
  * Who may touch this GPU's buffers: the GPU itself and every peer that
  * can, so copies between GPUs (mv across /mnt/phx/gpuN) go peer to peer.
  */
-static void cu_access_list(struct cuda_dev *cd)
+static void cu_access_list(struct phx_cuda_dev *cd)
 {
 	int i, can, ngpus = cu_probe(NULL);
 
@@ -237,7 +180,7 @@ static void cu_access_list(struct cuda_dev *cd)
 static int cuda_open(struct phx_device *dev)
 {
 	CUmemAllocationProp prop;
-	struct cuda_dev *cd;
+	struct phx_cuda_dev *cd;
 	size_t min_gran = 0, rec_gran = 0;
 	int vmm = 0, posix_fd = 0, ret;
 	CUresult res;
@@ -351,7 +294,7 @@ static void cuda_va_release(struct phx_device *dev, phx_dptr_t va,
 static int cu_zero_chunk(struct phx_device *dev, CUmemGenericAllocationHandle h,
 			 uint64_t size)
 {
-	struct cuda_dev *cd = cuda_priv(dev);
+	struct phx_cuda_dev *cd = cuda_priv(dev);
 	CUmemAccessDesc desc;
 	CUdeviceptr va;
 	CUresult res;
@@ -384,7 +327,7 @@ out_free:
 static int cuda_chunk_create(struct phx_device *dev, uint64_t size,
 			     phx_chunk_t *out)
 {
-	struct cuda_dev *cd = cuda_priv(dev);
+	struct phx_cuda_dev *cd = cuda_priv(dev);
 	CUmemGenericAllocationHandle h;
 	CUmemAllocationProp prop;
 	CUresult res;
@@ -526,302 +469,6 @@ static void cuda_host_unregister(struct phx_device *dev, void *p)
 		cu.cuMemHostUnregister(p);
 }
 
-static int cuda_stream_create(struct phx_device *dev, void **stream)
-{
-	CUstream s;
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuStreamCreate");
-	*stream = s;
-	return 0;
-}
-
-static void cuda_stream_destroy(struct phx_device *dev, void *stream)
-{
-	if (stream && cuda_bind(dev) == 0)
-		cu.cuStreamDestroy_v2(stream);
-}
-
-static int cuda_stream_sync(struct phx_device *dev, void *stream)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuStreamSynchronize(stream);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuStreamSynchronize");
-	return 0;
-}
-
-static void *cuda_stream_default(struct phx_device *dev)
-{
-	(void)dev;
-	return NULL; /* the legacy default stream */
-}
-
-static int cuda_copy_htod(struct phx_device *dev, phx_dptr_t dst,
-			  const void *src, size_t len, void *stream)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuMemcpyHtoDAsync_v2(dst, src, len, stream);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemcpyHtoDAsync(0x%llx, %zu)",
-			       (unsigned long long)dst, len);
-	return 0;
-}
-
-static int cuda_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
-			  size_t len, void *stream)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuMemcpyDtoHAsync_v2(dst, src, len, stream);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemcpyDtoHAsync(0x%llx, %zu)",
-			       (unsigned long long)src, len);
-	return 0;
-}
-
-static int cuda_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
-			  phx_dptr_t src, size_t len, void *stream)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	/* Unified addressing finds both devices; see the file header. */
-	res = cu.cuMemcpyAsync(dst, src, len, stream);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(
-			dev, res, 0, "cuMemcpyAsync(0x%llx, 0x%llx, %zu)",
-			(unsigned long long)dst, (unsigned long long)src, len);
-	return 0;
-}
-
-static int cuda_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
-			  size_t len, void *stream)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuMemsetD8Async(dst, value, len, stream);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemsetD8Async(0x%llx, %zu)",
-			       (unsigned long long)dst, len);
-	return 0;
-}
-
-static int cuda_event_create(struct phx_device *dev, void **event)
-{
-	CUevent e;
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuEventCreate");
-	*event = e;
-	return 0;
-}
-
-static void cuda_event_destroy(struct phx_device *dev, void *event)
-{
-	if (event && cuda_bind(dev) == 0)
-		cu.cuEventDestroy_v2(event);
-}
-
-static int cuda_event_record(struct phx_device *dev, void *event, void *stream)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuEventRecord(event, stream);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuEventRecord");
-	return 0;
-}
-
-static int cuda_event_query(struct phx_device *dev, void *event)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuEventQuery(event);
-	if (res == CUDA_SUCCESS)
-		return 0;
-	if (res == CUDA_ERROR_NOT_READY)
-		return -EAGAIN;
-	return cu_fail(dev, res, 0, "cuEventQuery");
-}
-
-static int cuda_event_sync(struct phx_device *dev, void *event)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuEventSynchronize(event);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuEventSynchronize");
-	return 0;
-}
-
-static int cuda_launch_host_fn(struct phx_device *dev, void *stream,
-			       void (*fn)(void *), void *arg)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuLaunchHostFunc(stream, fn, arg);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuLaunchHostFunc");
-	return 0;
-}
-
-/* Pinned host memory the device reads and writes at *@daddr. */
-static int cuda_host_map(struct phx_device *dev, void *p, size_t len,
-			 uint64_t *daddr)
-{
-	CUdeviceptr d;
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	if (ret)
-		return ret;
-	res = cu.cuMemHostRegister_v2(p, len,
-				      CU_MEMHOSTREGISTER_PORTABLE |
-					      CU_MEMHOSTREGISTER_DEVICEMAP);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemHostRegister(mapped)");
-	res = cu.cuMemHostGetDevicePointer_v2(&d, p, 0);
-	if (res != CUDA_SUCCESS) {
-		cu.cuMemHostUnregister(p);
-		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
-	}
-	*daddr = d;
-	return 0;
-}
-
-static void cuda_host_unmap(struct phx_device *dev, void *p)
-{
-	if (cuda_bind(dev) == 0)
-		cu.cuMemHostUnregister(p);
-}
-
-static int cuda_stream_wait_value(struct phx_device *dev, void *stream,
-				  uint32_t *word, uint64_t daddr,
-				  uint32_t value)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	(void)word;
-	if (ret)
-		return ret;
-	res = cu.cuStreamWaitValue32_v2(stream, daddr, value,
-					CU_STREAM_WAIT_VALUE_GEQ);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuStreamWaitValue32");
-	return 0;
-}
-
-static int cuda_stream_write_value(struct phx_device *dev, void *stream,
-				   uint32_t *word, uint64_t daddr,
-				   uint32_t value)
-{
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	(void)word;
-	if (ret)
-		return ret;
-	/* the default flag orders the store after the work before it */
-	res = cu.cuStreamWriteValue32_v2(stream, daddr, value,
-					 CU_STREAM_WRITE_VALUE_DEFAULT);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuStreamWriteValue32");
-	return 0;
-}
-
-/* Load the copy kernel of feed.h into @dev's context, once. */
-static int cuda_feed_load(struct phx_device *dev)
-{
-	struct cuda_dev *cd = cuda_priv(dev);
-	CUresult res = CUDA_SUCCESS;
-	CUfunction fn;
-
-	if (__atomic_load_n(&cd->feed_fn, __ATOMIC_ACQUIRE))
-		return 0;
-	pthread_mutex_lock(&feed_lock);
-	if (!cd->feed_fn) {
-		res = cu.cuModuleLoadData(&cd->feed_mod, phx_feed_ptx);
-		if (res == CUDA_SUCCESS) {
-			res = cu.cuModuleGetFunction(&fn, cd->feed_mod,
-						     "phx_feed");
-			if (res == CUDA_SUCCESS) {
-				__atomic_store_n(&cd->feed_fn, fn,
-						 __ATOMIC_RELEASE);
-			} else {
-				cu.cuModuleUnload(cd->feed_mod);
-				cd->feed_mod = NULL;
-			}
-		}
-	}
-	pthread_mutex_unlock(&feed_lock);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "loading the copy kernel");
-	return 0;
-}
-
-/* Put the copy kernel of feed.h on @stream: one block per ring slot. */
-static int cuda_feed_launch(struct phx_device *dev, void *stream,
-			    struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
-			    phx_dptr_t buf, phx_feed_play_fn *play)
-{
-	struct cuda_dev *cd = cuda_priv(dev);
-	CUdeviceptr c = ctl_daddr, b = buf;
-	void *params[] = { &c, &b };
-	CUresult res;
-	int ret = cuda_bind(dev);
-
-	(void)ctl;
-	if (!ret)
-		ret = cuda_feed_load(dev);
-	if (ret)
-		return ret;
-	res = cu.cuLaunchKernel(cd->feed_fn, PHX_FEED_SLOTS, 1, 1, 256, 1, 1, 0,
-				stream, params, NULL);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuLaunchKernel(copy kernel)");
-	return 0;
-}
-
 const struct phx_backend_ops phx_cuda_ops = {
 	.name = "cuda",
 	.dir_prefix = "gpu",
@@ -846,25 +493,25 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.pinned_copies = true,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
-	.stream_create = cuda_stream_create,
-	.stream_destroy = cuda_stream_destroy,
-	.stream_sync = cuda_stream_sync,
-	.stream_default = cuda_stream_default,
-	.copy_htod = cuda_copy_htod,
-	.copy_dtoh = cuda_copy_dtoh,
-	.copy_dtod = cuda_copy_dtod,
-	.memset_d8 = cuda_memset_d8,
-	.event_create = cuda_event_create,
-	.event_destroy = cuda_event_destroy,
-	.event_record = cuda_event_record,
-	.event_query = cuda_event_query,
-	.event_sync = cuda_event_sync,
-	.launch_host_fn = cuda_launch_host_fn,
-	.stream_wait_value = cuda_stream_wait_value,
-	.stream_write_value = cuda_stream_write_value,
+	.stream_create = phx_cuda_stream_create,
+	.stream_destroy = phx_cuda_stream_destroy,
+	.stream_sync = phx_cuda_stream_sync,
+	.stream_default = phx_cuda_stream_default,
+	.copy_htod = phx_cuda_copy_htod,
+	.copy_dtoh = phx_cuda_copy_dtoh,
+	.copy_dtod = phx_cuda_copy_dtod,
+	.memset_d8 = phx_cuda_memset_d8,
+	.event_create = phx_cuda_event_create,
+	.event_destroy = phx_cuda_event_destroy,
+	.event_record = phx_cuda_event_record,
+	.event_query = phx_cuda_event_query,
+	.event_sync = phx_cuda_event_sync,
+	.launch_host_fn = phx_cuda_launch_host_fn,
+	.stream_wait_value = phx_cuda_stream_wait_value,
+	.stream_write_value = phx_cuda_stream_write_value,
 	.stream_wait_auto = PHX_STREAM_WAIT_COPY,
-	.host_map = cuda_host_map,
-	.host_unmap = cuda_host_unmap,
-	.feed_launch = cuda_feed_launch,
-	.feed_load = cuda_feed_load,
+	.host_map = phx_cuda_host_map,
+	.host_unmap = phx_cuda_host_unmap,
+	.feed_launch = phx_cuda_feed_launch,
+	.feed_load = phx_cuda_feed_load,
 };

@@ -5,7 +5,7 @@
  * Built against <cuda.h> when the toolkit is present (PHX_HAVE_CUDA_H);
  * otherwise the subset of it that the cuda backend needs is declared here
  * with the driver's ABI.  The driver itself is loaded at run time
- * (cuda_driver.c): every entry point is called through the table `cu`,
+ * (driver.c): every entry point is called through the table `cu`,
  * filled by dlsym() with the versioned symbol names, since cuda.h turns
  * the plain names into those with macros and dlsym() does not see macros.
  */
@@ -13,6 +13,8 @@
 #define PHX_CUDA_API_H
 
 #include <stdbool.h>
+
+#include "device.h"
 
 #ifdef PHX_HAVE_CUDA_H
 #include <cuda.h>
@@ -248,8 +250,6 @@ extern struct phx_cu_api cu;
 /* Set in a child forked after the driver started: it cannot be used. */
 extern bool cu_forked;
 
-struct phx_device;
-
 /* Load the driver once; the number of GPUs or -ENODEV (*why: reason). */
 int cu_probe(const char **why);
 /* The driver's name for @res ("CUDA_ERROR_OUT_OF_MEMORY"). */
@@ -262,5 +262,92 @@ int cu_errno(CUresult res);
  */
 int cu_fail(struct phx_device *dev, CUresult res, int err, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* The driver does not survive fork(): the error that says so. */
+int cu_fork_err(struct phx_device *dev);
+/* Make @ctx current in this thread unless it already is (driver.c). */
+int cu_bind_ctx(struct phx_device *dev, CUcontext ctx);
+
+/* ---- the backend's state, shared by cuda.c and streams.c ------------ */
+
+#define PHX_CUDA_MAX_GPUS 64
+
+struct phx_cuda_dev {
+	CUdevice cudev;
+	CUcontext ctx; /* retained primary context */
+	CUstream zero_stream; /* clears new chunks */
+	CUmemAllocationHandleType handle_type; /* NONE if not exportable */
+	/* this GPU, then every GPU that can reach its memory as a peer */
+	CUmemAccessDesc access[PHX_CUDA_MAX_GPUS];
+	int naccess;
+	/*
+	 * The copy kernel (feed.ptx), loaded when the device opens: loading
+	 * a module waits for the GPU to finish what is queued, which at the
+	 * first launch can be a stream held for the transfer being queued.
+	 */
+	CUmodule feed_mod;
+	CUfunction feed_fn;
+};
+
+static inline struct phx_cuda_dev *cuda_priv(struct phx_device *dev)
+{
+	return dev->priv;
+}
+
+static inline int cuda_bind(struct phx_device *dev)
+{
+	return cu_bind_ctx(dev, cuda_priv(dev)->ctx);
+}
+
+/*
+ * Bind @dev's context and make the driver call @call; its failure becomes
+ * the library's error, the call named by the printf-style rest.
+ */
+#define cu_call(dev, call, ...)                                                \
+	({                                                                     \
+		int cu_ret_ = cuda_bind(dev);                                  \
+		CUresult cu_res_;                                              \
+                                                                               \
+		if (!cu_ret_) {                                                \
+			cu_res_ = (call);                                      \
+			if (cu_res_ != CUDA_SUCCESS)                           \
+				cu_ret_ =                                      \
+					cu_fail(dev, cu_res_, 0, __VA_ARGS__); \
+		}                                                              \
+		cu_ret_;                                                       \
+	})
+
+/* ---- streams, events, copies, the copy kernel (streams.c) ---------- */
+
+int phx_cuda_stream_create(struct phx_device *dev, void **stream);
+void phx_cuda_stream_destroy(struct phx_device *dev, void *stream);
+int phx_cuda_stream_sync(struct phx_device *dev, void *stream);
+void *phx_cuda_stream_default(struct phx_device *dev);
+int phx_cuda_copy_htod(struct phx_device *dev, phx_dptr_t dst, const void *src,
+		       size_t len, void *stream);
+int phx_cuda_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
+		       size_t len, void *stream);
+int phx_cuda_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
+		       size_t len, void *stream);
+int phx_cuda_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
+		       size_t len, void *stream);
+int phx_cuda_event_create(struct phx_device *dev, void **event);
+void phx_cuda_event_destroy(struct phx_device *dev, void *event);
+int phx_cuda_event_record(struct phx_device *dev, void *event, void *stream);
+int phx_cuda_event_query(struct phx_device *dev, void *event);
+int phx_cuda_event_sync(struct phx_device *dev, void *event);
+int phx_cuda_launch_host_fn(struct phx_device *dev, void *stream,
+			    void (*fn)(void *), void *arg);
+int phx_cuda_host_map(struct phx_device *dev, void *p, size_t len,
+		      uint64_t *daddr);
+void phx_cuda_host_unmap(struct phx_device *dev, void *p);
+int phx_cuda_stream_wait_value(struct phx_device *dev, void *stream,
+			       uint32_t *word, uint64_t daddr, uint32_t value);
+int phx_cuda_stream_write_value(struct phx_device *dev, void *stream,
+				uint32_t *word, uint64_t daddr, uint32_t value);
+int phx_cuda_feed_load(struct phx_device *dev);
+int phx_cuda_feed_launch(struct phx_device *dev, void *stream,
+			 struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
+			 phx_dptr_t buf, phx_feed_play_fn *play);
 
 #endif /* PHX_CUDA_API_H */

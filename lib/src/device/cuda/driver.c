@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cuda_driver.c - loading the CUDA driver and naming its errors.
+ * driver.c - loading the CUDA driver, naming its errors, binding contexts.
  *
  * libcuda.so.1 is loaded with dlopen() at the first probe, so libphoenix
  * has no link-time dependency on the driver and runs (on sim) where there
@@ -148,4 +148,29 @@ int cu_probe(const char **why)
 	if (cu_ndev < 0 && why)
 		*why = cu_why;
 	return cu_ndev;
+}
+
+/* The driver does not survive fork(): say so instead of its error code. */
+int cu_fork_err(struct phx_device *dev)
+{
+	return phx_err(
+		ENODEV,
+		"cuda: %s cannot be used in this process: it was forked after CUDA started in its parent; open devices after fork(), or exec a new program",
+		dev ? dev->name : "the GPU");
+}
+
+/* Make @ctx current in this thread unless it already is. */
+int cu_bind_ctx(struct phx_device *dev, CUcontext ctx)
+{
+	CUcontext cur = NULL;
+	CUresult res;
+
+	if (cu_forked)
+		return cu_fork_err(dev);
+	if (cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
+		return 0;
+	res = cu.cuCtxSetCurrent(ctx);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuCtxSetCurrent");
+	return 0;
 }
