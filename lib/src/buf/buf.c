@@ -15,7 +15,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -30,7 +29,7 @@ static unsigned int ilog2_u64(uint64_t v)
 }
 
 /* The largest chunk: alloc_chunk rounded down to gran * 2^n. */
-static uint64_t max_chunk_of(uint64_t gran)
+uint64_t phx_max_chunk_of(uint64_t gran)
 {
 	uint64_t want = phx_settings()->alloc_chunk;
 	uint64_t m = gran;
@@ -68,13 +67,13 @@ void phx_chunk_extent(uint64_t gran, uint64_t max_chunk, unsigned int idx,
 	}
 }
 
-static uint64_t buf_gran(const struct phx_buf *buf)
+uint64_t phx_buf_gran(const struct phx_buf *buf)
 {
 	return buf->dev->granularity;
 }
 
 /* Index of the chunk holding @off (the last one if @off is past them). */
-static unsigned int chunk_find(const struct phx_buf *buf, uint64_t off)
+unsigned int phx_chunk_find(const struct phx_buf *buf, uint64_t off)
 {
 	unsigned int lo = 0, hi = buf->nchunks;
 
@@ -92,13 +91,13 @@ static unsigned int chunk_find(const struct phx_buf *buf, uint64_t off)
 const struct phx_buf_chunk *phx_buf_chunk_at(const struct phx_buf *buf,
 					     uint64_t off)
 {
-	return &buf->chunks[chunk_find(buf, off)];
+	return &buf->chunks[phx_chunk_find(buf, off)];
 }
 
 /* Bytes of address space to reserve for @size: whole chunks. */
 static uint64_t reserve_for(uint64_t gran, uint64_t size)
 {
-	uint64_t m = max_chunk_of(gran), off, csz;
+	uint64_t m = phx_max_chunk_of(gran), off, csz;
 	unsigned int idx;
 
 	if (size < PHX_MIN_RESERVE)
@@ -111,7 +110,7 @@ static uint64_t reserve_for(uint64_t gran, uint64_t size)
 /* Grow the chunk table to cover @reserved bytes. */
 static int chunks_cover(struct phx_buf *buf, uint64_t reserved)
 {
-	uint64_t gran = buf_gran(buf), m = max_chunk_of(gran), end = 0;
+	uint64_t gran = phx_buf_gran(buf), m = phx_max_chunk_of(gran), end = 0;
 	unsigned int first, last, i, n;
 	struct phx_buf_chunk *c;
 
@@ -176,8 +175,8 @@ static int chunk_split(struct phx_buf *buf, unsigned int i, uint64_t at)
  * Make [@from, @to) (granule-aligned, inside the unmapped chunk @*i) one
  * table entry; *i then indexes it.
  */
-static int chunk_carve(struct phx_buf *buf, unsigned int *i, uint64_t from,
-		       uint64_t to)
+int phx_chunk_carve(struct phx_buf *buf, unsigned int *i, uint64_t from,
+		    uint64_t to)
 {
 	int ret;
 
@@ -227,7 +226,7 @@ static void back_span(const struct phx_buf *buf, unsigned int i, uint64_t s,
 		      uint64_t e, uint64_t *from, uint64_t *to)
 {
 	const struct phx_buf_chunk *c = &buf->chunks[i];
-	uint64_t gran = buf_gran(buf), end = c->off + c->size;
+	uint64_t gran = phx_buf_gran(buf), end = c->off + c->size;
 
 	if (!(buf->flags & PHX_BUF_SPARSE)) {
 		*from = c->off;
@@ -249,7 +248,7 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 
 	if (!len)
 		return 0;
-	for (i = chunk_find(buf, off);
+	for (i = phx_chunk_find(buf, off);
 	     i < buf->nchunks && buf->chunks[i].off < end; i++) {
 		uint64_t s, e, from, to;
 
@@ -262,7 +261,7 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 		s = phx_max(off, buf->chunks[i].off);
 		e = phx_min(end, buf->chunks[i].off + buf->chunks[i].size);
 		back_span(buf, i, s, e, &from, &to);
-		ret = chunk_carve(buf, &i, from, to);
+		ret = phx_chunk_carve(buf, &i, from, to);
 		if (!ret)
 			ret = chunk_back(buf, &buf->chunks[i]);
 		if (ret)
@@ -272,8 +271,8 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 }
 
 /* A buffer object with @reserved bytes of address space and no memory. */
-static int buf_new(struct phx_device *dev, uint64_t reserved,
-		   unsigned int flags, bool imported, struct phx_buf **out)
+int phx_buf_new(struct phx_device *dev, uint64_t reserved, unsigned int flags,
+		bool imported, struct phx_buf **out)
 {
 	struct phx_buf *buf = calloc(1, sizeof(*buf));
 	int ret;
@@ -296,7 +295,7 @@ static int buf_new(struct phx_device *dev, uint64_t reserved,
 }
 
 /* Give back everything @buf holds; the device context is bound. */
-static void buf_destroy(struct phx_buf *buf)
+void phx_buf_destroy(struct phx_buf *buf)
 {
 	unsigned int i;
 
@@ -321,8 +320,8 @@ PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 	ret = phx_device_bind(dev);
 	if (ret)
 		return ret;
-	ret = buf_new(dev, reserve_for(dev->granularity, size), flags, false,
-		      &buf);
+	ret = phx_buf_new(dev, reserve_for(dev->granularity, size), flags,
+			  false, &buf);
 	if (!ret) {
 		buf->size = size;
 		if (!(flags & PHX_BUF_SPARSE))
@@ -330,7 +329,7 @@ PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 	}
 	if (ret) {
 		if (buf)
-			buf_destroy(buf);
+			phx_buf_destroy(buf);
 		return ret;
 	}
 	*out = buf;
@@ -343,7 +342,7 @@ PHX_EXPORT void phx_buf_free(struct phx_buf *buf)
 	if (!buf)
 		return;
 	phx_device_bind(buf->dev);
-	buf_destroy(buf);
+	phx_buf_destroy(buf);
 }
 
 /* Move every mapped chunk into a larger reservation. */
@@ -434,7 +433,7 @@ PHX_EXPORT int phx_buf_resize(struct phx_buf *buf, uint64_t size)
 		return ret;
 	pthread_mutex_lock(&buf->lock);
 	if (size > buf->reserved) {
-		uint64_t r = reserve_for(buf_gran(buf),
+		uint64_t r = reserve_for(phx_buf_gran(buf),
 					 phx_max(size, 2 * buf->reserved));
 
 		ret = buf_move(buf, r);
@@ -508,7 +507,7 @@ PHX_EXPORT int phx_buf_next_data(struct phx_buf *buf, uint64_t off,
 	int ret = -ENXIO;
 
 	pthread_mutex_lock(&buf->lock);
-	for (i = chunk_find(buf, off);
+	for (i = phx_chunk_find(buf, off);
 	     i < buf->nchunks && buf->chunks[i].off < buf->size; i++) {
 		const struct phx_buf_chunk *c = &buf->chunks[i];
 
@@ -564,7 +563,7 @@ int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst, uint64_t len,
 	if (!len)
 		return 0;
 	pthread_mutex_lock(&buf->lock);
-	for (i = chunk_find(buf, off); i < buf->nchunks && !ret; i++) {
+	for (i = phx_chunk_find(buf, off); i < buf->nchunks && !ret; i++) {
 		struct phx_buf_chunk *c = &buf->chunks[i];
 		uint64_t s = phx_max(off, c->off);
 		uint64_t e = phx_min(end, c->off + c->size);
@@ -578,265 +577,5 @@ int phx_buf_copy_out(struct phx_buf *buf, uint64_t off, void *dst, uint64_t len,
 			memset((char *)dst + (s - off), 0, e - s);
 	}
 	pthread_mutex_unlock(&buf->lock);
-	return ret;
-}
-
-/* ---- sharing between processes -------------------------------------- */
-
-#define PHX_SHARE_MAGIC 0x50485842u /* "PHXB" */
-#define PHX_SHARE_VERSION 2 /* chunks sent as offset and size */
-#define PHX_FDS_PER_MSG 64
-
-struct share_hdr {
-	uint32_t magic;
-	uint32_t version;
-	uint64_t size;
-	uint64_t reserved;
-	uint64_t granularity;
-	uint64_t max_chunk;
-	uint32_t nmapped;
-	uint32_t kind;
-};
-
-struct share_chunk {
-	uint64_t off;
-	uint64_t size;
-};
-
-static int send_all(int sock, const void *data, size_t len, const int *fds,
-		    unsigned int nfds)
-{
-	char cbuf[CMSG_SPACE(sizeof(int) * PHX_FDS_PER_MSG)];
-	struct iovec iov = { (void *)data, len };
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-	ssize_t n;
-
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		memset(cbuf, 0, sizeof(cbuf));
-		msg.msg_control = cbuf;
-		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		cm = CMSG_FIRSTHDR(&msg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-	}
-	while (iov.iov_len) {
-		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return phx_err(errno, "sending a buffer: %s",
-				       strerror(errno));
-		}
-		iov.iov_base = (char *)iov.iov_base + n;
-		iov.iov_len -= (size_t)n;
-		msg.msg_control = NULL;
-		msg.msg_controllen = 0;
-	}
-	return 0;
-}
-
-/* Receive exactly @len bytes and up to @nfds descriptors (into @fds). */
-static int recv_all(int sock, void *data, size_t len, int *fds,
-		    unsigned int nfds, unsigned int *got)
-{
-	char cbuf[CMSG_SPACE(sizeof(int) * PHX_FDS_PER_MSG)];
-	size_t done = 0;
-
-	*got = 0;
-	while (done < len) {
-		struct iovec iov = { (char *)data + done, len - done };
-		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
-		struct cmsghdr *cm;
-		ssize_t n;
-
-		msg.msg_control = cbuf;
-		msg.msg_controllen = sizeof(cbuf);
-		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return phx_err(errno, "receiving a buffer: %s",
-				       strerror(errno));
-		if (n == 0)
-			return phx_err(
-				EPIPE,
-				"receiving a buffer: the sender closed the socket");
-		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-			unsigned int k, cnt;
-
-			if (cm->cmsg_level != SOL_SOCKET ||
-			    cm->cmsg_type != SCM_RIGHTS)
-				continue;
-			cnt = (unsigned int)((cm->cmsg_len - CMSG_LEN(0)) /
-					     sizeof(int));
-			for (k = 0; k < cnt; k++) {
-				int fd;
-
-				memcpy(&fd, CMSG_DATA(cm) + k * sizeof(int),
-				       sizeof(int));
-				if (*got < nfds)
-					fds[(*got)++] = fd;
-				else
-					close(fd);
-			}
-		}
-		done += (size_t)n;
-	}
-	return 0;
-}
-
-PHX_EXPORT int phx_buf_send(struct phx_buf *buf, int sock)
-{
-	struct phx_device *dev = buf->dev;
-	struct share_hdr hdr = { 0 };
-	struct share_chunk idx[PHX_FDS_PER_MSG];
-	int fds[PHX_FDS_PER_MSG];
-	unsigned int i, n = 0, k;
-	int ret;
-
-	ret = phx_device_bind(dev);
-	if (ret)
-		return ret;
-	pthread_mutex_lock(&buf->lock);
-	hdr.magic = PHX_SHARE_MAGIC;
-	hdr.version = PHX_SHARE_VERSION;
-	hdr.size = buf->size;
-	hdr.reserved = buf->reserved;
-	hdr.granularity = buf_gran(buf);
-	hdr.max_chunk = max_chunk_of(hdr.granularity);
-	hdr.kind = (uint32_t)dev->ops->kind;
-	for (i = 0; i < buf->nchunks; i++)
-		hdr.nmapped += buf->chunks[i].mapped;
-	ret = send_all(sock, &hdr, sizeof(hdr), NULL, 0);
-	for (i = 0; i < buf->nchunks && !ret; i++) {
-		struct phx_buf_chunk *c = &buf->chunks[i];
-
-		if (!c->mapped)
-			continue;
-		ret = dev->ops->chunk_export(dev, c->handle, c->size, &fds[n]);
-		if (ret)
-			break;
-		idx[n].off = c->off;
-		idx[n].size = c->size;
-		if (++n == PHX_FDS_PER_MSG) {
-			ret = send_all(sock, idx, n * sizeof(idx[0]), fds, n);
-			for (k = 0; k < n; k++)
-				close(fds[k]);
-			n = 0;
-		}
-	}
-	if (!ret && n)
-		ret = send_all(sock, idx, n * sizeof(idx[0]), fds, n);
-	for (k = 0; k < n; k++)
-		close(fds[k]);
-	pthread_mutex_unlock(&buf->lock);
-	return ret;
-}
-
-/* The table entry, carved out of a hole of @buf, for a received chunk. */
-static int share_place(struct phx_buf *buf, const struct share_chunk *sc,
-		       struct phx_buf_chunk **out)
-{
-	uint64_t gran = buf_gran(buf);
-	unsigned int i;
-	int ret;
-
-	i = chunk_find(buf, sc->off);
-	if (!sc->size || sc->off % gran || sc->size % gran ||
-	    sc->off + sc->size < sc->off ||
-	    sc->off + sc->size > buf->reserved || buf->chunks[i].mapped ||
-	    sc->off + sc->size > buf->chunks[i].off + buf->chunks[i].size)
-		return phx_err(EPROTO,
-			       "receiving a buffer: bad chunk %llu+%llu",
-			       (unsigned long long)sc->off,
-			       (unsigned long long)sc->size);
-	ret = chunk_carve(buf, &i, sc->off, sc->off + sc->size);
-	if (!ret)
-		*out = &buf->chunks[i];
-	return ret;
-}
-
-PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
-			    struct phx_buf **out)
-{
-	struct share_hdr hdr;
-	struct share_chunk idx[PHX_FDS_PER_MSG];
-	int fds[PHX_FDS_PER_MSG];
-	struct phx_buf *buf = NULL;
-	unsigned int left, n, got, k;
-	int ret;
-
-	ret = phx_device_bind(dev);
-	if (ret)
-		return ret;
-	ret = recv_all(sock, &hdr, sizeof(hdr), fds, 0, &got);
-	if (ret)
-		return ret;
-	if (hdr.magic != PHX_SHARE_MAGIC || hdr.version != PHX_SHARE_VERSION)
-		return phx_err(
-			EPROTO,
-			"receiving a buffer: not a libphoenix buffer message");
-	if (hdr.kind != (uint32_t)dev->ops->kind ||
-	    hdr.granularity != dev->granularity ||
-	    hdr.max_chunk != max_chunk_of(hdr.granularity))
-		return phx_err(
-			EINVAL,
-			"receiving a buffer: it comes from a %s device with another layout; open the same device kind with the same PHX_ALLOC_CHUNK",
-			phx_kind_name((enum phx_device_kind)hdr.kind));
-	ret = buf_new(dev, hdr.reserved, PHX_BUF_SPARSE, true, &buf);
-	if (ret)
-		goto out_destroy;
-	buf->size = hdr.size;
-	for (left = hdr.nmapped; left; left -= n) {
-		n = phx_min(left, PHX_FDS_PER_MSG);
-		ret = recv_all(sock, idx, n * sizeof(idx[0]), fds, n, &got);
-		if (ret)
-			goto out_destroy;
-		if (got != n) {
-			ret = phx_err(
-				EPROTO,
-				"receiving a buffer: descriptors missing");
-			for (k = 0; k < got; k++)
-				close(fds[k]);
-			goto out_destroy;
-		}
-		for (k = 0; k < n; k++) {
-			struct phx_buf_chunk *c = NULL;
-
-			if (!ret)
-				ret = share_place(buf, &idx[k], &c);
-			if (ret) {
-				close(fds[k]);
-				continue;
-			}
-			ret = dev->ops->chunk_import(dev, fds[k], c->size,
-						     &c->handle);
-			close(fds[k]);
-			if (ret)
-				continue;
-			ret = dev->ops->chunk_map(dev, buf->dptr + c->off,
-						  c->size, c->handle);
-			if (ret) {
-				dev->ops->chunk_release(dev, c->handle,
-							c->size);
-				continue;
-			}
-			c->mapped = true;
-			buf->committed += c->size;
-		}
-		if (ret)
-			goto out_destroy;
-	}
-	*out = buf;
-	phx_err_clear();
-	return 0;
-
-out_destroy:
-	if (buf)
-		buf_destroy(buf);
 	return ret;
 }

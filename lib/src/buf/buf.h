@@ -55,4 +55,14 @@ unsigned int phx_chunk_index(uint64_t gran, uint64_t max_chunk, uint64_t off);
 void phx_chunk_extent(uint64_t gran, uint64_t max_chunk, unsigned int idx,
 		      uint64_t *off, uint64_t *size);
 
+/* What sharing (share.c) uses of the buffer itself (buf.c). */
+void phx_buf_destroy(struct phx_buf *buf);
+uint64_t phx_buf_gran(const struct phx_buf *buf);
+int phx_buf_new(struct phx_device *dev, uint64_t reserved, unsigned int flags,
+		bool imported, struct phx_buf **out);
+int phx_chunk_carve(struct phx_buf *buf, unsigned int *i, uint64_t from,
+		    uint64_t to);
+unsigned int phx_chunk_find(const struct phx_buf *buf, uint64_t off);
+uint64_t phx_max_chunk_of(uint64_t gran);
+
 #endif /* PHX_BUF_H */
