@@ -254,7 +254,7 @@ struct phx_backend_ops {
 };
 
 struct phx_engine;
-struct phx_async_worker;
+struct phx_stream_pool;
 
 struct phx_device {
 	const struct phx_backend_ops *ops;
@@ -303,7 +303,7 @@ struct phx_device {
 	size_t host_pool_bytes;
 
 	/* stream-ordered transfers, see stream.c */
-	struct phx_async_worker *async;
+	struct phx_stream_pool *async;
 	pthread_mutex_t async_lock;
 };
 

@@ -44,8 +44,8 @@
 /* Slots of a ring's first engine: small, so they pin in no time. */
 #define PHX_RING_FIRST_CHUNK (64u << 10)
 
-int phx_ring_start(struct phx_device *dev, struct async_thread *t,
-		   size_t staging)
+static int phx_ring_start(struct phx_device *dev, struct phx_stream_thread *t,
+			  size_t staging)
 {
 	size_t first = (size_t)PHX_RING_SLOTS * PHX_RING_FIRST_CHUNK;
 	void *p;
@@ -86,14 +86,14 @@ static bool ring_pinned(const struct phx_engine *e)
  */
 static void *ring_grow_main(void *arg)
 {
-	struct phx_async_worker *w = arg;
+	struct phx_stream_pool *w = arg;
 	struct phx_engine *e;
 	unsigned int i;
 
 	/* its own name, not its creator's (ps, top, perf) */
 	pthread_setname_np(pthread_self(), "phx-ring-grow");
-	for (i = 0; i < PHX_ASYNC_WORKERS; i++) {
-		struct async_thread *t = &w->threads[i];
+	for (i = 0; i < PHX_STREAM_WORKERS; i++) {
+		struct phx_stream_thread *t = &w->threads[i];
 		size_t size;
 
 		pthread_mutex_lock(&w->lock);
@@ -114,8 +114,8 @@ static void *ring_grow_main(void *arg)
 		t->grown = e;
 		pthread_mutex_unlock(&w->lock);
 	}
-	for (i = 0; i < PHX_ASYNC_WORKERS; i++) {
-		struct async_thread *t = &w->threads[i];
+	for (i = 0; i < PHX_STREAM_WORKERS; i++) {
+		struct phx_stream_thread *t = &w->threads[i];
 
 		pthread_mutex_lock(&w->lock);
 		while (t->grown && !t->retired && !w->stop)
@@ -135,7 +135,8 @@ static void *ring_grow_main(void *arg)
 	return NULL;
 }
 
-void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t)
+static void phx_ring_grow_locked(struct phx_stream_pool *w,
+				 struct phx_stream_thread *t)
 {
 	/*
 	 * Once a ring has finished a transfer: the process's first one does
@@ -152,9 +153,9 @@ void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t)
  * has nothing left to do, swap them (the grower frees the small one).
  * Whether @r may start.
  */
-static bool ring_swap(struct async_thread *t, struct async_req *r)
+static bool ring_swap(struct phx_stream_thread *t, struct phx_stream_req *r)
 {
-	struct phx_async_worker *w = t->w;
+	struct phx_stream_pool *w = t->w;
 
 	if (phx_engine_busy(t->engine))
 		return false;
@@ -166,22 +167,23 @@ static bool ring_swap(struct async_thread *t, struct async_req *r)
 	return true;
 }
 
-void phx_ring_grow_stop(struct phx_async_worker *w)
+static void phx_ring_grow_stop(struct phx_stream_pool *w)
 {
 	if (w->grow_started)
 		pthread_join(w->grower, NULL);
 	w->grow_started = false;
 }
 
-void phx_ring_teardown_one(struct phx_device *dev, struct async_thread *t)
+static void phx_ring_teardown_one(struct phx_device *dev,
+				  struct phx_stream_thread *t)
 {
 	phx_mapped_free(dev, t->words, sizeof(*t->words));
 	t->words = NULL;
 }
 
-void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w)
+static void phx_ring_teardown(struct phx_device *dev, struct phx_stream_pool *w)
 {
-	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++)
+	for (unsigned int i = 0; i < PHX_STREAM_WORKERS; i++)
 		phx_ring_teardown_one(dev, &w->threads[i]);
 }
 
@@ -192,7 +194,7 @@ void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w)
  * what a short read brings).  Errors are left to the copy kernel's path,
  * which reports them through bytes_done as the API says.
  */
-static bool ring_fits(struct phx_stream *stream, struct async_req *r)
+static bool ring_fits(struct phx_stream *stream, struct phx_stream_req *r)
 {
 	uint64_t len = *r->len, size;
 	int64_t foff = *r->file_off, boff = *r->buf_off;
@@ -215,12 +217,12 @@ static bool ring_fits(struct phx_stream *stream, struct async_req *r)
 }
 
 /* The least busy ring, or NULL when every one is full; w->lock held. */
-static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
+static struct phx_stream_thread *ring_pick_locked(struct phx_stream_pool *w)
 {
-	struct async_thread *best = NULL;
+	struct phx_stream_thread *best = NULL;
 
 	for (unsigned int i = 0; i < w->nthreads; i++) {
-		struct async_thread *t = &w->threads[i];
+		struct phx_stream_thread *t = &w->threads[i];
 
 		if (t->words && (!best || t->ring_queued < best->ring_queued))
 			best = t;
@@ -231,8 +233,9 @@ static struct async_thread *ring_pick_locked(struct phx_async_worker *w)
 #define WORD(t, f) ((t)->words_daddr + offsetof(struct phx_ring_words, f))
 
 /* Put @r's part of the protocol (see the file header) on @stream. */
-static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
-			  struct async_req *r, bool *onstream, bool *passes)
+static int ring_queue_ops(struct phx_stream *stream,
+			  struct phx_stream_thread *t, struct phx_stream_req *r,
+			  bool *onstream, bool *passes)
 {
 	struct phx_device *dev = stream->dev;
 	const struct phx_backend_ops *ops = dev->ops;
@@ -287,11 +290,11 @@ static int ring_queue_ops(struct phx_stream *stream, struct async_thread *t,
 	return ret;
 }
 
-int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
-		     struct async_req *r)
+static int phx_ring_enqueue(struct phx_stream *stream,
+			    struct phx_stream_pool *w, struct phx_stream_req *r)
 {
 	struct phx_device *dev = stream->dev;
-	struct async_thread *t;
+	struct phx_stream_thread *t;
 	uint64_t chunk = 0, nsegs;
 	unsigned int nslots;
 	bool pinned = false, onstream = false, passes = false;
@@ -316,7 +319,7 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 		return 1;
 	}
 	if (!t) {
-		phx_async_release_locked(w, r);
+		phx_pool_release_locked(w, r);
 		pthread_mutex_unlock(&w->lock);
 		free(r);
 		return phx_err(
@@ -364,7 +367,7 @@ int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
  * Whether @r's values changed since it was queued, which its stream's
  * owner promised they would not (PHX_STREAM_FIXED).
  */
-static bool ring_changed(const struct async_req *r)
+static bool ring_changed(const struct phx_stream_req *r)
 {
 	return *r->len != r->val_len || *r->file_off != r->val_file_off ||
 	       *r->buf_off != r->val_buf_off;
@@ -376,7 +379,7 @@ static bool ring_changed(const struct async_req *r)
  * changed after it was queued, a bad descriptor) still goes through the
  * ring, moving nothing, since its stream waits for its slots.
  */
-static int ring_start(struct async_thread *t, struct async_req *r)
+static int ring_start(struct phx_stream_thread *t, struct phx_stream_req *r)
 {
 	int err = 0;
 
@@ -408,20 +411,20 @@ static int ring_start(struct async_thread *t, struct async_req *r)
  * gets to it, but not before the writes queued before it are in the file:
  * one of them may be what its stream waits for.
  */
-static uint64_t ring_write_floor_locked(struct phx_async_worker *w)
+static uint64_t ring_write_floor_locked(struct phx_stream_pool *w)
 {
 	uint64_t floor = UINT64_MAX;
 
 	if (!w->ring_writes)
 		return floor;
 	for (unsigned int i = 0; i < w->nthreads; i++) {
-		const struct async_thread *t = &w->threads[i];
-		const struct async_req *lists[2] = { t->act_head,
-						     t->ring_head };
+		const struct phx_stream_thread *t = &w->threads[i];
+		const struct phx_stream_req *lists[2] = { t->act_head,
+							  t->ring_head };
 
 		/* each list is in the order queued: its first write is oldest */
 		for (int l = 0; l < 2; l++)
-			for (const struct async_req *r = lists[l]; r;
+			for (const struct phx_stream_req *r = lists[l]; r;
 			     r = r->next)
 				if (r->op == PHX_OP_WRITE) {
 					floor = phx_min(floor, r->g);
@@ -431,17 +434,17 @@ static uint64_t ring_write_floor_locked(struct phx_async_worker *w)
 	return floor;
 }
 
-bool phx_ring_busy_locked(const struct async_thread *t)
+static bool phx_ring_busy_locked(const struct phx_stream_thread *t)
 {
 	return t->ring_head || t->act_head;
 }
 
-bool phx_ring_pump_locked(struct async_thread *t)
+static bool phx_ring_pump_locked(struct phx_stream_thread *t)
 {
-	struct phx_async_worker *w = t->w;
+	struct phx_stream_pool *w = t->w;
 	struct phx_engine *e = t->engine;
 	bool moved = false;
-	struct async_req *r;
+	struct phx_stream_req *r;
 	struct phx_io *io;
 	uint64_t floor;
 	int ret;
@@ -492,8 +495,9 @@ bool phx_ring_pump_locked(struct async_thread *t)
 			phx_err_clear(); /* its slots are still there: again */
 	}
 	while ((io = phx_engine_reap(e))) {
-		r = (struct async_req *)((char *)io -
-					 offsetof(struct async_req, io));
+		r = (struct phx_stream_req *)((char *)io -
+					      offsetof(struct phx_stream_req,
+						       io));
 		r->finished = true;
 		moved = true;
 	}
@@ -528,7 +532,7 @@ bool phx_ring_pump_locked(struct async_thread *t)
 			t->ring_passing = r;
 		} else {
 			t->ring_queued--;
-			phx_async_release_locked(w, r);
+			phx_pool_release_locked(w, r);
 			free(r);
 		}
 		moved = true;
@@ -536,9 +540,9 @@ bool phx_ring_pump_locked(struct async_thread *t)
 	return moved;
 }
 
-void phx_ring_reap_locked(struct async_thread *t)
+static void phx_ring_reap_locked(struct phx_stream_thread *t)
 {
-	struct async_req **pp = &t->ring_passing, *r;
+	struct phx_stream_req **pp = &t->ring_passing, *r;
 
 	while ((r = *pp)) {
 		if (__atomic_load_n(&t->words->passed[r->t % PHX_RING_XFERS],
@@ -548,7 +552,57 @@ void phx_ring_reap_locked(struct async_thread *t)
 		}
 		*pp = r->next;
 		t->ring_queued--;
-		phx_async_release_locked(t->w, r);
+		phx_pool_release_locked(t->w, r);
 		free(r);
 	}
 }
+
+/*
+ * The first stream_rings workers own a ring each, the staging budget
+ * split between them; the others serve the copy kernel, which has rings
+ * of its own, and need none.
+ */
+static int copy_thread_start(struct phx_device *dev,
+			     struct phx_stream_thread *t, unsigned int index)
+{
+	const struct phx_settings *s = phx_settings();
+	size_t staging;
+
+	if (index >= s->stream_rings)
+		return 0;
+	/* slots of PHX_MIN_SLOT at least, whatever PHX_STAGING_SIZE says */
+	staging = phx_max(s->staging_size / s->stream_rings,
+			  PHX_RING_SLOTS * PHX_MIN_SLOT);
+	return phx_ring_start(dev, t, staging);
+}
+
+/* Retire what the streams are past, move the ring on, grow it. */
+static bool copy_poll_locked(struct phx_stream_thread *t,
+			     struct phx_stream_req **claimed)
+{
+	bool moved = false;
+
+	if (t->ring_passing)
+		phx_ring_reap_locked(t);
+	if (t->words && phx_ring_busy_locked(t))
+		moved = phx_ring_pump_locked(t);
+	if (t->words)
+		phx_ring_grow_locked(t->w, t);
+	return moved;
+}
+
+static bool copy_waiting_locked(const struct phx_stream_thread *t)
+{
+	return phx_ring_busy_locked(t) || t->ring_passing;
+}
+
+const struct phx_stream_mode phx_stream_copy = {
+	.enqueue = phx_ring_enqueue,
+	.fallback = PHX_STREAM_WAIT_KERNEL, /* values read later */
+	.thread_start = copy_thread_start,
+	.thread_undo = phx_ring_teardown_one,
+	.poll_locked = copy_poll_locked,
+	.waiting_locked = copy_waiting_locked,
+	.stop = phx_ring_grow_stop,
+	.teardown = phx_ring_teardown,
+};

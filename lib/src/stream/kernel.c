@@ -197,9 +197,9 @@ out:
 /* ---- the stream layer's copy-kernel mode ------------------------------ */
 
 /* "kernel" mode: a queued transfer whose kernel has started, taken off. */
-struct async_req *phx_feed_claim_locked(struct phx_async_worker *w)
+static struct phx_stream_req *phx_feed_claim_locked(struct phx_stream_pool *w)
 {
-	struct async_req **pp, *r;
+	struct phx_stream_req **pp, *r;
 
 	for (pp = &w->feed_head; (r = *pp); pp = &r->next) {
 		if (__atomic_load_n(&r->ctl->reached, __ATOMIC_ACQUIRE)) {
@@ -216,9 +216,9 @@ struct async_req *phx_feed_claim_locked(struct phx_async_worker *w)
  * the backend: the stream waits on this, and a driver call could wait on
  * the stream.
  */
-void phx_feed_run(struct async_thread *t, struct async_req *r)
+static void phx_feed_run(struct phx_stream_thread *t, struct phx_stream_req *r)
 {
-	struct phx_async_worker *w = t->w;
+	struct phx_stream_pool *w = t->w;
 	struct phx_feed_ctl *ctl = r->ctl;
 	struct phx_device *dev = r->dev;
 	uint64_t len = *r->len;
@@ -253,22 +253,22 @@ void phx_feed_run(struct async_thread *t, struct async_req *r)
 	atomic_fetch_add(&dev->ios, 1);
 	phx_feed_wait_exit(ctl);
 	pthread_mutex_lock(&w->lock);
-	phx_async_release_locked(w, r);
+	phx_pool_release_locked(w, r);
 	pthread_mutex_unlock(&w->lock);
 	free(r);
 }
 
 /* "kernel" mode: unmap and free the control blocks and the rings. */
-void phx_feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
-		       struct phx_feed_ctl *ctls)
+static void phx_feed_teardown(struct phx_device *dev, struct phx_stream_pool *w,
+			      struct phx_feed_ctl *ctls)
 {
-	for (unsigned int i = 0; i < PHX_ASYNC_WORKERS; i++) {
-		struct async_thread *t = &w->threads[i];
+	for (unsigned int i = 0; i < PHX_STREAM_WORKERS; i++) {
+		struct phx_stream_thread *t = &w->threads[i];
 
 		phx_mapped_free(dev, t->ring, t->slot_size * PHX_FEED_SLOTS);
 		t->ring = NULL;
 	}
-	phx_mapped_free(dev, ctls, PHX_ASYNC_FLAGS * sizeof(*ctls));
+	phx_mapped_free(dev, ctls, PHX_STREAM_FLAGS * sizeof(*ctls));
 }
 
 /*
@@ -276,7 +276,7 @@ void phx_feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
  * mapped once, on the caller's thread and before any transfer of ours is
  * queued (the workers all start at the first one).
  */
-int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
+static int phx_feed_setup(struct phx_device *dev, struct phx_stream_pool *w)
 {
 	size_t slot;
 	void *ctls;
@@ -292,16 +292,16 @@ int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 	if (w->ctls)
 		goto out;
 	ret = phx_mapped_alloc(dev,
-			       PHX_ASYNC_FLAGS * sizeof(struct phx_feed_ctl),
+			       PHX_STREAM_FLAGS * sizeof(struct phx_feed_ctl),
 			       &ctls, &w->ctls_daddr);
 	if (ret)
 		goto out;
 	/* the workers share one engine's worth of staging, as for engines */
-	slot = phx_max(phx_settings()->staging_size / PHX_ASYNC_WORKERS /
+	slot = phx_max(phx_settings()->staging_size / PHX_STREAM_WORKERS /
 			       PHX_FEED_SLOTS,
 		       64 << 10);
 	for (i = 0; i < w->nthreads; i++) {
-		struct async_thread *t = &w->threads[i];
+		struct phx_stream_thread *t = &w->threads[i];
 		void *ring;
 
 		ret = phx_mapped_alloc(dev, slot * PHX_FEED_SLOTS, &ring,
@@ -316,7 +316,7 @@ int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w)
 		goto out;
 	}
 	pthread_mutex_lock(&w->lock);
-	phx_async_free_all_locked(w);
+	phx_pool_free_all_locked(w);
 	w->ctls = ctls;
 	pthread_mutex_unlock(&w->lock);
 out:
@@ -328,13 +328,13 @@ out:
  * "kernel" mode: put the copy kernel on the stream and let the workers
  * look for it; nothing on the stream calls back into libphoenix.
  */
-int phx_feed_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
-		     struct async_req *r)
+static int phx_feed_enqueue(struct phx_stream *stream,
+			    struct phx_stream_pool *w, struct phx_stream_req *r)
 {
 	struct phx_device *dev = stream->dev;
 	int ret;
 
-	ret = phx_async_take(dev, w, &r->ctl_index);
+	ret = phx_pool_take(dev, w, &r->ctl_index);
 	if (ret)
 		return ret;
 	r->ctl = &w->ctls[r->ctl_index];
@@ -354,3 +354,43 @@ int phx_feed_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
 	pthread_mutex_unlock(&w->lock);
 	return ret;
 }
+
+static int kernel_enqueue(struct phx_stream *stream, struct phx_stream_pool *w,
+			  struct phx_stream_req *r)
+{
+	int ret = phx_feed_setup(stream->dev, w);
+
+	if (!ret)
+		ret = phx_feed_enqueue(stream, w, r);
+	if (ret) {
+		phx_pool_unreserve(w);
+		free(r);
+	}
+	return ret;
+}
+
+static bool kernel_poll_locked(struct phx_stream_thread *t,
+			       struct phx_stream_req **claimed)
+{
+	*claimed = phx_feed_claim_locked(t->w);
+	return false;
+}
+
+/* Queued transfers whose kernels have not started yet: look again soon. */
+static bool kernel_waiting_locked(const struct phx_stream_thread *t)
+{
+	return t->w->feed_head;
+}
+
+static void kernel_teardown(struct phx_device *dev, struct phx_stream_pool *w)
+{
+	phx_feed_teardown(dev, w, w->ctls);
+}
+
+const struct phx_stream_mode phx_stream_kernel = {
+	.enqueue = kernel_enqueue,
+	.poll_locked = kernel_poll_locked,
+	.waiting_locked = kernel_waiting_locked,
+	.run = phx_feed_run,
+	.teardown = kernel_teardown,
+};

@@ -12,9 +12,9 @@
 
 #include "stream.h"
 
-#define PHX_ASYNC_WORKERS 4
+#define PHX_STREAM_WORKERS 4
 /* Transfers a device can have queued at once in "device" mode. */
-#define PHX_ASYNC_FLAGS 4096
+#define PHX_STREAM_FLAGS 4096
 
 struct phx_stream {
 	struct phx_device *dev;
@@ -50,7 +50,10 @@ struct phx_ring_words {
 /* Transfers a ring's worker gives its engine at once (copy mode). */
 #define PHX_RING_WINDOW 64
 
-struct async_req {
+struct phx_stream_mode;
+
+struct phx_stream_req {
+	const struct phx_stream_mode *mode; /* the one it is queued in */
 	struct phx_device *dev;
 	enum phx_op op;
 	int fd;
@@ -89,11 +92,11 @@ struct async_req {
 	struct phx_io io;
 	struct phx_sink sink;
 	bool started, finished; /* given to the engine; it is done */
-	struct async_req *next;
+	struct phx_stream_req *next;
 };
 
-struct async_thread {
-	struct phx_async_worker *w;
+struct phx_stream_thread {
+	struct phx_stream_pool *w;
 	struct phx_engine *engine;
 	pthread_t thread;
 	/* "kernel" mode: PHX_FEED_SLOTS slots of pinned, mapped memory */
@@ -107,12 +110,12 @@ struct async_thread {
 	 */
 	struct phx_ring_words *words;
 	uint64_t words_daddr;
-	struct async_req *ring_head, *ring_tail;
+	struct phx_stream_req *ring_head, *ring_tail;
 	/* taken by the worker, in ring order, and how many (worker only) */
-	struct async_req *act_head, *act_tail;
+	struct phx_stream_req *act_head, *act_tail;
 	unsigned int nact;
 	/* done, their streams not yet past their last touch of the words */
-	struct async_req *ring_passing;
+	struct phx_stream_req *ring_passing;
 	unsigned int ring_queued; /* from queued until passed */
 	uint32_t ring_seq, ring_t;
 	/*
@@ -129,30 +132,30 @@ struct async_thread {
 	bool served; /* it finished a transfer (protected by w->lock) */
 };
 
-struct phx_async_worker {
+struct phx_stream_pool {
 	pthread_mutex_t lock;
 	pthread_cond_t work, done;
-	struct async_req *head, *tail; /* protected by lock */
+	struct phx_stream_req *head, *tail; /* protected by lock */
 	/* queued on a stream, host function not returned; protected by lock */
 	unsigned int outstanding;
 	unsigned int nthreads; /* protected by lock */
 	bool stop;
 	/* serialises starting threads; never taken by a host function */
 	pthread_mutex_t spawn_lock;
-	struct async_thread threads[PHX_ASYNC_WORKERS];
-	/* "device" mode: PHX_ASYNC_FLAGS flags, mapped for the device */
+	struct phx_stream_thread threads[PHX_STREAM_WORKERS];
+	/* "device" mode: PHX_STREAM_FLAGS flags, mapped for the device */
 	uint32_t *flags; /* made under spawn_lock */
 	uint64_t flags_daddr;
-	uint32_t free_flags[PHX_ASYNC_FLAGS]; /* protected by lock */
+	uint32_t free_flags[PHX_STREAM_FLAGS]; /* protected by lock */
 	unsigned int nfree_flags; /* protected by lock */
 	/*
-	 * "kernel" mode: PHX_ASYNC_FLAGS control blocks, mapped; free_flags
+	 * "kernel" mode: PHX_STREAM_FLAGS control blocks, mapped; free_flags
 	 * lists the free ones (a process uses one mode).  feed_head: queued
 	 * on streams, waiting for their kernel to start; protected by lock.
 	 */
 	struct phx_feed_ctl *ctls; /* made under spawn_lock */
 	uint64_t ctls_daddr;
-	struct async_req *feed_head;
+	struct phx_stream_req *feed_head;
 	/*
 	 * "copy" mode: transfers numbered on all rings, and the writes among
 	 * them not yet retired (protected by lock); the thread growing the
@@ -163,15 +166,92 @@ struct phx_async_worker {
 	struct phx_device *dev;
 	pthread_t grower;
 	bool grow_started; /* protected by lock */
+	/* the modes, and the device's (phx_stream_mode()) */
+	const struct phx_stream_mode *const *modes;
+	enum phx_stream_wait mode;
 };
 
+/* ---- the stream modes (PHX_STREAM_WAIT), a file each ------------------ */
+
+/* One per value of enum phx_stream_wait but _AUTO. */
+#define PHX_STREAM_MODES 4
+
+/*
+ * How a mode holds the streams its transfers are queued on (host.c,
+ * device.c, kernel.c, copy.c; modes.c lists them).  The stream core
+ * (stream.c) and the workers (worker.c) call a mode only through these.
+ */
+struct phx_stream_mode {
+	/*
+	 * Queue @r (counted by phx_pool_reserve()) on @stream: 0 or -errno,
+	 * @r the mode's either way; 1 when @r cannot take this mode, for
+	 * the mode @fallback to queue.
+	 */
+	int (*enqueue)(struct phx_stream *stream, struct phx_stream_pool *w,
+		       struct phx_stream_req *r);
+	enum phx_stream_wait fallback;
+	/*
+	 * What worker @index needs before it starts, on the caller's thread;
+	 * NULL: an engine of its share of the staging.  thread_undo: for a
+	 * worker that then did not start (NULL: nothing to undo).
+	 */
+	int (*thread_start)(struct phx_device *dev, struct phx_stream_thread *t,
+			    unsigned int index);
+	void (*thread_undo)(struct phx_device *dev,
+			    struct phx_stream_thread *t);
+	/*
+	 * A worker's turn (w->lock held, may be dropped meanwhile): move what
+	 * the mode has for @t; a transfer for @t to run in *@claimed.
+	 * Whether anything moved.  NULL: its transfers come through the
+	 * pool's queue (phx_pool_queue_locked()).
+	 */
+	bool (*poll_locked)(struct phx_stream_thread *t,
+			    struct phx_stream_req **claimed);
+	/* Whether @t waits for streams to get somewhere (w->lock held). */
+	bool (*waiting_locked)(const struct phx_stream_thread *t);
+	/* Serve @r on worker @t, no lock held; @r is gone after. */
+	void (*run)(struct phx_stream_thread *t, struct phx_stream_req *r);
+	/* The workers have stopped: before their engines go (or NULL). */
+	void (*stop)(struct phx_stream_pool *w);
+	/* Free what the mode made for the device (or NULL). */
+	void (*teardown)(struct phx_device *dev, struct phx_stream_pool *w);
+};
+
+extern const struct phx_stream_mode phx_stream_host, phx_stream_device,
+	phx_stream_kernel, phx_stream_copy;
+extern const struct phx_stream_mode *const phx_stream_modes[PHX_STREAM_MODES];
+
+/* ---- the workers (worker.c) ------------------------------------------ */
+
+/*
+ * The device's workers, made at the first call with the @modes table and
+ * the device's @mode.
+ */
+int phx_pool_get(struct phx_device *dev,
+		 const struct phx_stream_mode *const *modes,
+		 enum phx_stream_wait mode, struct phx_stream_pool **out);
+/*
+ * Count one more queued transfer; the first starts every worker.  Fails
+ * only when no worker at all could be started.
+ */
+int phx_pool_reserve(struct phx_device *dev, struct phx_stream_pool *w);
+/* A reserved transfer that was not queued after all. */
+void phx_pool_unreserve(struct phx_stream_pool *w);
+/* Hand @r to the workers (phx_pool_serve); the caller holds w->lock. */
+void phx_pool_queue_locked(struct phx_stream_pool *w, struct phx_stream_req *r);
+/* Serve a queued @r on @t's engine (the host and device modes' run). */
+void phx_pool_serve(struct phx_stream_thread *t, struct phx_stream_req *r);
+/* Stop the workers once every queued transfer is done; free it all. */
+void phx_pool_destroy(struct phx_device *dev);
+
 /* The end of a transfer's life: its flag or control block back, one less queued. */
-void phx_async_release_locked(struct phx_async_worker *w, struct async_req *r);
+void phx_pool_release_locked(struct phx_stream_pool *w,
+			     struct phx_stream_req *r);
 /* Every flag (or control block) free; w->lock held. */
-void phx_async_free_all_locked(struct phx_async_worker *w);
+void phx_pool_free_all_locked(struct phx_stream_pool *w);
 /* A free flag (or control block) index, or -EBUSY when all are in use. */
-int phx_async_take(struct phx_device *dev, struct phx_async_worker *w,
-		   unsigned int *index);
+int phx_pool_take(struct phx_device *dev, struct phx_stream_pool *w,
+		  unsigned int *index);
 /*
  * Host memory the device reads and writes: @len bytes, zeroed, at *@out,
  * and at *@daddr for the device.
@@ -211,52 +291,5 @@ void phx_feed_abort(struct phx_feed_ctl *ctl, int64_t err, int64_t *bytes_done);
 
 /* Wait until every block of the kernel has left @ctl. */
 void phx_feed_wait_exit(struct phx_feed_ctl *ctl);
-
-int phx_feed_setup(struct phx_device *dev, struct phx_async_worker *w);
-void phx_feed_teardown(struct phx_device *dev, struct phx_async_worker *w,
-		       struct phx_feed_ctl *ctls);
-int phx_feed_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
-		     struct async_req *r);
-struct async_req *phx_feed_claim_locked(struct phx_async_worker *w);
-void phx_feed_run(struct async_thread *t, struct async_req *r);
-
-/* ---- "copy" mode (copy.c) -------------------------------------------- */
-
-/* Unmap one worker's ring words, or all. */
-void phx_ring_teardown_one(struct phx_device *dev, struct async_thread *t);
-void phx_ring_teardown(struct phx_device *dev, struct phx_async_worker *w);
-/*
- * Queue @r's copies on @stream: 0, a negative errno, or 1 when @r cannot
- * take the copy mode (the caller gives it to the copy kernel).
- */
-int phx_ring_enqueue(struct phx_stream *stream, struct phx_async_worker *w,
-		     struct async_req *r);
-/*
- * The worker's turn at @t's ring (w->lock held, dropped meanwhile): take
- * the transfers queued there, run the engine a step, retire the ones that
- * finished; whether anything moved.
- */
-bool phx_ring_pump_locked(struct async_thread *t);
-/* Whether @t's ring has transfers not yet finished; w->lock held. */
-bool phx_ring_busy_locked(const struct async_thread *t);
-/*
- * Retire @t's transfers whose streams are past them (w->lock held):
- * only then are they no longer queued, so the words outlive every use.
- */
-void phx_ring_reap_locked(struct async_thread *t);
-/*
- * Start @t's ring: small slots at first (PHX_RING_SLOTS of 64 KiB), to
- * grow to @staging bytes.  On the caller's thread, before any transfer
- * of ours is queued.
- */
-int phx_ring_start(struct phx_device *dev, struct async_thread *t,
-		   size_t staging);
-/*
- * On a ring's worker (w->lock held): start the grower if the ring is
- * still small and has finished a transfer.
- */
-void phx_ring_grow_locked(struct phx_async_worker *w, struct async_thread *t);
-/* Stop the grower, once the workers are stopped; frees what it held. */
-void phx_ring_grow_stop(struct phx_async_worker *w);
 
 #endif /* PHX_STREAM_I_H */
