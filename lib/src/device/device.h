@@ -253,7 +253,8 @@ struct phx_backend_ops {
 	int (*feed_load)(struct phx_device *dev);
 };
 
-struct phx_engine;
+struct phx_engine_pool;
+struct phx_hostcopy;
 struct phx_stream_pool;
 
 struct phx_device {
@@ -274,37 +275,15 @@ struct phx_device {
 	atomic_uint_fast64_t staging; /* staging memory of all engines */
 	atomic_uint_fast64_t engines_built;
 
-	/* engine pool, see transfer.c; protected by pool_lock */
-	pthread_mutex_t pool_lock;
-	pthread_cond_t pool_cond;
-	struct phx_engine *pool_free; /* idle engines */
-	unsigned int pool_count; /* engines of the pool, idle or lent */
-	unsigned int pool_idle;
-	unsigned int pool_sync; /* lent to synchronous callers */
-	unsigned int pool_batch; /* lent to batches */
-	/* idle copy streams for host<->device copies; under pool_lock */
-	void *streams[16];
-	unsigned int nstreams;
-	/* host memory pinned by phx_host_register(); under pool_lock */
-	struct phx_host_range {
-		uintptr_t start;
-		size_t len;
-	} * pinned_ranges;
-	unsigned int npinned_ranges;
 	/*
-	 * phx_host_alloc()'s pool: buffers given back and kept pinned, and
-	 * the bytes pinned through it (kept and lent); under pool_lock.
+	 * Each layer's own state, private to the file that owns it and made
+	 * when the device opens: the engine pool (engine/transfer.c), what
+	 * host copies keep (engine/hostcopy.c), the stream-ordered
+	 * transfers' workers (stream/worker.c).
 	 */
-	struct phx_host_buf {
-		void *p;
-		size_t len;
-	} host_pool[16];
-	unsigned int nhost_pool;
-	size_t host_pool_bytes;
-
-	/* stream-ordered transfers, see stream.c */
-	struct phx_stream_pool *async;
-	pthread_mutex_t async_lock;
+	struct phx_engine_pool *engines;
+	struct phx_hostcopy *hostcopy;
+	struct phx_stream_pool *streams;
 };
 
 /* Backends. */

@@ -11,9 +11,12 @@
 
 #include "buf.h"
 
-/* Device teardown: the engine pool, what host copies keep. */
-void phx_engine_pool_destroy(struct phx_device *dev);
-void phx_hostcopy_release(struct phx_device *dev);
+/*
+ * The engine layer's state of a device (its engine pool, what host copies
+ * keep): made when the device opens, destroyed when it closes.
+ */
+int phx_engine_device_open(struct phx_device *dev);
+void phx_engine_device_close(struct phx_device *dev);
 
 /* A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added). */
 int phx_reopen(int fd, int flags);

@@ -228,8 +228,18 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
 
 /* ---- the pool (transfer.c) ------------------------------------------ */
 
+/* The pool's state of a device (engine.c makes and destroys it). */
+int phx_engine_pool_open(struct phx_device *dev);
+void phx_engine_pool_destroy(struct phx_device *dev);
+
 int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 		   bool wait, struct phx_engine **out);
 void phx_engine_put(struct phx_device *dev, struct phx_engine *e);
+
+/* ---- host copies (hostcopy.c) --------------------------------------- */
+
+/* What host copies keep of a device (engine.c makes and frees it). */
+int phx_hostcopy_open(struct phx_device *dev);
+void phx_hostcopy_release(struct phx_device *dev);
 
 #endif /* PHX_ENGINE_I_H */

@@ -15,19 +15,60 @@
 
 #include "engine_i.h"
 
+/* Streams of a device kept for host copies; its phx_host_alloc() pool. */
+#define PHX_HOSTCOPY_STREAMS 16
+#define PHX_HOST_POOL_BUFS 16
+
+/* What host copies keep of a device. */
+struct phx_hostcopy {
+	pthread_mutex_t lock; /* protects everything below */
+	/* idle copy streams */
+	void *streams[PHX_HOSTCOPY_STREAMS];
+	unsigned int nstreams;
+	/* host memory pinned by phx_host_register() */
+	struct phx_host_range {
+		uintptr_t start;
+		size_t len;
+	} * pinned_ranges;
+	unsigned int npinned_ranges;
+	/*
+	 * phx_host_alloc()'s pool: buffers given back and kept pinned, and
+	 * the bytes pinned through it (kept and lent).
+	 */
+	struct phx_host_buf {
+		void *p;
+		size_t len;
+	} host_pool[PHX_HOST_POOL_BUFS];
+	unsigned int nhost_pool;
+	size_t host_pool_bytes;
+};
+
+int phx_hostcopy_open(struct phx_device *dev)
+{
+	struct phx_hostcopy *hc = calloc(1, sizeof(*hc));
+
+	if (!hc)
+		return phx_err(ENOMEM,
+			       "%s: out of host memory for its host copies",
+			       dev->name);
+	pthread_mutex_init(&hc->lock, NULL);
+	dev->hostcopy = hc;
+	return 0;
+}
+
 /*
  * Streams for host memory copies, reused: creating one per copy costs a
  * driver call (a thread on sim) for every FUSE request.
  */
 static int stream_get(struct phx_device *dev, void **stream)
 {
-	pthread_mutex_lock(&dev->pool_lock);
-	if (dev->nstreams) {
-		*stream = dev->streams[--dev->nstreams];
-		pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	if (dev->hostcopy->nstreams) {
+		*stream = dev->hostcopy->streams[--dev->hostcopy->nstreams];
+		pthread_mutex_unlock(&dev->hostcopy->lock);
 		return 0;
 	}
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_unlock(&dev->hostcopy->lock);
 	/* every use of a pooled stream ends in copy_finish()'s sync */
 	if (dev->ops->stream_create_waited)
 		return dev->ops->stream_create_waited(dev, stream);
@@ -36,12 +77,12 @@ static int stream_get(struct phx_device *dev, void **stream)
 
 static void stream_put(struct phx_device *dev, void *stream)
 {
-	pthread_mutex_lock(&dev->pool_lock);
-	if (dev->nstreams < sizeof(dev->streams) / sizeof(dev->streams[0])) {
-		dev->streams[dev->nstreams++] = stream;
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	if (dev->hostcopy->nstreams < PHX_HOSTCOPY_STREAMS) {
+		dev->hostcopy->streams[dev->hostcopy->nstreams++] = stream;
 		stream = NULL;
 	}
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_unlock(&dev->hostcopy->lock);
 	if (stream)
 		dev->ops->stream_destroy(dev, stream);
 }
@@ -58,19 +99,26 @@ static void host_buf_drop(struct phx_device *dev, void *p, size_t len)
 /* Free what host copies keep on @dev: idle copy streams, pinned ranges. */
 void phx_hostcopy_release(struct phx_device *dev)
 {
-	while (dev->nhost_pool) {
-		struct phx_host_buf *b = &dev->host_pool[--dev->nhost_pool];
+	if (!dev->hostcopy)
+		return;
+	while (dev->hostcopy->nhost_pool) {
+		struct phx_host_buf *b =
+			&dev->hostcopy->host_pool[--dev->hostcopy->nhost_pool];
 
 		host_buf_drop(dev, b->p, b->len);
-		dev->host_pool_bytes -= b->len;
+		dev->hostcopy->host_pool_bytes -= b->len;
 	}
-	pthread_mutex_lock(&dev->pool_lock);
-	while (dev->nstreams)
-		dev->ops->stream_destroy(dev, dev->streams[--dev->nstreams]);
-	free(dev->pinned_ranges);
-	dev->pinned_ranges = NULL;
-	dev->npinned_ranges = 0;
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	while (dev->hostcopy->nstreams)
+		dev->ops->stream_destroy(
+			dev, dev->hostcopy->streams[--dev->hostcopy->nstreams]);
+	free(dev->hostcopy->pinned_ranges);
+	dev->hostcopy->pinned_ranges = NULL;
+	dev->hostcopy->npinned_ranges = 0;
+	pthread_mutex_unlock(&dev->hostcopy->lock);
+	pthread_mutex_destroy(&dev->hostcopy->lock);
+	free(dev->hostcopy);
+	dev->hostcopy = NULL;
 }
 
 /*
@@ -84,12 +132,12 @@ static bool host_pinned(struct phx_device *dev, const void *p, uint64_t len)
 	bool found = false;
 	unsigned int i;
 
-	pthread_mutex_lock(&dev->pool_lock);
-	for (i = 0; i < dev->npinned_ranges && !found; i++)
-		found = a >= dev->pinned_ranges[i].start &&
-			a - dev->pinned_ranges[i].start + len <=
-				dev->pinned_ranges[i].len;
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	for (i = 0; i < dev->hostcopy->npinned_ranges && !found; i++)
+		found = a >= dev->hostcopy->pinned_ranges[i].start &&
+			a - dev->hostcopy->pinned_ranges[i].start + len <=
+				dev->hostcopy->pinned_ranges[i].len;
+	pthread_mutex_unlock(&dev->hostcopy->lock);
 	return found;
 }
 
@@ -105,15 +153,16 @@ PHX_EXPORT int phx_host_register(struct phx_device *dev, void *p, size_t len)
 	ret = dev->ops->host_register(dev, p, len);
 	if (ret)
 		return ret;
-	pthread_mutex_lock(&dev->pool_lock);
-	r = realloc(dev->pinned_ranges, (dev->npinned_ranges + 1) * sizeof(*r));
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	r = realloc(dev->hostcopy->pinned_ranges,
+		    (dev->hostcopy->npinned_ranges + 1) * sizeof(*r));
 	if (r) {
-		dev->pinned_ranges = r;
-		r[dev->npinned_ranges].start = (uintptr_t)p;
-		r[dev->npinned_ranges].len = len;
-		dev->npinned_ranges++;
+		dev->hostcopy->pinned_ranges = r;
+		r[dev->hostcopy->npinned_ranges].start = (uintptr_t)p;
+		r[dev->hostcopy->npinned_ranges].len = len;
+		dev->hostcopy->npinned_ranges++;
 	}
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_unlock(&dev->hostcopy->lock);
 	/* Untracked, copies from it only take the staged way: still right. */
 	return 0;
 }
@@ -124,14 +173,15 @@ PHX_EXPORT void phx_host_unregister(struct phx_device *dev, void *p)
 
 	if (phx_device_bind(dev))
 		return;
-	pthread_mutex_lock(&dev->pool_lock);
-	for (i = 0; i < dev->npinned_ranges; i++)
-		if (dev->pinned_ranges[i].start == (uintptr_t)p) {
-			dev->pinned_ranges[i] =
-				dev->pinned_ranges[--dev->npinned_ranges];
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	for (i = 0; i < dev->hostcopy->npinned_ranges; i++)
+		if (dev->hostcopy->pinned_ranges[i].start == (uintptr_t)p) {
+			dev->hostcopy->pinned_ranges[i] =
+				dev->hostcopy->pinned_ranges
+					[--dev->hostcopy->npinned_ranges];
 			break;
 		}
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_unlock(&dev->hostcopy->lock);
 	dev->ops->host_unregister(dev, p);
 }
 
@@ -152,21 +202,24 @@ PHX_EXPORT int phx_host_alloc(struct phx_device *dev, size_t len, void **out)
 	if (!len)
 		return phx_err(EINVAL, "%s: a pinned buffer of 0 bytes",
 			       dev->name);
-	pthread_mutex_lock(&dev->pool_lock);
-	for (i = 0; i < dev->nhost_pool; i++)
-		if (dev->host_pool[i].len == want) {
-			*out = dev->host_pool[i].p;
-			dev->host_pool[i] = dev->host_pool[--dev->nhost_pool];
-			pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	for (i = 0; i < dev->hostcopy->nhost_pool; i++)
+		if (dev->hostcopy->host_pool[i].len == want) {
+			*out = dev->hostcopy->host_pool[i].p;
+			dev->hostcopy->host_pool[i] =
+				dev->hostcopy->host_pool
+					[--dev->hostcopy->nhost_pool];
+			pthread_mutex_unlock(&dev->hostcopy->lock);
 			return 0;
 		}
 	/* make room: a kept buffer of another size goes */
-	if (dev->host_pool_bytes + want > PHX_HOST_POOL && dev->nhost_pool) {
-		drop = dev->host_pool[--dev->nhost_pool];
-		dev->host_pool_bytes -= drop.len;
+	if (dev->hostcopy->host_pool_bytes + want > PHX_HOST_POOL &&
+	    dev->hostcopy->nhost_pool) {
+		drop = dev->hostcopy->host_pool[--dev->hostcopy->nhost_pool];
+		dev->hostcopy->host_pool_bytes -= drop.len;
 	}
-	if (dev->host_pool_bytes + want > PHX_HOST_POOL) {
-		pthread_mutex_unlock(&dev->pool_lock);
+	if (dev->hostcopy->host_pool_bytes + want > PHX_HOST_POOL) {
+		pthread_mutex_unlock(&dev->hostcopy->lock);
 		if (drop.p)
 			host_buf_drop(dev, drop.p, drop.len);
 		return phx_err(
@@ -174,17 +227,17 @@ PHX_EXPORT int phx_host_alloc(struct phx_device *dev, size_t len, void **out)
 			"%s: the %llu MiB of pinned host buffers are all in use; give some back or use other memory",
 			dev->name, PHX_HOST_POOL >> 20);
 	}
-	dev->host_pool_bytes += want;
-	pthread_mutex_unlock(&dev->pool_lock);
+	dev->hostcopy->host_pool_bytes += want;
+	pthread_mutex_unlock(&dev->hostcopy->lock);
 	if (drop.p)
 		host_buf_drop(dev, drop.p, drop.len);
 
 	p = mmap(NULL, want, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (p == MAP_FAILED) {
-		pthread_mutex_lock(&dev->pool_lock);
-		dev->host_pool_bytes -= want;
-		pthread_mutex_unlock(&dev->pool_lock);
+		pthread_mutex_lock(&dev->hostcopy->lock);
+		dev->hostcopy->host_pool_bytes -= want;
+		pthread_mutex_unlock(&dev->hostcopy->lock);
 		return phx_err(ENOMEM, "%s: out of host memory for %zu bytes",
 			       dev->name, want);
 	}
@@ -201,17 +254,16 @@ PHX_EXPORT void phx_host_free(struct phx_device *dev, void *p, size_t len)
 
 	if (!p)
 		return;
-	pthread_mutex_lock(&dev->pool_lock);
-	if (dev->nhost_pool <
-	    sizeof(dev->host_pool) / sizeof(dev->host_pool[0])) {
-		dev->host_pool[dev->nhost_pool].p = p;
-		dev->host_pool[dev->nhost_pool].len = have;
-		dev->nhost_pool++;
+	pthread_mutex_lock(&dev->hostcopy->lock);
+	if (dev->hostcopy->nhost_pool < PHX_HOST_POOL_BUFS) {
+		dev->hostcopy->host_pool[dev->hostcopy->nhost_pool].p = p;
+		dev->hostcopy->host_pool[dev->hostcopy->nhost_pool].len = have;
+		dev->hostcopy->nhost_pool++;
 		p = NULL;
 	} else {
-		dev->host_pool_bytes -= have;
+		dev->hostcopy->host_pool_bytes -= have;
 	}
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_unlock(&dev->hostcopy->lock);
 	if (p)
 		host_buf_drop(dev, p, have);
 }

@@ -14,6 +14,17 @@
 
 #include "engine_i.h"
 
+/* The engines of a device, idle or lent (phx_engine_get()). */
+struct phx_engine_pool {
+	pthread_mutex_t lock; /* protects everything below */
+	pthread_cond_t cond; /* an engine came back or went */
+	struct phx_engine *free; /* idle engines */
+	unsigned int count; /* engines of the pool, idle or lent */
+	unsigned int idle;
+	unsigned int sync; /* lent to synchronous callers */
+	unsigned int batch; /* lent to batches */
+};
+
 /*
  * Lend an engine of shape @sh from @dev's pool: an idle one of that shape,
  * else an idle one re-cut to it, else a new one.  Synchronous callers
@@ -29,20 +40,21 @@ int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 	struct phx_engine *e, **pp, **pick;
 	int ret;
 
-	pthread_mutex_lock(&dev->pool_lock);
-	while (wait && !dev->pool_free && dev->pool_sync >= PHX_MAX_ENGINES)
-		pthread_cond_wait(&dev->pool_cond, &dev->pool_lock);
+	pthread_mutex_lock(&dev->engines->lock);
+	while (wait && !dev->engines->free &&
+	       dev->engines->sync >= PHX_MAX_ENGINES)
+		pthread_cond_wait(&dev->engines->cond, &dev->engines->lock);
 	if (wait)
-		dev->pool_sync++;
+		dev->engines->sync++;
 	else
-		dev->pool_batch++;
-	if (!dev->pool_free) {
-		dev->pool_count++;
-		pthread_mutex_unlock(&dev->pool_lock);
+		dev->engines->batch++;
+	if (!dev->engines->free) {
+		dev->engines->count++;
+		pthread_mutex_unlock(&dev->engines->lock);
 		goto build;
 	}
 	pick = NULL;
-	for (pp = &dev->pool_free; *pp; pp = &(*pp)->next_free) {
+	for (pp = &dev->engines->free; *pp; pp = &(*pp)->next_free) {
 		if ((*pp)->nslots == sh.nslots && (*pp)->chunk == sh.chunk) {
 			pick = pp;
 			break;
@@ -51,11 +63,11 @@ int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 			pick = pp;
 	}
 	if (!pick)
-		pick = &dev->pool_free;
+		pick = &dev->engines->free;
 	e = *pick;
 	*pick = e->next_free;
-	dev->pool_idle--;
-	pthread_mutex_unlock(&dev->pool_lock);
+	dev->engines->idle--;
+	pthread_mutex_unlock(&dev->engines->lock);
 
 	if (e->nslots == sh.nslots && e->chunk == sh.chunk)
 		goto lent;
@@ -66,14 +78,14 @@ int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 build:
 	ret = phx_engine_create(dev, sh, &phx_staged_consumer, &e);
 	if (ret) {
-		pthread_mutex_lock(&dev->pool_lock);
-		dev->pool_count--;
+		pthread_mutex_lock(&dev->engines->lock);
+		dev->engines->count--;
 		if (wait)
-			dev->pool_sync--;
+			dev->engines->sync--;
 		else
-			dev->pool_batch--;
-		pthread_cond_signal(&dev->pool_cond);
-		pthread_mutex_unlock(&dev->pool_lock);
+			dev->engines->batch--;
+		pthread_cond_signal(&dev->engines->cond);
+		pthread_mutex_unlock(&dev->engines->lock);
 		return ret;
 	}
 lent:
@@ -89,35 +101,49 @@ lent:
 void phx_engine_put(struct phx_device *dev, struct phx_engine *e)
 {
 	e->polled = false;
-	pthread_mutex_lock(&dev->pool_lock);
+	pthread_mutex_lock(&dev->engines->lock);
 	if (e->lent_sync)
-		dev->pool_sync--;
+		dev->engines->sync--;
 	else
-		dev->pool_batch--;
-	if (e->broken || dev->pool_count > PHX_MAX_ENGINES + dev->pool_batch) {
-		dev->pool_count--;
-		pthread_cond_signal(&dev->pool_cond);
-		pthread_mutex_unlock(&dev->pool_lock);
+		dev->engines->batch--;
+	if (e->broken ||
+	    dev->engines->count > PHX_MAX_ENGINES + dev->engines->batch) {
+		dev->engines->count--;
+		pthread_cond_signal(&dev->engines->cond);
+		pthread_mutex_unlock(&dev->engines->lock);
 		phx_engine_destroy(e);
 		return;
 	}
-	e->next_free = dev->pool_free;
-	dev->pool_free = e;
-	dev->pool_idle++;
-	pthread_cond_signal(&dev->pool_cond);
-	pthread_mutex_unlock(&dev->pool_lock);
+	e->next_free = dev->engines->free;
+	dev->engines->free = e;
+	dev->engines->idle++;
+	pthread_cond_signal(&dev->engines->cond);
+	pthread_mutex_unlock(&dev->engines->lock);
 }
 
 PHX_EXPORT int phx_engine_stats_get(struct phx_device *dev,
 				    struct phx_engine_stats *out)
 {
 	memset(out, 0, sizeof(*out));
-	pthread_mutex_lock(&dev->pool_lock);
-	out->alive = dev->pool_count;
-	out->idle = dev->pool_idle;
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_lock(&dev->engines->lock);
+	out->alive = dev->engines->count;
+	out->idle = dev->engines->idle;
+	pthread_mutex_unlock(&dev->engines->lock);
 	out->built = atomic_load(&dev->engines_built);
 	out->staging_bytes = atomic_load(&dev->staging);
+	return 0;
+}
+
+int phx_engine_pool_open(struct phx_device *dev)
+{
+	struct phx_engine_pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return phx_err(ENOMEM, "%s: out of host memory for its engines",
+			       dev->name);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	dev->engines = p;
 	return 0;
 }
 
@@ -125,14 +151,21 @@ void phx_engine_pool_destroy(struct phx_device *dev)
 {
 	struct phx_engine *e;
 
-	pthread_mutex_lock(&dev->pool_lock);
-	while ((e = dev->pool_free)) {
-		dev->pool_free = e->next_free;
-		dev->pool_count--;
-		dev->pool_idle--;
+	if (!dev->engines)
+		return;
+
+	pthread_mutex_lock(&dev->engines->lock);
+	while ((e = dev->engines->free)) {
+		dev->engines->free = e->next_free;
+		dev->engines->count--;
+		dev->engines->idle--;
 		phx_engine_destroy(e);
 	}
-	pthread_mutex_unlock(&dev->pool_lock);
+	pthread_mutex_unlock(&dev->engines->lock);
+	pthread_mutex_destroy(&dev->engines->lock);
+	pthread_cond_destroy(&dev->engines->cond);
+	free(dev->engines);
+	dev->engines = NULL;
 }
 
 PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)

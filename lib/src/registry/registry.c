@@ -271,23 +271,24 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 	dev->index = index;
 	dev->refs = 1;
 	fill_name(dev->ops, index, dev->name, sizeof(dev->name));
-	pthread_mutex_init(&dev->pool_lock, NULL);
-	pthread_cond_init(&dev->pool_cond, NULL);
-	pthread_mutex_init(&dev->async_lock, NULL);
 	ret = dev->ops->open(dev);
 	if (!ret) {
 		ret = info_query(kind, index, &info);
 		dev->capacity = info.capacity;
 		dev->numa_node = info.numa_node;
 	}
+	if (!ret)
+		ret = phx_engine_device_open(dev);
+	if (!ret)
+		ret = phx_stream_device_open(dev);
 	if (ret) {
+		phx_engine_device_close(dev);
 		if (dev->priv)
 			dev->ops->close(dev);
 		pthread_mutex_unlock(&registry_lock);
 		free(dev);
 		return ret;
 	}
-	phx_stream_device_open(dev);
 	open_devices[kind][index] = dev;
 	pthread_mutex_unlock(&registry_lock);
 	*out = dev;
@@ -330,13 +331,10 @@ PHX_EXPORT void phx_device_close(struct phx_device *dev)
 	open_devices[dev->ops->kind][dev->index] = NULL;
 	pthread_mutex_unlock(&registry_lock);
 
+	/* each layer's state, top down */
 	phx_stream_device_close(dev);
-	phx_engine_pool_destroy(dev);
-	phx_hostcopy_release(dev);
+	phx_engine_device_close(dev);
 	dev->ops->close(dev);
-	pthread_mutex_destroy(&dev->pool_lock);
-	pthread_cond_destroy(&dev->pool_cond);
-	pthread_mutex_destroy(&dev->async_lock);
 	free(dev);
 }
 

@@ -15,7 +15,7 @@
 static void device_start_fn(void *arg)
 {
 	struct phx_stream_req *r = arg;
-	struct phx_stream_pool *w = r->dev->async;
+	struct phx_stream_pool *w = r->dev->streams;
 
 	pthread_mutex_lock(&w->lock);
 	phx_pool_queue_locked(w, r);
@@ -29,7 +29,7 @@ static void device_start_fn(void *arg)
 static void device_release_fn(void *arg)
 {
 	struct phx_stream_req *r = arg;
-	struct phx_stream_pool *w = r->dev->async;
+	struct phx_stream_pool *w = r->dev->streams;
 
 	pthread_mutex_lock(&w->lock);
 	while (!r->done)

@@ -18,7 +18,7 @@
 static void host_fn(void *arg)
 {
 	struct phx_stream_req *r = arg;
-	struct phx_stream_pool *w = r->dev->async;
+	struct phx_stream_pool *w = r->dev->streams;
 
 	pthread_mutex_lock(&w->lock);
 	phx_pool_queue_locked(w, r);

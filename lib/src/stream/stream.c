@@ -152,14 +152,18 @@ enum phx_stream_wait phx_stream_mode(const struct phx_device *dev)
 	return mode;
 }
 
-void phx_stream_device_open(struct phx_device *dev)
+int phx_stream_device_open(struct phx_device *dev)
 {
-	/* A failure is reported by the first launch, which tries again. */
 	enum phx_stream_wait mode = phx_stream_mode(dev);
+	int ret = phx_pool_create(dev, phx_stream_modes, mode);
 
+	if (ret)
+		return ret;
+	/* A failure is reported by the first launch, which tries again. */
 	if ((mode == PHX_STREAM_WAIT_KERNEL || mode == PHX_STREAM_WAIT_COPY) &&
 	    dev->ops->feed_load && dev->ops->feed_load(dev))
 		phx_err_clear();
+	return 0;
 }
 
 PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
@@ -168,7 +172,7 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 			      int64_t *bytes_done)
 {
 	struct phx_device *dev = stream->dev;
-	struct phx_stream_pool *w = NULL;
+	struct phx_stream_pool *w = dev->streams;
 	struct phx_stream_req *r;
 	const struct phx_stream_mode *mode;
 	int ret;
@@ -179,9 +183,6 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		return phx_err(
 			EFAULT,
 			"stream-ordered transfer: a parameter pointer is NULL");
-	ret = phx_pool_get(dev, phx_stream_modes, phx_stream_mode(dev), &w);
-	if (ret)
-		return ret;
 	ret = phx_device_bind(dev);
 	if (ret)
 		return ret;

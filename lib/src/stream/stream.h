@@ -10,10 +10,12 @@
 #include "engine.h"
 
 /*
- * A device has just opened: load what its streams need before any
- * stream can be held (the copy kernel; loading waits for the GPU).
+ * A device has just opened: make the stream layer's state of it (its
+ * workers start at the first transfer) and load what its streams need
+ * before any stream can be held (the copy kernel; loading waits for the
+ * GPU).
  */
-void phx_stream_device_open(struct phx_device *dev);
+int phx_stream_device_open(struct phx_device *dev);
 
 /* A device closes: its stream-ordered transfers' workers stop and go. */
 void phx_stream_device_close(struct phx_device *dev);

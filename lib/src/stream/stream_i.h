@@ -224,12 +224,12 @@ extern const struct phx_stream_mode *const phx_stream_modes[PHX_STREAM_MODES];
 /* ---- the workers (worker.c) ------------------------------------------ */
 
 /*
- * The device's workers, made at the first call with the @modes table and
- * the device's @mode.
+ * The device's workers (dev->streams), with the @modes table and the
+ * device's @mode; they start at the first transfer (phx_pool_reserve()).
  */
-int phx_pool_get(struct phx_device *dev,
-		 const struct phx_stream_mode *const *modes,
-		 enum phx_stream_wait mode, struct phx_stream_pool **out);
+int phx_pool_create(struct phx_device *dev,
+		    const struct phx_stream_mode *const *modes,
+		    enum phx_stream_wait mode);
 /*
  * Count one more queued transfer; the first starts every worker.  Fails
  * only when no worker at all could be started.

@@ -207,31 +207,23 @@ void phx_pool_serve(struct phx_stream_thread *t, struct phx_stream_req *r)
 	pthread_mutex_unlock(&w->lock);
 }
 
-int phx_pool_get(struct phx_device *dev,
-		 const struct phx_stream_mode *const *modes,
-		 enum phx_stream_wait mode, struct phx_stream_pool **out)
+int phx_pool_create(struct phx_device *dev,
+		    const struct phx_stream_mode *const *modes,
+		    enum phx_stream_wait mode)
 {
-	struct phx_stream_pool *w;
+	struct phx_stream_pool *w = calloc(1, sizeof(*w));
 
-	pthread_mutex_lock(&dev->async_lock);
-	w = dev->async;
-	if (!w) {
-		w = calloc(1, sizeof(*w));
-		if (!w) {
-			pthread_mutex_unlock(&dev->async_lock);
-			return phx_err(ENOMEM, "out of host memory");
-		}
-		pthread_mutex_init(&w->lock, NULL);
-		pthread_mutex_init(&w->spawn_lock, NULL);
-		pthread_cond_init(&w->work, NULL);
-		pthread_cond_init(&w->done, NULL);
-		w->dev = dev;
-		w->modes = modes;
-		w->mode = mode;
-		dev->async = w;
-	}
-	pthread_mutex_unlock(&dev->async_lock);
-	*out = w;
+	if (!w)
+		return phx_err(ENOMEM, "%s: out of host memory for its streams",
+			       dev->name);
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->spawn_lock, NULL);
+	pthread_cond_init(&w->work, NULL);
+	pthread_cond_init(&w->done, NULL);
+	w->dev = dev;
+	w->modes = modes;
+	w->mode = mode;
+	dev->streams = w;
 	return 0;
 }
 
@@ -334,7 +326,7 @@ void phx_pool_queue_locked(struct phx_stream_pool *w, struct phx_stream_req *r)
 
 void phx_pool_destroy(struct phx_device *dev)
 {
-	struct phx_stream_pool *w = dev->async;
+	struct phx_stream_pool *w = dev->streams;
 	unsigned int i;
 
 	if (!w)
@@ -363,5 +355,5 @@ void phx_pool_destroy(struct phx_device *dev)
 	pthread_cond_destroy(&w->work);
 	pthread_cond_destroy(&w->done);
 	free(w);
-	dev->async = NULL;
+	dev->streams = NULL;
 }
