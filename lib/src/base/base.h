@@ -37,11 +37,16 @@ const struct phx_settings *phx_settings(void);
 char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
 
 /*
- * Limits named once.  O_DIRECT's alignment (file offsets, lengths and
- * memory of direct I/O); the smallest staging slot the engine cuts; the
- * device kinds of enum phx_device_kind.
+ * Limits named once.  PHX_PAGE: the host page, which is also the
+ * alignment O_DIRECT asks of file offsets, lengths and memory.
+ * PHX_MIN_SLOT: the smallest staging slot cut, and the least staging.
+ * PHX_MAX_QUEUE_DEPTH: the most slots of an engine (PHX_QUEUE_DEPTH and
+ * a batch's depth).  PHX_DEVICE_KINDS: the values of enum
+ * phx_device_kind.
  */
-#define PHX_DIO_ALIGN 4096ULL
+#define PHX_PAGE 4096ULL
 #define PHX_MIN_SLOT (64u << 10)
+#define PHX_MAX_QUEUE_DEPTH 4096u
+#define PHX_DEVICE_KINDS (PHX_DEVICE_KMOD + 1)
 
 #endif /* PHX_BASE_H */

@@ -61,17 +61,29 @@ PHX_EXPORT int phx_parse_size(const char *s, uint64_t *out)
 static struct phx_settings settings;
 static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
 
+/*
+ * A bad PHX_* value is the library's one-line error (what phx_strerror_last()
+ * says after the call that first read the settings), and since that call
+ * may be any, it goes to stderr too; the default stays in force.
+ */
+static void env_bad(const char *name, const char *val, const char *why)
+{
+	phx_err(EINVAL, "ignoring %s=%s: %s", name, val, why);
+	fprintf(stderr, "phoenix: %s\n", phx_strerror_last());
+}
+
 static void env_size(const char *name, uint64_t *val, uint64_t min)
 {
 	const char *s = getenv(name);
+	char why[64];
 	uint64_t v;
 
 	if (!s || !*s)
 		return;
 	if (phx_parse_size(s, &v) || v < min) {
-		fprintf(stderr,
-			"phoenix: ignoring %s=%s: not a size of at least %llu bytes\n",
-			name, s, (unsigned long long)min);
+		snprintf(why, sizeof(why), "not a size of at least %llu bytes",
+			 (unsigned long long)min);
+		env_bad(name, s, why);
 		return;
 	}
 	*val = v;
@@ -85,7 +97,7 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 static int env_choice(const char *name, const char *const *choices, int val)
 {
 	const char *s = getenv(name);
-	char list[128] = "";
+	char list[128] = "use auto";
 	int i, n;
 
 	if (!s || !*s)
@@ -98,7 +110,7 @@ static int env_choice(const char *name, const char *const *choices, int val)
 	for (n = i, i = 0; i < n; i++)
 		snprintf(list + strlen(list), sizeof(list) - strlen(list),
 			 "%s%s", i == n - 1 ? " or " : ", ", choices[i]);
-	fprintf(stderr, "phoenix: ignoring %s=%s: use auto%s\n", name, s, list);
+	env_bad(name, s, list);
 	return val;
 }
 
@@ -119,13 +131,13 @@ static void settings_init(void)
 		.stream_wait = PHX_STREAM_WAIT_AUTO,
 		.stream_rings = 1,
 	};
-	env_size("PHX_STAGING_SIZE", &settings.staging_size, 64 << 10);
-	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, 4096);
-	env_size("PHX_ALLOC_CHUNK", &settings.alloc_chunk, 4096);
+	env_size("PHX_STAGING_SIZE", &settings.staging_size, PHX_MIN_SLOT);
+	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, PHX_PAGE);
+	env_size("PHX_ALLOC_CHUNK", &settings.alloc_chunk, PHX_PAGE);
 	env_size("PHX_SIM_CAPACITY", &settings.sim_capacity, 1 << 20);
 	v = settings.queue_depth;
 	env_size("PHX_QUEUE_DEPTH", &v, 1);
-	settings.queue_depth = (unsigned int)phx_min(v, 4096);
+	settings.queue_depth = (unsigned int)phx_min(v, PHX_MAX_QUEUE_DEPTH);
 	v = settings.stream_rings;
 	env_size("PHX_STREAM_RINGS", &v, 1);
 	settings.stream_rings = (unsigned int)phx_min(v, 4);
@@ -136,7 +148,7 @@ static void settings_init(void)
 	env_size("PHX_HOT_FRACTION", &v, 0);
 	settings.hot_fraction = (unsigned int)phx_min(v, 101);
 
-	settings.chunk_size = phx_align_up(settings.chunk_size, 4096);
+	settings.chunk_size = phx_align_up(settings.chunk_size, PHX_PAGE);
 	if (settings.staging_size < settings.chunk_size)
 		settings.staging_size = settings.chunk_size;
 

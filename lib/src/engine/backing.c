@@ -21,8 +21,6 @@
 
 #include "engine.h"
 
-#define BACKING_PAGE 4096ULL
-
 struct phx_backing {
 	struct phx_device *dev;
 	int fd;
@@ -77,14 +75,14 @@ PHX_EXPORT int phx_backing_alloc(struct phx_device *dev, uint64_t capacity,
 			EOPNOTSUPP,
 			"%s: %s devices have no backing files; use a buffer (phx_buf_alloc)",
 			dev->name, dev->ops->name);
-	if (capacity > UINT64_MAX - BACKING_PAGE)
+	if (capacity > UINT64_MAX - PHX_PAGE)
 		return phx_err(EFBIG, "%s: a backing file of %llu bytes",
 			       dev->name, (unsigned long long)capacity);
 	bk = calloc(1, sizeof(*bk));
 	if (!bk)
 		return phx_err(ENOMEM, "out of host memory for a backing file");
 	bk->dev = dev;
-	bk->capacity = phx_align_up(phx_max(capacity, 1), BACKING_PAGE);
+	bk->capacity = phx_align_up(phx_max(capacity, 1), PHX_PAGE);
 	ret = backing_new(dev, bk->capacity, &bk->fd);
 	if (ret) {
 		free(bk);
@@ -130,8 +128,8 @@ PHX_EXPORT int phx_backing_info(struct phx_backing *bk,
 static int64_t backing_transfer(struct phx_device *dev, int fd, uint64_t off,
 				struct phx_io *io)
 {
-	uint64_t start = phx_align_down(off, BACKING_PAGE);
-	uint64_t maplen = phx_align_up(off + io->len, BACKING_PAGE) - start;
+	uint64_t start = phx_align_down(off, PHX_PAGE);
+	uint64_t maplen = phx_align_up(off + io->len, PHX_PAGE) - start;
 	char *map;
 
 	if (!io->len) {
@@ -283,7 +281,7 @@ PHX_EXPORT int phx_backing_reserve(struct phx_backing *bk, uint64_t capacity)
 	ret = backing_size(bk, &size);
 	if (ret)
 		return ret;
-	capacity = phx_align_up(capacity, BACKING_PAGE);
+	capacity = phx_align_up(capacity, PHX_PAGE);
 	ret = backing_new(dev, capacity, &fd);
 	if (ret)
 		return ret;
@@ -335,7 +333,7 @@ PHX_EXPORT int phx_backing_trim(struct phx_backing *bk)
 	} else {
 		/* The file holds what it stores: only the count changes. */
 		ret = backing_size(bk, &size);
-		capacity = phx_align_up(phx_max(size, 1), BACKING_PAGE);
+		capacity = phx_align_up(phx_max(size, 1), PHX_PAGE);
 	}
 	if (ret)
 		return ret;

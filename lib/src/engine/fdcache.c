@@ -172,7 +172,7 @@ unsigned int phx_cached_percent(int fd, uint64_t off, uint64_t len)
 {
 	struct phx_cachestat_range r = { off, len };
 	struct phx_cachestat cs;
-	uint64_t pages = (len + 4095) / 4096;
+	uint64_t pages = (len + PHX_PAGE - 1) / PHX_PAGE;
 
 	if (!pages || syscall(__NR_cachestat, fd, &r, &cs, 0))
 		return 0;

@@ -123,7 +123,7 @@ struct phx_engine_shape phx_shape_io(uint64_t len)
 
 	if (len >= s->chunk_size / 2)
 		return phx_shape_sync(0);
-	sh.chunk = phx_align_up(len + 2 * PHX_DIO_ALIGN, 64 << 10);
+	sh.chunk = phx_align_up(len + 2 * PHX_PAGE, PHX_MIN_SLOT);
 	return sh;
 }
 
@@ -132,9 +132,10 @@ struct phx_engine_shape phx_shape_batch(unsigned int depth)
 	const struct phx_settings *s = phx_settings();
 	struct phx_engine_shape sh;
 
-	sh.nslots = depth ? phx_min(depth, 4096u) : s->queue_depth;
-	sh.chunk = phx_align_down(s->staging_size / sh.nslots, 4096);
-	sh.chunk = phx_min(phx_max(sh.chunk, 64 << 10), s->chunk_size);
+	sh.nslots =
+		depth ? phx_min(depth, PHX_MAX_QUEUE_DEPTH) : s->queue_depth;
+	sh.chunk = phx_align_down(s->staging_size / sh.nslots, PHX_PAGE);
+	sh.chunk = phx_min(phx_max(sh.chunk, PHX_MIN_SLOT), s->chunk_size);
 	return sh;
 }
 

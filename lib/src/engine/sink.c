@@ -41,7 +41,7 @@ void phx_sink_seg(uint64_t file_off, uint64_t len, uint64_t chunk,
 
 	*foff = s;
 	*seg_len = e - s;
-	*slot_off = s % PHX_DIO_ALIGN;
+	*slot_off = s % PHX_PAGE;
 }
 
 static int sink_plan(struct phx_engine *e, struct phx_job *j)
@@ -127,9 +127,8 @@ static void sink_fill_job(struct phx_engine *e, struct phx_job *j)
 			sl->foff = sl->seg_foff;
 			sl->len = sl->seg_len;
 			sl->mem = sl->seg_mem;
-			sl->direct = j->direct &&
-				     sl->foff % PHX_DIO_ALIGN == 0 &&
-				     sl->len % PHX_DIO_ALIGN == 0;
+			sl->direct = j->direct && sl->foff % PHX_PAGE == 0 &&
+				     sl->len % PHX_PAGE == 0;
 			sink_publish(e, sl); /* free: the stream fills it */
 			continue;
 		}
@@ -141,9 +140,9 @@ static void sink_fill_job(struct phx_engine *e, struct phx_job *j)
 		if (j->direct) {
 			/* the 4 KiB-aligned superset, from the slot's start */
 			sl->direct = true;
-			sl->foff = phx_align_down(sl->seg_foff, PHX_DIO_ALIGN);
+			sl->foff = phx_align_down(sl->seg_foff, PHX_PAGE);
 			sl->len = phx_align_up(sl->seg_foff + sl->seg_len,
-					       PHX_DIO_ALIGN) -
+					       PHX_PAGE) -
 				  sl->foff;
 			sl->mem = base;
 		} else {

@@ -32,8 +32,8 @@ static int staged_plan(struct phx_engine *e, struct phx_job *j)
 {
 	struct phx_device *dev = e->dev;
 	bool is_read = j->io->op == PHX_OP_READ;
-	uint64_t a_start = phx_align_down(j->start, PHX_DIO_ALIGN);
-	uint64_t a_end = phx_align_up(j->end, PHX_DIO_ALIGN);
+	uint64_t a_start = phx_align_down(j->start, PHX_PAGE);
+	uint64_t a_end = phx_align_up(j->end, PHX_PAGE);
 	bool direct;
 	int ret;
 
@@ -43,7 +43,7 @@ static int staged_plan(struct phx_engine *e, struct phx_job *j)
 
 	/* p2p: the device memory itself is DMA-able host-mapped memory. */
 	if (direct && dev->ops->p2p && dev->ops->host_addr &&
-	    (j->dptr - j->start) % PHX_DIO_ALIGN == 0)
+	    (j->dptr - j->start) % PHX_PAGE == 0)
 		j->p2p = true;
 
 	if (!direct) {
@@ -63,8 +63,8 @@ static int staged_plan(struct phx_engine *e, struct phx_job *j)
 	 * the page cache (a p2p read must not spill past the asked-for
 	 * range into device memory), the aligned middle O_DIRECT.
 	 */
-	a_start = phx_align_up(j->start, PHX_DIO_ALIGN);
-	a_end = phx_align_down(j->end, PHX_DIO_ALIGN);
+	a_start = phx_align_up(j->start, PHX_PAGE);
+	a_end = phx_align_down(j->end, PHX_PAGE);
 	if (a_start >= a_end) {
 		a_start = j->end;
 		a_end = j->end;

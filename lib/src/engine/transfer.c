@@ -203,7 +203,7 @@ int phx_engine_new_ring(struct phx_device *dev, size_t staging,
 {
 	struct phx_engine_shape sh = {
 		.nslots = nslots,
-		.chunk = phx_align_down(staging / nslots, PHX_DIO_ALIGN),
+		.chunk = phx_align_down(staging / nslots, PHX_PAGE),
 	};
 	int ret = phx_device_bind(dev);
 

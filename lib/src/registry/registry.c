@@ -11,19 +11,18 @@
 
 #include "stream.h"
 
-static const struct phx_backend_ops *const backends[] = {
+static const struct phx_backend_ops *const backends[PHX_DEVICE_KINDS] = {
 	[PHX_DEVICE_CUDA] = &phx_cuda_ops,
 	[PHX_DEVICE_SIM] = &phx_sim_ops,
 	[PHX_DEVICE_KMOD] = &phx_kmod_ops,
 };
-#define NR_KINDS 4
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static int probe_count[NR_KINDS];
-static const char *probe_why[NR_KINDS];
-static bool probed[NR_KINDS];
+static int probe_count[PHX_DEVICE_KINDS];
+static const char *probe_why[PHX_DEVICE_KINDS];
+static bool probed[PHX_DEVICE_KINDS];
 #define MAX_DEVICES 64
-static struct phx_device *open_devices[NR_KINDS][MAX_DEVICES];
+static struct phx_device *open_devices[PHX_DEVICE_KINDS][MAX_DEVICES];
 
 /* Probe @kind once; returns its device count or -ENODEV. */
 static int backend_probe(enum phx_device_kind kind, const char **why)
@@ -130,7 +129,7 @@ static int kind_check(enum phx_device_kind *kind)
 		if (*kind == PHX_DEVICE_NONE)
 			return phx_err(EINVAL, "cannot pick a device: %s", why);
 	}
-	if ((unsigned int)*kind >= NR_KINDS)
+	if ((unsigned int)*kind >= PHX_DEVICE_KINDS)
 		return phx_err(EINVAL, "unknown device kind %d", (int)*kind);
 	return 0;
 }

@@ -42,7 +42,7 @@
 #define PHX_RING_MAX_SEGS (1u << 24)
 
 /* Slots of a ring's first engine: small, so they pin in no time. */
-#define PHX_RING_FIRST_CHUNK (64u << 10)
+#define PHX_RING_FIRST_CHUNK PHX_MIN_SLOT
 
 static int phx_ring_start(struct phx_device *dev, struct phx_stream_thread *t,
 			  size_t staging)

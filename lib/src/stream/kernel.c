@@ -299,7 +299,7 @@ static int phx_feed_setup(struct phx_device *dev, struct phx_stream_pool *w)
 	/* the workers share one engine's worth of staging, as for engines */
 	slot = phx_max(phx_settings()->staging_size / PHX_STREAM_WORKERS /
 			       PHX_FEED_SLOTS,
-		       64 << 10);
+		       PHX_MIN_SLOT);
 	for (i = 0; i < w->nthreads; i++) {
 		struct phx_stream_thread *t = &w->threads[i];
 		void *ring;

@@ -71,7 +71,6 @@ struct sim_dev {
 	struct sim_stream *def;
 };
 
-#define SIM_PAGE 4096UL
 #define SIM_PROBE_PAGES 256 /* pages mincore() looks at in one call */
 
 /*
@@ -83,23 +82,23 @@ struct sim_dev {
  */
 static void sim_prefault(void *p, size_t len)
 {
-	uintptr_t a = (uintptr_t)p & ~(SIM_PAGE - 1);
+	uintptr_t a = (uintptr_t)p & ~(PHX_PAGE - 1);
 	uintptr_t end = (uintptr_t)p + len;
 	unsigned char vec[SIM_PROBE_PAGES];
 
 	while (a < end) {
-		size_t n = phx_min((end - a + SIM_PAGE - 1) / SIM_PAGE,
+		size_t n = phx_min((end - a + PHX_PAGE - 1) / PHX_PAGE,
 				   SIM_PROBE_PAGES);
 		size_t i = 0;
 
-		if (!mincore((void *)a, n * SIM_PAGE, vec))
+		if (!mincore((void *)a, n * PHX_PAGE, vec))
 			while (i < n && (vec[i] & 1))
 				i++;
 		if (i < n &&
-		    madvise((void *)a, n * SIM_PAGE, MADV_POPULATE_WRITE) &&
+		    madvise((void *)a, n * PHX_PAGE, MADV_POPULATE_WRITE) &&
 		    errno == EINVAL)
 			return;
-		a += n * SIM_PAGE;
+		a += n * PHX_PAGE;
 	}
 }
 
@@ -115,8 +114,8 @@ static void sim_prefault(void *p, size_t len)
  */
 static void sim_set(void *dst, uint8_t value, size_t len)
 {
-	uintptr_t a = ((uintptr_t)dst + SIM_PAGE - 1) & ~(SIM_PAGE - 1);
-	uintptr_t b = ((uintptr_t)dst + len) & ~(SIM_PAGE - 1);
+	uintptr_t a = ((uintptr_t)dst + PHX_PAGE - 1) & ~(PHX_PAGE - 1);
+	uintptr_t b = ((uintptr_t)dst + len) & ~(PHX_PAGE - 1);
 
 	if (!value && len >= SIM_CLEAR_FREE && b > a &&
 	    !madvise((void *)a, b - a, MADV_REMOVE)) {
