@@ -44,7 +44,7 @@ struct phx_feed_ctl {
 	uint32_t done; /* host -> kernel: nchunks is final */
 	uint32_t nchunks;
 	uint32_t op; /* 0: slot -> buffer, 1: buffer -> slot */
-	uint64_t ring; /* device address of slot 0 */
+	uint64_t slots; /* device address of slot 0 */
 	uint64_t slot_size;
 	uint32_t ready[PHX_FEED_SLOTS]; /* host -> kernel: chunk + 1 */
 	uint32_t freed[PHX_FEED_SLOTS]; /* kernel -> host: chunk + 1 */
@@ -64,7 +64,7 @@ _Static_assert(offsetof(struct phx_feed_ctl, exited) == 192, "feed.ptx");
  * What the kernel does, on the CPU: the stream layer hands it to the
  * simulated device (feed_launch's @play), which runs it as a stream op,
  * its blocks in turn on one thread, so the suites exercise the worker's
- * side of the protocol.  Device addresses (ctl->ring, @buf) are host
+ * side of the protocol.  Device addresses (ctl->slots, @buf) are host
  * addresses there.
  */
 typedef void phx_feed_play_fn(struct phx_feed_ctl *ctl, unsigned char *buf);
@@ -236,7 +236,7 @@ struct phx_backend_ops {
 	enum phx_stream_wait stream_wait_auto;
 
 	/*
-	 * PHX_STREAM_WAIT=kernel (feed.h): put the copy kernel on @stream
+	 * PHX_STREAM_WAIT=kernel (above): put the copy kernel on @stream
 	 * for the control block @ctl (at @ctl_daddr on the device) and the
 	 * buffer at @buf.  A device without a GPU runs @play(@ctl, @buf) on
 	 * the stream instead, the kernel's part played on the host (the

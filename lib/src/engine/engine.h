@@ -52,11 +52,11 @@ struct phx_sink {
 };
 
 /* An engine whose @staging bytes are cut into @nslots slots, for a sink. */
-int phx_engine_new_ring(struct phx_device *dev, size_t staging,
+int phx_engine_new_sink(struct phx_device *dev, size_t staging,
 			unsigned int nslots, struct phx_engine **out);
 /* Its slots: slot i is @chunk bytes at @staging + i * @chunk, pinned or not. */
-void phx_engine_ring(const struct phx_engine *e, char **staging,
-		     unsigned int *nslots, uint64_t *chunk, bool *pinned);
+void phx_engine_slots(const struct phx_engine *e, char **staging,
+		      unsigned int *nslots, uint64_t *chunk, bool *pinned);
 /*
  * Queue @io on @e, its bytes moved by @sink's stream, after the jobs
  * queued before it (their segments take the ring's slots first); with

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine_i.h - what the files of the transfer engine share: the file cache
- * (fdcache.c), jobs (job.c), the ring, slots and job pipeline (engine.c),
- * the stream sink (sink.c), the pool with the synchronous and batch API
- * (transfer.c) and host copies (hostcopy.c).  Nothing outside those
- * files includes it.
+ * (fdcache.c), jobs (job.c), the io_uring, slots and job pipeline
+ * (pipeline.c), the slot consumers (staged.c, sink.c), the pool with the
+ * synchronous and batch API (transfer.c), host copies (hostcopy.c) and
+ * the device's engine state (engine.c).  Nothing outside those files
+ * includes it.
  */
 #ifndef PHX_ENGINE_I_H
 #define PHX_ENGINE_I_H
@@ -130,9 +131,10 @@ extern const struct phx_slot_consumer phx_sink_consumer;
 
 struct phx_engine {
 	struct phx_device *dev;
-	struct io_uring ring;
-	unsigned int ring_entries; /* SQEs the ring holds: twice the slots */
-	bool ring_ok, fixed, polled;
+	struct io_uring uring;
+	unsigned int
+		uring_entries; /* SQEs the io_uring holds: twice the slots */
+	bool uring_ok, fixed, polled;
 	bool broken; /* a step failed midway: never lend it again */
 	bool lent_sync; /* lent to a synchronous caller, not a batch */
 	uint64_t chunk;

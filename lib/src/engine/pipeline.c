@@ -79,8 +79,8 @@ void phx_engine_destroy(struct phx_engine *e)
 		}
 	for (i = 0; i < e->nevents; i++)
 		dev->ops->event_destroy(dev, e->slots[i].event);
-	if (e->ring_ok)
-		io_uring_queue_exit(&e->ring);
+	if (e->uring_ok)
+		io_uring_queue_exit(&e->uring);
 	if (e->staging) {
 		if (e->pinned) {
 			dev->ops->host_unregister(dev, e->staging);
@@ -139,16 +139,16 @@ struct phx_engine_shape phx_shape_batch(unsigned int depth)
 	return sh;
 }
 
-/* Whether @e's staging and ring can take shape @sh without rebuilding. */
+/* Whether @e's staging and io_uring can take shape @sh without rebuilding. */
 bool phx_engine_fits(const struct phx_engine *e, struct phx_engine_shape sh)
 {
 	return sh.nslots * sh.chunk <= e->staging_len &&
-	       sh.nslots * 2 <= e->ring_entries;
+	       sh.nslots * 2 <= e->uring_entries;
 }
 
 /*
  * Cut the staging into the slots of shape @sh, each with an event.  The
- * staging is one fixed buffer of the ring, so re-cutting it costs no
+ * staging is one fixed buffer of the io_uring, so re-cutting it costs no
  * registration: only events for slots it never had.
  */
 int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
@@ -189,7 +189,7 @@ int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 	return 0;
 }
 
-/* Build an engine of shape @sh: ring, staging (pinned), streams, events. */
+/* Build an engine of shape @sh: io_uring, staging (pinned), streams, events. */
 int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 		      const struct phx_slot_consumer *consumer,
 		      struct phx_engine **out)
@@ -207,9 +207,9 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	TAILQ_INIT(&e->issue);
 	STAILQ_INIT(&e->done);
 
-	/* Room for batches of up to 64 slots to re-cut it without a new ring. */
-	e->ring_entries = phx_max(sh.nslots, 64u) * 2;
-	ret = io_uring_queue_init(e->ring_entries, &e->ring, 0);
+	/* Room for batches of up to 64 slots to re-cut it without a new io_uring. */
+	e->uring_entries = phx_max(sh.nslots, 64u) * 2;
+	ret = io_uring_queue_init(e->uring_entries, &e->uring, 0);
 	if (ret) {
 		ret = phx_err(
 			-ret,
@@ -217,7 +217,7 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 			dev->name, strerror(-ret));
 		goto out;
 	}
-	e->ring_ok = true;
+	e->uring_ok = true;
 
 	e->staging_len = (size_t)(sh.nslots * sh.chunk);
 	e->staging = staging_alloc(dev, e->staging_len);
@@ -236,7 +236,7 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	iov.iov_base = e->staging;
 	iov.iov_len = e->staging_len;
 	e->fixed = e->staging_len <= (1UL << 30) &&
-		   !io_uring_register_buffers(&e->ring, &iov, 1);
+		   !io_uring_register_buffers(&e->uring, &iov, 1);
 
 	ret = phx_device_bind(dev);
 	if (ret)
@@ -326,13 +326,13 @@ struct phx_job *phx_engine_next_job(struct phx_engine *e)
 void phx_slot_prep_io(struct phx_engine *e, struct phx_slot *sl)
 {
 	struct phx_job *j = sl->job;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->uring);
 	int fd = sl->direct ? j->fde->direct_fd : j->fde->buffered_fd;
 	char *mem = (sl->target ? sl->target : sl->mem) + sl->done;
 	unsigned int n = (unsigned int)(sl->len - sl->done);
 	uint64_t off = sl->foff + sl->done;
 
-	/* The ring has twice as many entries as slots: never NULL. */
+	/* The io_uring has twice as many entries as slots: never NULL. */
 	if (j->io->op == PHX_OP_READ) {
 		if (e->fixed && !sl->target)
 			io_uring_prep_read_fixed(sqe, fd, mem, n, off, 0);
@@ -451,7 +451,7 @@ static int engine_step_once(struct phx_engine *e, bool block)
 
 	e->consumer->fill(e);
 	if (e->to_submit) {
-		ret = io_uring_submit(&e->ring);
+		ret = io_uring_submit(&e->uring);
 		if (ret < 0)
 			return phx_err(-ret, "io_uring_submit: %s",
 				       strerror(-ret));
@@ -461,11 +461,11 @@ static int engine_step_once(struct phx_engine *e, bool block)
 	progressed += e->consumer->consumed(e);
 
 	seen = 0;
-	io_uring_for_each_cqe(&e->ring, head, cqe) {
+	io_uring_for_each_cqe(&e->uring, head, cqe) {
 		engine_cqe(e, cqe);
 		seen++;
 	}
-	io_uring_cq_advance(&e->ring, seen);
+	io_uring_cq_advance(&e->uring, seen);
 	progressed += seen;
 
 	if (progressed || !block || e->polled || e->to_submit) {
@@ -481,7 +481,7 @@ int phx_engine_wait_io(struct phx_engine *e)
 	int ret;
 
 	if (e->inflight) {
-		ret = io_uring_wait_cqe(&e->ring, &cqe);
+		ret = io_uring_wait_cqe(&e->uring, &cqe);
 		if (ret < 0 && ret != -EINTR)
 			return phx_err(-ret, "io_uring_wait_cqe: %s",
 				       strerror(-ret));
@@ -528,8 +528,8 @@ struct phx_io *phx_engine_reap(struct phx_engine *e)
 	return io;
 }
 
-void phx_engine_ring(const struct phx_engine *e, char **staging,
-		     unsigned int *nslots, uint64_t *chunk, bool *pinned)
+void phx_engine_slots(const struct phx_engine *e, char **staging,
+		      unsigned int *nslots, uint64_t *chunk, bool *pinned)
 {
 	*staging = e->staging;
 	*nslots = e->nslots;

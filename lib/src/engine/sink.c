@@ -6,7 +6,7 @@
  * phx_io_enqueue() queues, on the caller's stream, one copy-engine copy
  * per segment of the transfer between the device buffer and a fixed slot
  * of a ring, each between a wait and a store on words of mapped host
- * memory (stream.c, ring.c).  The engine here fills the ring in sequence
+ * memory (stream.c, copy.c).  The engine here fills the ring in sequence
  * and keeps the other side of that protocol:
  *
  *   read   I/O into the slot, then ready[slot] = q + 1; the stream copies
@@ -178,7 +178,7 @@ static int sink_poll_idle(struct phx_engine *e)
 		return 0;
 	}
 	/* I/O and stream copies both pending: look at the words often */
-	ret = io_uring_wait_cqe_timeout(&e->ring, &cqe, &ts);
+	ret = io_uring_wait_cqe_timeout(&e->uring, &cqe, &ts);
 	if (ret < 0 && ret != -ETIME && ret != -EINTR)
 		return phx_err(-ret, "io_uring_wait_cqe: %s", strerror(-ret));
 	return 0;

@@ -198,7 +198,7 @@ int phx_engine_new(struct phx_device *dev, size_t staging,
 				       &phx_staged_consumer, out);
 }
 
-int phx_engine_new_ring(struct phx_device *dev, size_t staging,
+int phx_engine_new_sink(struct phx_device *dev, size_t staging,
 			unsigned int nslots, struct phx_engine **out)
 {
 	struct phx_engine_shape sh = {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ring.c - stream-ordered transfers in PHX_STREAM_WAIT=copy, the default
+ * copy.c - stream-ordered transfers in PHX_STREAM_WAIT=copy, the default
  * on CUDA and the simulated device.
  *
  * Each ring worker thread owns an engine whose staging slots form a
@@ -53,7 +53,7 @@ static int phx_ring_start(struct phx_device *dev, struct phx_stream_thread *t,
 
 	if (staging <= 2 * first)
 		first = staging;
-	ret = phx_engine_new_ring(dev, first, PHX_RING_SLOTS, &t->engine);
+	ret = phx_engine_new_sink(dev, first, PHX_RING_SLOTS, &t->engine);
 	if (!ret)
 		ret = phx_mapped_alloc(dev, sizeof(struct phx_ring_words), &p,
 				       &t->words_daddr);
@@ -71,7 +71,7 @@ static bool ring_pinned(const struct phx_engine *e)
 	char *staging;
 	bool pinned;
 
-	phx_engine_ring(e, &staging, &nslots, &chunk, &pinned);
+	phx_engine_slots(e, &staging, &nslots, &chunk, &pinned);
 	return pinned;
 }
 
@@ -101,7 +101,7 @@ static void *ring_grow_main(void *arg)
 		pthread_mutex_unlock(&w->lock);
 		if (!size)
 			continue;
-		if (phx_engine_new_ring(w->dev, size, PHX_RING_SLOTS, &e)) {
+		if (phx_engine_new_sink(w->dev, size, PHX_RING_SLOTS, &e)) {
 			phx_err_clear(); /* slower, not wrong */
 			continue;
 		}
@@ -246,7 +246,7 @@ static int ring_queue_ops(struct phx_stream *stream,
 	char *staging;
 	int ret;
 
-	phx_engine_ring(r->engine, &staging, &nslots, &chunk, &pinned);
+	phx_engine_slots(r->engine, &staging, &nslots, &chunk, &pinned);
 	for (k = 0; k < r->nsegs; k++) {
 		uint32_t q = r->seq + k;
 		unsigned int i = q % nslots;
@@ -308,7 +308,7 @@ static int phx_ring_enqueue(struct phx_stream *stream,
 	if (t) {
 		/* once the grower handed the full engine over, it is this one's */
 		r->engine = t->grown ? t->grown : t->engine;
-		phx_engine_ring(r->engine, &staging, &nslots, &chunk, &pinned);
+		phx_engine_slots(r->engine, &staging, &nslots, &chunk, &pinned);
 	}
 	nsegs = t ? phx_sink_nsegs((uint64_t)r->val_file_off, r->val_len,
 				   chunk) :

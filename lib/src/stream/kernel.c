@@ -1,10 +1,11 @@
-// SPDX-License-Identifier: MIT
+/* SPDX-License-Identifier: MIT */
 /*
- * feed.c - the host side of the copy kernel's protocol (feed.h), used by
- * stream-ordered transfers in PHX_STREAM_WAIT=kernel and, in the default
- * copy mode, by transfers whose values are read when the stream gets
- * there (stream.c); and that mode's part of the stream layer: control
- * blocks, rings, the launch and the worker's side.
+ * kernel.c - PHX_STREAM_WAIT=kernel: the host side of the copy kernel's
+ * protocol (struct phx_feed_ctl, device.h), used by stream-ordered
+ * transfers in this mode and, in the default copy mode, by transfers
+ * whose values are read when the stream gets there (stream.c); and the
+ * mode's entry: control blocks, the workers' slots, the launch and the
+ * worker's side.
  *
  * Chunk c of a transfer goes through slot c % PHX_FEED_SLOTS.  Reads: the
  * worker fills the slot, stores ready = c + 1; the kernel copies it to the
@@ -59,7 +60,7 @@ static void finish(struct phx_feed_ctl *ctl, uint32_t c)
 		wait_at_least(&ctl->freed[i % PHX_FEED_SLOTS], i + 1);
 }
 
-int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
+int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *slots, int fd,
 		      uint64_t n, int64_t file_off, int64_t buf_off,
 		      int64_t *bytes_done)
 {
@@ -77,7 +78,7 @@ int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
 		if (c >= PHX_FEED_SLOTS)
 			wait_at_least(&ctl->freed[s], c - PHX_FEED_SLOTS + 1);
 		do
-			got = pread(fd, ring + s * ctl->slot_size, want,
+			got = pread(fd, slots + s * ctl->slot_size, want,
 				    file_off + (int64_t)moved);
 		while (got < 0 && errno == EINTR);
 		if (got < 0) {
@@ -117,7 +118,7 @@ static int write_all(int fd, const unsigned char *p, size_t len, int64_t off)
 	return 0;
 }
 
-int64_t phx_feed_write(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
+int64_t phx_feed_write(struct phx_feed_ctl *ctl, unsigned char *slots, int fd,
 		       uint64_t n, int64_t file_off, int64_t buf_off,
 		       int64_t *bytes_done)
 {
@@ -143,7 +144,7 @@ int64_t phx_feed_write(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
 		}
 		wait_at_least(&ctl->freed[s], c + 1);
 		len = ctl->len[s];
-		ret = write_all(fd, ring + s * ctl->slot_size, len,
+		ret = write_all(fd, slots + s * ctl->slot_size, len,
 				file_off + (int64_t)moved);
 		if (!ret)
 			moved += len;
@@ -181,7 +182,7 @@ void phx_feed_emulate(struct phx_feed_ctl *ctl, unsigned char *buf)
 				goto out;
 			phx_poll_backoff(n);
 		}
-		slot = (unsigned char *)(uintptr_t)ctl->ring +
+		slot = (unsigned char *)(uintptr_t)ctl->slots +
 		       s * ctl->slot_size;
 		if (ctl->op == 0)
 			memcpy(buf + ctl->off[s], slot, ctl->len[s]);
@@ -211,7 +212,7 @@ static struct phx_stream_req *phx_feed_claim_locked(struct phx_stream_pool *w)
 }
 
 /*
- * "kernel" mode: move @r's bytes through this thread's ring with the
+ * "kernel" mode: move @r's bytes through this thread's slots with the
  * kernel on the stream, then give its control block back.  No call into
  * the backend: the stream waits on this, and a driver call could wait on
  * the stream.
@@ -225,7 +226,7 @@ static void phx_feed_run(struct phx_stream_thread *t, struct phx_stream_req *r)
 	int64_t foff = *r->file_off, boff = *r->buf_off, res;
 	int fl = fcntl(r->fd, F_GETFL), fd = r->fd;
 
-	ctl->ring = t->ring_daddr;
+	ctl->slots = t->feed_slots_daddr;
 	ctl->slot_size = t->slot_size;
 	/* chunks start anywhere: an O_DIRECT fd is read through a twin */
 	if (fl >= 0 && (fl & O_DIRECT))
@@ -237,10 +238,10 @@ static void phx_feed_run(struct phx_stream_thread *t, struct phx_stream_req *r)
 		res = -errno;
 		phx_feed_abort(ctl, res, r->bytes_done);
 	} else if (r->op == PHX_OP_READ) {
-		res = phx_feed_read(ctl, t->ring, fd, len, foff, boff,
+		res = phx_feed_read(ctl, t->feed_slots, fd, len, foff, boff,
 				    r->bytes_done);
 	} else {
-		res = phx_feed_write(ctl, t->ring, fd, len, foff, boff,
+		res = phx_feed_write(ctl, t->feed_slots, fd, len, foff, boff,
 				     r->bytes_done);
 	}
 	if (fd >= 0 && fd != r->fd)
@@ -258,21 +259,22 @@ static void phx_feed_run(struct phx_stream_thread *t, struct phx_stream_req *r)
 	free(r);
 }
 
-/* "kernel" mode: unmap and free the control blocks and the rings. */
+/* "kernel" mode: unmap and free the control blocks and the slots. */
 static void phx_feed_teardown(struct phx_device *dev, struct phx_stream_pool *w,
 			      struct phx_feed_ctl *ctls)
 {
 	for (unsigned int i = 0; i < PHX_STREAM_WORKERS; i++) {
 		struct phx_stream_thread *t = &w->threads[i];
 
-		phx_mapped_free(dev, t->ring, t->slot_size * PHX_FEED_SLOTS);
-		t->ring = NULL;
+		phx_mapped_free(dev, t->feed_slots,
+				t->slot_size * PHX_FEED_SLOTS);
+		t->feed_slots = NULL;
 	}
 	phx_mapped_free(dev, ctls, PHX_STREAM_FLAGS * sizeof(*ctls));
 }
 
 /*
- * "kernel" mode: the control blocks and every worker's ring, made and
+ * "kernel" mode: the control blocks and every worker's slots, made and
  * mapped once, on the caller's thread and before any transfer of ours is
  * queued (the workers all start at the first one).
  */
@@ -302,13 +304,13 @@ static int phx_feed_setup(struct phx_device *dev, struct phx_stream_pool *w)
 		       PHX_MIN_SLOT);
 	for (i = 0; i < w->nthreads; i++) {
 		struct phx_stream_thread *t = &w->threads[i];
-		void *ring;
+		void *slots;
 
-		ret = phx_mapped_alloc(dev, slot * PHX_FEED_SLOTS, &ring,
-				       &t->ring_daddr);
+		ret = phx_mapped_alloc(dev, slot * PHX_FEED_SLOTS, &slots,
+				       &t->feed_slots_daddr);
 		if (ret)
 			break;
-		t->ring = ring;
+		t->feed_slots = slots;
 		t->slot_size = slot;
 	}
 	if (ret) {

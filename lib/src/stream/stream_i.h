@@ -35,7 +35,7 @@ struct phx_stream {
 /*
  * "copy" mode: the words of mapped host memory through which a ring's
  * worker and the streams its transfers are queued on hand its slots over
- * (ring.c; ready and freed as struct phx_sink describes).  A stream waits
+ * (copy.c; ready and freed as struct phx_sink describes).  A stream waits
  * for done to reach t and then stores passed[t % PHX_RING_XFERS] = t,
  * its last touch of these words for t.
  */
@@ -100,8 +100,8 @@ struct phx_stream_thread {
 	struct phx_engine *engine;
 	pthread_t thread;
 	/* "kernel" mode: PHX_FEED_SLOTS slots of pinned, mapped memory */
-	unsigned char *ring;
-	uint64_t ring_daddr;
+	unsigned char *feed_slots;
+	uint64_t feed_slots_daddr;
 	size_t slot_size;
 	/*
 	 * "copy" mode: the engine's slots are the ring; its words, mapped;
@@ -121,7 +121,7 @@ struct phx_stream_thread {
 	/*
 	 * A ring starts with small slots, so that a process's first
 	 * transfer does not wait for the whole staging to be pinned; the
-	 * grower (ring.c) builds the full engine once a transfer is done.
+	 * grower (copy.c) builds the full engine once a transfer is done.
 	 * grow_to: its full staging, 0 once full; grown: the full engine,
 	 * which transfers queued from then on use; the worker swaps it in
 	 * at the first of them, and the small one is retired, for the
@@ -270,11 +270,11 @@ phx_feed_play_fn phx_feed_emulate;
 
 /*
  * The worker's side of a read: @n bytes of @fd at @file_off into the
- * buffer at @buf_off, through @ring (its host address; the kernel was told
- * its device address in ctl->ring).  Returns the bytes moved or -errno;
+ * buffer at @buf_off, through the slots at @slots (their host address; the
+ * kernel was told their device address in ctl->slots).  Returns the bytes moved or -errno;
  * in both cases the kernel is told it is done, after *@bytes_done is set.
  */
-int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
+int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *slots, int fd,
 		      uint64_t n, int64_t file_off, int64_t buf_off,
 		      int64_t *bytes_done);
 
@@ -282,7 +282,7 @@ int64_t phx_feed_read(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
  * The worker's side of a write: @n bytes of the buffer at @buf_off to @fd
  * at @file_off.  As phx_feed_read otherwise.
  */
-int64_t phx_feed_write(struct phx_feed_ctl *ctl, unsigned char *ring, int fd,
+int64_t phx_feed_write(struct phx_feed_ctl *ctl, unsigned char *slots, int fd,
 		       uint64_t n, int64_t file_off, int64_t buf_off,
 		       int64_t *bytes_done);
 

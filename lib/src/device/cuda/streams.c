@@ -194,7 +194,7 @@ int phx_cuda_stream_write_value(struct phx_device *dev, void *stream,
 	return 0;
 }
 
-/* Load the copy kernel of feed.h into @dev's context, once. */
+/* Load the copy kernel (feed.ptx) into @dev's context, once. */
 int phx_cuda_feed_load(struct phx_device *dev)
 {
 	struct phx_cuda_dev *cd = cuda_priv(dev);
@@ -224,7 +224,7 @@ int phx_cuda_feed_load(struct phx_device *dev)
 	return 0;
 }
 
-/* Put the copy kernel of feed.h on @stream: one block per ring slot. */
+/* Put the copy kernel on @stream: one block per slot. */
 int phx_cuda_feed_launch(struct phx_device *dev, void *stream,
 			 struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
 			 phx_dptr_t buf, phx_feed_play_fn *play)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dev_kmod.c - device memory that the phx.ko kernel module exposes.
+ * kmod.c - device memory that the phx.ko kernel module exposes.
  *
  * Each /dev/phxN is a device.  A chunk is an allocation of the module: a
  * regular file whose MAP_SHARED mapping consists of the device's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dev_sim.c - a simulated device whose memory lives in host RAM.
+ * sim.c - a simulated device whose memory lives in host RAM.
  *
  * It behaves like a GPU where it matters to libphoenix: a capacity that
  * can run out, an address space with chunks mapped into it that another
@@ -535,7 +535,7 @@ static int sim_stream_write_value(struct phx_device *dev, void *stream,
 	return sim_push(sim_stream_of(dev, stream), &op);
 }
 
-/* The copy kernel, played by the stream's thread (feed.h). */
+/* The copy kernel, played by the stream's thread (device.h). */
 static int sim_feed_launch(struct phx_device *dev, void *stream,
 			   struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
 			   phx_dptr_t buf, phx_feed_play_fn *play)

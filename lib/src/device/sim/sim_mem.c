@@ -10,7 +10,7 @@
  * table past each power of two, and growing it in a threaded process
  * waits for an RCU grace period (10-20 ms each time).  Mapping a chunk
  * does not touch it: its pages come when copies first write them, as in
- * tmpfs (dev_sim.c faults them in by the megabyte).  Releasing a chunk
+ * tmpfs (sim.c faults them in by the megabyte).  Releasing a chunk
  * punches its range out of the file: the pages go back, and the next
  * chunk there starts from a hole, so fresh memory reads as zeros.  The
  * device's capacity is the library's count of chunks

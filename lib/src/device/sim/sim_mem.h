@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sim_mem.h - the simulated device's memory (sim_mem.c): address-space
- * reservations and the chunks mapped into them, the device ops dev_sim.c
+ * reservations and the chunks mapped into them, the device ops sim.c
  * puts in its table.
  */
 #ifndef PHX_SIM_MEM_H
