@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * settings.c - the one table of defaults and its PHX_* environment
- * overrides, read once at first use.
+ * settings.c - the settings a user can change (struct phx_settings): their
+ * defaults in one table and their PHX_* environment overrides, read once
+ * at first use.  Limits no one tunes are named where they apply: base.h
+ * for those of every layer, engine_i.h and stream_i.h for their own.
  */
 #include <ctype.h>
 #include <pthread.h>

@@ -16,6 +16,11 @@
 
 #include "engine.h"
 
+/*
+ * Engines lent to synchronous callers before the next one waits
+ * (transfer.c); copy streams of an engine; files an engine has open at
+ * once (fdcache.c).
+ */
 #define PHX_MAX_ENGINES 4
 #define PHX_NR_STREAMS 2
 #define PHX_FD_CACHE 8

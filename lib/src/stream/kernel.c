@@ -35,7 +35,6 @@ static void store_rel(uint32_t *p, uint32_t v)
 	__atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-/* Between polls: spin briefly, then yield, then sleep up to 50 us. */
 /* Poll @p until it holds at least @v. */
 static void wait_at_least(const uint32_t *p, uint32_t v)
 {

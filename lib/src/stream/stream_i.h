@@ -12,6 +12,7 @@
 
 #include "stream.h"
 
+/* Workers of a device's stream-ordered transfers (worker.c). */
 #define PHX_STREAM_WORKERS 4
 /* Transfers a device can have queued at once in "device" mode. */
 #define PHX_STREAM_FLAGS 4096

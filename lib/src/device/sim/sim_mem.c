@@ -8,7 +8,7 @@
  * holds one descriptor however many chunks it has: with a descriptor per
  * chunk, a sparse file written at random grew the process's descriptor
  * table past each power of two, and growing it in a threaded process
- * waits for an RCU grace period (10-20 ms each time).  Mapping a chunk
+ * waits for an RCU grace period each time.  Mapping a chunk
  * does not touch it: its pages come when copies first write them, as in
  * tmpfs (sim.c faults them in by the megabyte).  Releasing a chunk
  * punches its range out of the file: the pages go back, and the next
