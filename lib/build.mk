@@ -15,6 +15,10 @@ LIB_INC_buf := buf device base
 LIB_INC_engine := engine buf device base
 LIB_INC_stream := stream engine buf device base
 LIB_INC_registry := registry stream engine buf device base
+# The sanitized build is the debug build: lock rules are asserted there.
+ifeq ($(SAN),1)
+LIB_DEBUG := -DPHX_DEBUG
+endif
 lib_inc = $(addprefix -Ilib/src/,$(LIB_INC_$(patsubst lib/src/%/,%,$(dir $(1)))))
 LIB_SRCS := $(foreach d,$(LIB_DIRS),$(wildcard lib/src/$(d)/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/feed_ptx.o
@@ -45,7 +49,7 @@ endif
 $(BUILD)/lib/src/%.o: lib/src/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(call lib_inc,$<) \
+	@$(CC) $(CFLAGS) $(LIB_DEBUG) $(PHX_CPPFLAGS) $(call lib_inc,$<) \
 		-fvisibility=hidden -c $< -o $@
 
 # The copy kernel's PTX as a C string (lib/src/device/feed.h, phx_feed_ptx).

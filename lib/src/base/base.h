@@ -49,4 +49,18 @@ char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
 #define PHX_MAX_QUEUE_DEPTH 4096u
 #define PHX_DEVICE_KINDS (PHX_DEVICE_KMOD + 1)
 
+/*
+ * Lock rules, checked in debug builds (PHX_DEBUG, the sanitized build):
+ * a function named *_locked asserts that the calling thread holds the
+ * lock its comment names.
+ */
+#ifdef PHX_DEBUG
+#include <assert.h>
+#include <pthread.h>
+#include <unistd.h>
+#define phx_assert_held(m) assert((m)->__data.__owner == gettid())
+#else
+#define phx_assert_held(m) ((void)(m))
+#endif
+
 #endif /* PHX_BASE_H */

@@ -91,6 +91,16 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 	*val = v;
 }
 
+/* A count of at least @min; more than @max is cut to @max. */
+static void env_count(const char *name, unsigned int *val, uint64_t min,
+		      uint64_t max)
+{
+	uint64_t v = *val;
+
+	env_size(name, &v, min);
+	*val = (unsigned int)phx_min(v, max);
+}
+
 /*
  * @name's value as an index into NULL-terminated @choices, "auto" -1
  * (the enums of phoenix.h number their choices that way); *@val stays
@@ -118,7 +128,6 @@ static int env_choice(const char *name, const char *const *choices, int val)
 
 static void settings_init(void)
 {
-	uint64_t v;
 	struct rlimit rl;
 
 	settings = (struct phx_settings){
@@ -137,18 +146,11 @@ static void settings_init(void)
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, PHX_PAGE);
 	env_size("PHX_ALLOC_CHUNK", &settings.alloc_chunk, PHX_PAGE);
 	env_size("PHX_SIM_CAPACITY", &settings.sim_capacity, 1 << 20);
-	v = settings.queue_depth;
-	env_size("PHX_QUEUE_DEPTH", &v, 1);
-	settings.queue_depth = (unsigned int)phx_min(v, PHX_MAX_QUEUE_DEPTH);
-	v = settings.stream_rings;
-	env_size("PHX_STREAM_RINGS", &v, 1);
-	settings.stream_rings = (unsigned int)phx_min(v, 4);
-	v = settings.sim_devices;
-	env_size("PHX_SIM_DEVICES", &v, 1);
-	settings.sim_devices = (unsigned int)phx_min(v, 64);
-	v = settings.hot_fraction;
-	env_size("PHX_HOT_FRACTION", &v, 0);
-	settings.hot_fraction = (unsigned int)phx_min(v, 101);
+	env_count("PHX_QUEUE_DEPTH", &settings.queue_depth, 1,
+		  PHX_MAX_QUEUE_DEPTH);
+	env_count("PHX_STREAM_RINGS", &settings.stream_rings, 1, 4);
+	env_count("PHX_SIM_DEVICES", &settings.sim_devices, 1, 64);
+	env_count("PHX_HOT_FRACTION", &settings.hot_fraction, 0, 101);
 
 	settings.chunk_size = phx_align_up(settings.chunk_size, PHX_PAGE);
 	if (settings.staging_size < settings.chunk_size)

@@ -246,6 +246,8 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 	unsigned int i;
 	int ret;
 
+	phx_assert_held(&buf->lock);
+
 	if (!len)
 		return 0;
 	for (i = phx_chunk_find(buf, off);
@@ -324,8 +326,11 @@ PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 			  false, &buf);
 	if (!ret) {
 		buf->size = size;
+		/* no one sees @buf yet, but the lock rule has no exception */
+		pthread_mutex_lock(&buf->lock);
 		if (!(flags & PHX_BUF_SPARSE))
 			ret = phx_buf_commit_locked(buf, 0, size);
+		pthread_mutex_unlock(&buf->lock);
 	}
 	if (ret) {
 		if (buf)
@@ -391,6 +396,8 @@ int phx_buf_zero_locked(struct phx_buf *buf, uint64_t from, uint64_t len,
 	uint64_t to = from + len;
 	unsigned int i;
 	int ret = 0;
+
+	phx_assert_held(&buf->lock);
 
 	for (i = 0; i < buf->nchunks && !ret; i++) {
 		struct phx_buf_chunk *c = &buf->chunks[i];

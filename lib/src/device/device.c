@@ -70,3 +70,22 @@ void phx_poll_backoff(unsigned int n)
 	ts.tv_nsec = n < 1024 ? 5000 : 50000;
 	nanosleep(&ts, NULL);
 }
+
+/*
+ * For backends whose device memory is mapped in the process at its
+ * device address (sim, kmod): the host address is the device address,
+ * and host memory needs no pinning for their copies.
+ */
+void *phx_host_addr_mapped(struct phx_device *dev, phx_dptr_t va)
+{
+	return (void *)(uintptr_t)va;
+}
+
+int phx_host_register_none(struct phx_device *dev, void *p, size_t len)
+{
+	return 0;
+}
+
+void phx_host_unregister_none(struct phx_device *dev, void *p)
+{
+}

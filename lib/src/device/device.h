@@ -311,6 +311,14 @@ void phx_word_store(uint32_t *word, uint32_t v);
 void phx_word_wait(uint32_t *word, uint32_t v);
 bool phx_word_reached(const uint32_t *word, uint32_t v);
 
+/*
+ * host_addr, host_register and host_unregister of backends whose memory
+ * is mapped at its device address and needs no pinned host memory.
+ */
+void *phx_host_addr_mapped(struct phx_device *dev, phx_dptr_t va);
+int phx_host_register_none(struct phx_device *dev, void *p, size_t len);
+void phx_host_unregister_none(struct phx_device *dev, void *p);
+
 /* Between polls: spin briefly, then yield, then sleep up to 50 us. */
 void phx_poll_backoff(unsigned int n);
 

@@ -138,6 +138,7 @@ static void *ring_grow_main(void *arg)
 static void phx_ring_grow_locked(struct phx_stream_pool *w,
 				 struct phx_stream_thread *t)
 {
+	phx_assert_held(&w->lock);
 	/*
 	 * Once a ring has finished a transfer: the process's first one does
 	 * not wait for the driver calls of pinning the full rings.
@@ -220,6 +221,8 @@ static bool ring_fits(struct phx_stream *stream, struct phx_stream_req *r)
 static struct phx_stream_thread *ring_pick_locked(struct phx_stream_pool *w)
 {
 	struct phx_stream_thread *best = NULL;
+
+	phx_assert_held(&w->lock);
 
 	for (unsigned int i = 0; i < w->nthreads; i++) {
 		struct phx_stream_thread *t = &w->threads[i];
@@ -415,6 +418,8 @@ static uint64_t ring_write_floor_locked(struct phx_stream_pool *w)
 {
 	uint64_t floor = UINT64_MAX;
 
+	phx_assert_held(&w->lock);
+
 	if (!w->ring_writes)
 		return floor;
 	for (unsigned int i = 0; i < w->nthreads; i++) {
@@ -436,6 +441,7 @@ static uint64_t ring_write_floor_locked(struct phx_stream_pool *w)
 
 static bool phx_ring_busy_locked(const struct phx_stream_thread *t)
 {
+	phx_assert_held(&t->w->lock);
 	return t->ring_head || t->act_head;
 }
 
@@ -448,6 +454,8 @@ static bool phx_ring_pump_locked(struct phx_stream_thread *t)
 	struct phx_io *io;
 	uint64_t floor;
 	int ret;
+
+	phx_assert_held(&t->w->lock);
 
 	/*
 	 * Take the ring's transfers in order, even while their ops are
@@ -544,6 +552,8 @@ static void phx_ring_reap_locked(struct phx_stream_thread *t)
 {
 	struct phx_stream_req **pp = &t->ring_passing, *r;
 
+	phx_assert_held(&t->w->lock);
+
 	while ((r = *pp)) {
 		if (__atomic_load_n(&t->words->passed[r->t % PHX_RING_XFERS],
 				    __ATOMIC_ACQUIRE) != r->t) {
@@ -582,6 +592,8 @@ static bool copy_poll_locked(struct phx_stream_thread *t,
 {
 	bool moved = false;
 
+	phx_assert_held(&t->w->lock);
+
 	if (t->ring_passing)
 		phx_ring_reap_locked(t);
 	if (t->words && phx_ring_busy_locked(t))
@@ -593,6 +605,7 @@ static bool copy_poll_locked(struct phx_stream_thread *t,
 
 static bool copy_waiting_locked(const struct phx_stream_thread *t)
 {
+	phx_assert_held(&t->w->lock);
 	return phx_ring_busy_locked(t) || t->ring_passing;
 }
 

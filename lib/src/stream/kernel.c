@@ -201,6 +201,8 @@ static struct phx_stream_req *phx_feed_claim_locked(struct phx_stream_pool *w)
 {
 	struct phx_stream_req **pp, *r;
 
+	phx_assert_held(&w->lock);
+
 	for (pp = &w->feed_head; (r = *pp); pp = &r->next) {
 		if (__atomic_load_n(&r->ctl->reached, __ATOMIC_ACQUIRE)) {
 			*pp = r->next;
@@ -373,6 +375,7 @@ static int kernel_enqueue(struct phx_stream *stream, struct phx_stream_pool *w,
 static bool kernel_poll_locked(struct phx_stream_thread *t,
 			       struct phx_stream_req **claimed)
 {
+	phx_assert_held(&t->w->lock);
 	*claimed = phx_feed_claim_locked(t->w);
 	return false;
 }
@@ -380,6 +383,7 @@ static bool kernel_poll_locked(struct phx_stream_thread *t,
 /* Queued transfers whose kernels have not started yet: look again soon. */
 static bool kernel_waiting_locked(const struct phx_stream_thread *t)
 {
+	phx_assert_held(&t->w->lock);
 	return t->w->feed_head;
 }
 

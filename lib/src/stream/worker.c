@@ -18,6 +18,7 @@
 void phx_pool_release_locked(struct phx_stream_pool *w,
 			     struct phx_stream_req *r)
 {
+	phx_assert_held(&w->lock);
 	if (r->flag && !r->keep_flag)
 		w->free_flags[w->nfree_flags++] =
 			(uint32_t)(r->flag - w->flags);
@@ -30,6 +31,7 @@ void phx_pool_release_locked(struct phx_stream_pool *w,
 /* Every flag (or control block) free, lowest index first out. */
 void phx_pool_free_all_locked(struct phx_stream_pool *w)
 {
+	phx_assert_held(&w->lock);
 	for (unsigned int i = 0; i < PHX_STREAM_FLAGS; i++)
 		w->free_flags[i] = PHX_STREAM_FLAGS - 1 - i;
 	w->nfree_flags = PHX_STREAM_FLAGS;
@@ -95,6 +97,8 @@ static bool pool_poll_locked(struct phx_stream_thread *t,
 	const struct phx_stream_mode *const *modes = t->w->modes;
 	bool moved = false;
 
+	phx_assert_held(&t->w->lock);
+
 	*claimed = NULL;
 	for (unsigned int m = PHX_STREAM_MODES; m-- > 0 && !*claimed;)
 		if (modes[m]->poll_locked)
@@ -106,6 +110,8 @@ static bool pool_poll_locked(struct phx_stream_thread *t,
 static bool pool_waiting_locked(const struct phx_stream_thread *t)
 {
 	const struct phx_stream_mode *const *modes = t->w->modes;
+
+	phx_assert_held(&t->w->lock);
 
 	for (unsigned int m = 0; m < PHX_STREAM_MODES; m++)
 		if (modes[m]->waiting_locked && modes[m]->waiting_locked(t))
@@ -316,6 +322,7 @@ int phx_pool_reserve(struct phx_device *dev, struct phx_stream_pool *w)
 /* Hand @r to the workers; the caller holds w->lock. */
 void phx_pool_queue_locked(struct phx_stream_pool *w, struct phx_stream_req *r)
 {
+	phx_assert_held(&w->lock);
 	if (w->tail)
 		w->tail->next = r;
 	else

@@ -421,20 +421,17 @@ static int cuda_chunk_import(struct phx_device *dev, int fd, uint64_t size,
 			     phx_chunk_t *out)
 {
 	CUmemGenericAllocationHandle h;
-	CUresult res;
-	int ret = cuda_bind(dev);
+	int ret;
 
 	(void)size;
-	if (ret)
-		return ret;
-	res = cu.cuMemImportFromShareableHandle(
-		&h, (void *)(uintptr_t)fd,
-		CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0,
-			       "cuMemImportFromShareableHandle(fd %d)", fd);
-	*out = h;
-	return 0;
+	ret = cu_call(dev,
+		      cu.cuMemImportFromShareableHandle(
+			      &h, (void *)(uintptr_t)fd,
+			      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		      "cuMemImportFromShareableHandle(fd %d)", fd);
+	if (!ret)
+		*out = h;
+	return ret;
 }
 
 static void *cuda_host_addr(struct phx_device *dev, phx_dptr_t va)

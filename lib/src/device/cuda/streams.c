@@ -15,16 +15,12 @@ static pthread_mutex_t feed_lock = PTHREAD_MUTEX_INITIALIZER;
 int phx_cuda_stream_create(struct phx_device *dev, void **stream)
 {
 	CUstream s;
-	CUresult res;
-	int ret = cuda_bind(dev);
+	int ret = cu_call(dev, cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING),
+			  "cuStreamCreate");
 
-	if (ret)
-		return ret;
-	res = cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuStreamCreate");
-	*stream = s;
-	return 0;
+	if (!ret)
+		*stream = s;
+	return ret;
 }
 
 void phx_cuda_stream_destroy(struct phx_device *dev, void *stream)
@@ -81,16 +77,12 @@ int phx_cuda_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
 int phx_cuda_event_create(struct phx_device *dev, void **event)
 {
 	CUevent e;
-	CUresult res;
-	int ret = cuda_bind(dev);
+	int ret = cu_call(dev, cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING),
+			  "cuEventCreate");
 
-	if (ret)
-		return ret;
-	res = cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuEventCreate");
-	*event = e;
-	return 0;
+	if (!ret)
+		*event = e;
+	return ret;
 }
 
 void phx_cuda_event_destroy(struct phx_device *dev, void *event)
@@ -164,34 +156,23 @@ void phx_cuda_host_unmap(struct phx_device *dev, void *p)
 int phx_cuda_stream_wait_value(struct phx_device *dev, void *stream,
 			       uint32_t *word, uint64_t daddr, uint32_t value)
 {
-	CUresult res;
-	int ret = cuda_bind(dev);
-
 	(void)word;
-	if (ret)
-		return ret;
-	res = cu.cuStreamWaitValue32_v2(stream, daddr, value,
-					CU_STREAM_WAIT_VALUE_GEQ);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuStreamWaitValue32");
-	return 0;
+	return cu_call(dev,
+		       cu.cuStreamWaitValue32_v2(stream, daddr, value,
+						 CU_STREAM_WAIT_VALUE_GEQ),
+		       "cuStreamWaitValue32");
 }
 
 int phx_cuda_stream_write_value(struct phx_device *dev, void *stream,
 				uint32_t *word, uint64_t daddr, uint32_t value)
 {
-	CUresult res;
-	int ret = cuda_bind(dev);
-
 	(void)word;
-	if (ret)
-		return ret;
 	/* the default flag orders the store after the work before it */
-	res = cu.cuStreamWriteValue32_v2(stream, daddr, value,
-					 CU_STREAM_WRITE_VALUE_DEFAULT);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuStreamWriteValue32");
-	return 0;
+	return cu_call(
+		dev,
+		cu.cuStreamWriteValue32_v2(stream, daddr, value,
+					   CU_STREAM_WRITE_VALUE_DEFAULT),
+		"cuStreamWriteValue32");
 }
 
 /* Load the copy kernel (feed.ptx) into @dev's context, once. */

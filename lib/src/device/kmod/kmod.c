@@ -224,20 +224,6 @@ static int kmod_backing_trim(struct phx_device *dev, int fd)
 	return 0;
 }
 
-static void *kmod_host_addr(struct phx_device *dev, phx_dptr_t va)
-{
-	return (void *)(uintptr_t)va;
-}
-
-static int kmod_host_register(struct phx_device *dev, void *p, size_t len)
-{
-	return 0;
-}
-
-static void kmod_host_unregister(struct phx_device *dev, void *p)
-{
-}
-
 static int kmod_stream_create(struct phx_device *dev, void **stream)
 {
 	*stream = &kmod_stream_token;
@@ -351,13 +337,13 @@ const struct phx_backend_ops phx_kmod_ops = {
 	.chunk_unmap = phx_fdmem_unmap,
 	.chunk_export = phx_fdmem_export,
 	.chunk_import = kmod_chunk_import,
-	.host_addr = kmod_host_addr,
+	.host_addr = phx_host_addr_mapped,
 	.p2p = true,
 	.backing_alloc = kmod_backing_alloc,
 	.backing_query = kmod_backing_query,
 	.backing_trim = kmod_backing_trim,
-	.host_register = kmod_host_register,
-	.host_unregister = kmod_host_unregister,
+	.host_register = phx_host_register_none,
+	.host_unregister = phx_host_unregister_none,
 	.stream_create = kmod_stream_create,
 	.stream_destroy = kmod_stream_destroy,
 	.stream_sync = kmod_stream_sync,

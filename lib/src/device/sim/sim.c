@@ -364,20 +364,6 @@ static int sim_backing_alloc(struct phx_device *dev, uint64_t capacity, int *fd)
 	return 0;
 }
 
-static void *sim_host_addr(struct phx_device *dev, phx_dptr_t va)
-{
-	return (void *)(uintptr_t)va;
-}
-
-static int sim_host_register(struct phx_device *dev, void *p, size_t len)
-{
-	return 0;
-}
-
-static void sim_host_unregister(struct phx_device *dev, void *p)
-{
-}
-
 static int sim_stream_create(struct phx_device *dev, void **stream)
 {
 	return sim_stream_new(false, (struct sim_stream **)stream);
@@ -565,12 +551,12 @@ const struct phx_backend_ops phx_sim_ops = {
 	.chunk_unmap = phx_fdmem_unmap,
 	.chunk_export = phx_sim_chunk_export,
 	.chunk_import = phx_sim_chunk_import,
-	.host_addr = sim_host_addr,
+	.host_addr = phx_host_addr_mapped,
 	.backing_alloc = sim_backing_alloc,
 	.p2p = false,
 	.pinned_copies = true,
-	.host_register = sim_host_register,
-	.host_unregister = sim_host_unregister,
+	.host_register = phx_host_register_none,
+	.host_unregister = phx_host_unregister_none,
 	.stream_create = sim_stream_create,
 	.stream_create_waited = sim_stream_create_waited,
 	.stream_destroy = sim_stream_destroy,
