@@ -100,7 +100,9 @@ test-lib: $(LIB_TEST_BIN)
 
 TESTS += test-lib
 
-# Each file calls only downward (docs/architecture.md, "Layers").
+# Every call and include goes down the layers (the folders of lib/src), none
+# between backends, and no file calls or includes another in a circle
+# (docs/architecture.md).
 .PHONY: test-layers
 test-layers: $(LIB_A)
 	@sh scripts/check-layers.sh $(LIB_SRCS:%.c=$(BUILD)/%.o)
