@@ -1,16 +1,39 @@
 # libphoenix: libphoenix.{a,so}, built from lib/src; tests in tests/lib.
 
-LIB_SRCS := $(wildcard lib/src/*.c)
+# The folders of lib/src are its layers, bottom up (docs/architecture.md).
+# A folder's files see, through the include path, only its own folder's
+# headers and those of the layers below; the backends see none of each
+# other's.  scripts/check-layers.sh checks calls and includes the same way.
+LIB_DIRS := base device device/cuda device/sim device/kmod buf engine stream \
+	registry
+LIB_INC_base := base
+LIB_INC_device := device base
+LIB_INC_device/cuda := device/cuda device base
+LIB_INC_device/sim := device/sim device base
+LIB_INC_device/kmod := device/kmod device base
+LIB_INC_buf := buf device base
+LIB_INC_engine := engine buf device base
+LIB_INC_stream := stream engine buf device base
+LIB_INC_registry := registry stream engine buf device base
+# The sanitized build is the debug build: lock rules are asserted there.
+ifeq ($(SAN),1)
+LIB_DEBUG := -DPHX_DEBUG
+endif
+lib_inc = $(addprefix -Ilib/src/,$(LIB_INC_$(patsubst lib/src/%/,%,$(dir $(1)))))
+LIB_SRCS := $(foreach d,$(LIB_DIRS),$(wildcard lib/src/$(d)/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/feed_ptx.o
 LIB_A := $(BUILD)/libphoenix.a
 LIB_SO := $(BUILD)/libphoenix.so
 PHX_CPPFLAGS := -Ilib/include
 
 # Build against cuda.h where the toolkit is installed; without it the CUDA
-# backend uses its own declarations of the driver API (lib/src/cuda_api.h).
+# backend uses its own declarations of the driver API (lib/src/device/cuda/cuda_api.h).
 CUDA_HOME ?= /usr/local/cuda
+# The kmod backend speaks phx.ko's uapi (kmod/phx_uapi.h).
+$(BUILD)/lib/src/device/kmod/kmod.o: CFLAGS += -Ikmod
+
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
-$(BUILD)/lib/src/dev_cuda.o $(BUILD)/lib/src/cuda_driver.o: CFLAGS += \
+$(BUILD)/lib/src/device/cuda/%.o: CFLAGS += \
 	-I$(CUDA_HOME)/include -DPHX_HAVE_CUDA_H
 endif
 
@@ -26,13 +49,14 @@ endif
 $(BUILD)/lib/src/%.o: lib/src/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Ilib/src -fvisibility=hidden -c $< -o $@
+	@$(CC) $(CFLAGS) $(LIB_DEBUG) $(PHX_CPPFLAGS) $(call lib_inc,$<) \
+		-fvisibility=hidden -c $< -o $@
 
-# The copy kernel's PTX as a C string (lib/src/feed.h, phx_feed_ptx).
-$(BUILD)/lib/feed_ptx.c: lib/src/feed.ptx
+# The copy kernel's PTX as a C string (lib/src/device/feed.h, phx_feed_ptx).
+$(BUILD)/lib/feed_ptx.c: lib/src/device/feed.ptx
 	@mkdir -p $(dir $@)
 	@echo "  GEN     $@"
-	@{ echo '/* Generated from lib/src/feed.ptx by lib/build.mk. */'; \
+	@{ echo '/* Generated from lib/src/device/feed.ptx by lib/build.mk. */'; \
 	  echo 'const char phx_feed_ptx[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; \
 	  echo ';'; } > $@
@@ -62,7 +86,8 @@ LIB_TEST_BIN := $(BUILD)/tests/test-lib
 $(LIB_TEST_BIN): $(LIB_TEST_SRCS) tests/lib/util.h $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Itests/lib -o $@ \
+	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Itests/lib \
+		$(foreach d,$(LIB_DIRS),-Ilib/src/$(d)) -o $@ \
 		$(LIB_TEST_SRCS) $(LIB_A) $(URING_LIB) $(FUSE_SYS_LIB) -lcriterion \
 		$(LDFLAGS) $(LDLIBS)
 
@@ -75,7 +100,9 @@ test-lib: $(LIB_TEST_BIN)
 
 TESTS += test-lib
 
-# Each file calls only downward (docs/architecture.md, "Layers").
+# Every call and include goes down the layers (the folders of lib/src), none
+# between backends, and no file calls or includes another in a circle
+# (docs/architecture.md).
 .PHONY: test-layers
 test-layers: $(LIB_A)
 	@sh scripts/check-layers.sh $(LIB_SRCS:%.c=$(BUILD)/%.o)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Assemble the copy kernel (lib/src/feed.ptx) with ptxas for the GPU
+# Assemble the copy kernel (lib/src/device/feed.ptx) with ptxas for the GPU
 # generations the library targets, so that a PTX mistake fails here and
 # not at cuModuleLoadData on a GPU.  ptxas comes from the CUDA toolkit
 # when one is installed, else from PyPI's nvidia-cuda-nvcc-cu12 wheel,
@@ -8,7 +8,7 @@
 #   scripts/check-ptx.sh BUILD_DIR
 set -eu
 build=$1
-ptx=lib/src/feed.ptx
+ptx=lib/src/device/feed.ptx
 cd "$(dirname "$0")/.."
 
 ptxas=$(command -v ptxas || true)

@@ -5,7 +5,7 @@
  */
 #include <pthread.h>
 
-#include "../../lib/src/feed.h"
+#include "stream_i.h"
 #include "util.h"
 
 #define SLOT 4096
@@ -27,7 +27,7 @@ static void *kernel(void *p)
 static void start(pthread_t *t, struct kernel_arg *a, unsigned char *ring)
 {
 	a->ctl->slot_size = SLOT;
-	a->ctl->ring = (uintptr_t)ring;
+	a->ctl->slots = (uintptr_t)ring;
 	cr_assert_eq(pthread_create(t, NULL, kernel, a), 0);
 	while (!__atomic_load_n(&a->ctl->reached, __ATOMIC_ACQUIRE))
 		sched_yield();

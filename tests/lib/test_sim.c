@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 
 #include "util.h"
-#include "../../lib/src/internal.h"
+#include "buf.h"
 
 static struct phx_device *open_sim(void)
 {

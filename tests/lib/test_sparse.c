@@ -4,7 +4,7 @@
  * (counted in bytes and chunks) and where the backed ranges are.
  */
 #include "util.h"
-#include "../../lib/src/internal.h"
+#include "buf.h"
 
 static unsigned int mapped_chunks(const struct phx_buf *buf)
 {

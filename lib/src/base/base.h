@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * base.h - the bottom of libphoenix (lib/src/base): the thread's one-line
+ * error message (errors.c), the settings and their PHX_* overrides
+ * (settings.c), and the helpers and limits every layer above uses.
+ */
+#ifndef PHX_BASE_H
+#define PHX_BASE_H
+
+#include <errno.h>
+#include <stdint.h>
+
+#include "phoenix.h"
+
+#define PHX_EXPORT __attribute__((visibility("default")))
+
+#define phx_min(a, b) ((a) < (b) ? (a) : (b))
+#define phx_max(a, b) ((a) > (b) ? (a) : (b))
+#define phx_align_down(x, a) ((x) / (a) * (a))
+#define phx_align_up(x, a) (((x) + (a)-1) / (a) * (a))
+
+/*
+ * Record a one-line message for phx_strerror_last() and return -@err
+ * (@err is a positive errno), so call sites read
+ * "return phx_err(ENOSPC, "...", ...);".
+ */
+int phx_err(int err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Clear the thread's last message (successful public calls). */
+void phx_err_clear(void);
+
+/* The settings in force; parsed once from the environment. */
+const struct phx_settings *phx_settings(void);
+
+/* Human-readable byte count into @buf ("64 MiB"); returns @buf. */
+char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
+
+/*
+ * Limits named once.  PHX_PAGE: the host page, which is also the
+ * alignment O_DIRECT asks of file offsets, lengths and memory.
+ * PHX_MIN_SLOT: the smallest staging slot cut, and the least staging.
+ * PHX_MAX_QUEUE_DEPTH: the most slots of an engine (PHX_QUEUE_DEPTH and
+ * a batch's depth).  PHX_DEVICE_KINDS: the values of enum
+ * phx_device_kind.
+ */
+#define PHX_PAGE 4096ULL
+#define PHX_MIN_SLOT (64u << 10)
+#define PHX_MAX_QUEUE_DEPTH 4096u
+#define PHX_DEVICE_KINDS (PHX_DEVICE_KMOD + 1)
+
+/*
+ * Lock rules, checked in debug builds (PHX_DEBUG, the sanitized build):
+ * a function named *_locked asserts that the calling thread holds the
+ * lock its comment names.
+ */
+#ifdef PHX_DEBUG
+#include <assert.h>
+#include <pthread.h>
+#include <unistd.h>
+#define phx_assert_held(m) assert((m)->__data.__owner == gettid())
+#else
+#define phx_assert_held(m) ((void)(m))
+#endif
+
+#endif /* PHX_BASE_H */

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * streams.c - the cuda backend's streams, events and asynchronous copies,
+ * the stream-ordered waits and stores on mapped host memory, and the copy
+ * kernel (feed.ptx): its loading and its launch.
+ */
+#include <pthread.h>
+
+#include "device.h"
+#include "cuda_api.h"
+
+/* Serialises loading the copy kernel into a device's context. */
+static pthread_mutex_t feed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int phx_cuda_stream_create(struct phx_device *dev, void **stream)
+{
+	CUstream s;
+	int ret = cu_call(dev, cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING),
+			  "cuStreamCreate");
+
+	if (!ret)
+		*stream = s;
+	return ret;
+}
+
+void phx_cuda_stream_destroy(struct phx_device *dev, void *stream)
+{
+	if (stream && cuda_bind(dev) == 0)
+		cu.cuStreamDestroy_v2(stream);
+}
+
+int phx_cuda_stream_sync(struct phx_device *dev, void *stream)
+{
+	return cu_call(dev, cu.cuStreamSynchronize(stream),
+		       "cuStreamSynchronize");
+}
+
+void *phx_cuda_stream_default(struct phx_device *dev)
+{
+	(void)dev;
+	return NULL; /* the legacy default stream */
+}
+
+int phx_cuda_copy_htod(struct phx_device *dev, phx_dptr_t dst, const void *src,
+		       size_t len, void *stream)
+{
+	return cu_call(dev, cu.cuMemcpyHtoDAsync_v2(dst, src, len, stream),
+		       "cuMemcpyHtoDAsync(0x%llx, %zu)",
+		       (unsigned long long)dst, len);
+}
+
+int phx_cuda_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
+		       size_t len, void *stream)
+{
+	return cu_call(dev, cu.cuMemcpyDtoHAsync_v2(dst, src, len, stream),
+		       "cuMemcpyDtoHAsync(0x%llx, %zu)",
+		       (unsigned long long)src, len);
+}
+
+int phx_cuda_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
+		       size_t len, void *stream)
+{
+	/* Unified addressing finds both devices; see the file header. */
+	return cu_call(dev, cu.cuMemcpyAsync(dst, src, len, stream),
+		       "cuMemcpyAsync(0x%llx, 0x%llx, %zu)",
+		       (unsigned long long)dst, (unsigned long long)src, len);
+}
+
+int phx_cuda_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
+		       size_t len, void *stream)
+{
+	return cu_call(dev, cu.cuMemsetD8Async(dst, value, len, stream),
+		       "cuMemsetD8Async(0x%llx, %zu)", (unsigned long long)dst,
+		       len);
+}
+
+int phx_cuda_event_create(struct phx_device *dev, void **event)
+{
+	CUevent e;
+	int ret = cu_call(dev, cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING),
+			  "cuEventCreate");
+
+	if (!ret)
+		*event = e;
+	return ret;
+}
+
+void phx_cuda_event_destroy(struct phx_device *dev, void *event)
+{
+	if (event && cuda_bind(dev) == 0)
+		cu.cuEventDestroy_v2(event);
+}
+
+int phx_cuda_event_record(struct phx_device *dev, void *event, void *stream)
+{
+	return cu_call(dev, cu.cuEventRecord(event, stream), "cuEventRecord");
+}
+
+int phx_cuda_event_query(struct phx_device *dev, void *event)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuEventQuery(event);
+	if (res == CUDA_SUCCESS)
+		return 0;
+	if (res == CUDA_ERROR_NOT_READY)
+		return -EAGAIN;
+	return cu_fail(dev, res, 0, "cuEventQuery");
+}
+
+int phx_cuda_event_sync(struct phx_device *dev, void *event)
+{
+	return cu_call(dev, cu.cuEventSynchronize(event), "cuEventSynchronize");
+}
+
+int phx_cuda_launch_host_fn(struct phx_device *dev, void *stream,
+			    void (*fn)(void *), void *arg)
+{
+	return cu_call(dev, cu.cuLaunchHostFunc(stream, fn, arg),
+		       "cuLaunchHostFunc");
+}
+
+/* Pinned host memory the device reads and writes at *@daddr. */
+int phx_cuda_host_map(struct phx_device *dev, void *p, size_t len,
+		      uint64_t *daddr)
+{
+	CUdeviceptr d;
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
+	res = cu.cuMemHostRegister_v2(p, len,
+				      CU_MEMHOSTREGISTER_PORTABLE |
+					      CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuMemHostRegister(mapped)");
+	res = cu.cuMemHostGetDevicePointer_v2(&d, p, 0);
+	if (res != CUDA_SUCCESS) {
+		cu.cuMemHostUnregister(p);
+		return cu_fail(dev, res, 0, "cuMemHostGetDevicePointer");
+	}
+	*daddr = d;
+	return 0;
+}
+
+void phx_cuda_host_unmap(struct phx_device *dev, void *p)
+{
+	if (cuda_bind(dev) == 0)
+		cu.cuMemHostUnregister(p);
+}
+
+int phx_cuda_stream_wait_value(struct phx_device *dev, void *stream,
+			       uint32_t *word, uint64_t daddr, uint32_t value)
+{
+	(void)word;
+	return cu_call(dev,
+		       cu.cuStreamWaitValue32_v2(stream, daddr, value,
+						 CU_STREAM_WAIT_VALUE_GEQ),
+		       "cuStreamWaitValue32");
+}
+
+int phx_cuda_stream_write_value(struct phx_device *dev, void *stream,
+				uint32_t *word, uint64_t daddr, uint32_t value)
+{
+	(void)word;
+	/* the default flag orders the store after the work before it */
+	return cu_call(
+		dev,
+		cu.cuStreamWriteValue32_v2(stream, daddr, value,
+					   CU_STREAM_WRITE_VALUE_DEFAULT),
+		"cuStreamWriteValue32");
+}
+
+/* Load the copy kernel (feed.ptx) into @dev's context, once. */
+int phx_cuda_feed_load(struct phx_device *dev)
+{
+	struct phx_cuda_dev *cd = cuda_priv(dev);
+	CUresult res = CUDA_SUCCESS;
+	CUfunction fn;
+
+	if (__atomic_load_n(&cd->feed_fn, __ATOMIC_ACQUIRE))
+		return 0;
+	pthread_mutex_lock(&feed_lock);
+	if (!cd->feed_fn) {
+		res = cu.cuModuleLoadData(&cd->feed_mod, phx_feed_ptx);
+		if (res == CUDA_SUCCESS) {
+			res = cu.cuModuleGetFunction(&fn, cd->feed_mod,
+						     "phx_feed");
+			if (res == CUDA_SUCCESS) {
+				__atomic_store_n(&cd->feed_fn, fn,
+						 __ATOMIC_RELEASE);
+			} else {
+				cu.cuModuleUnload(cd->feed_mod);
+				cd->feed_mod = NULL;
+			}
+		}
+	}
+	pthread_mutex_unlock(&feed_lock);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "loading the copy kernel");
+	return 0;
+}
+
+/* Put the copy kernel on @stream: one block per slot. */
+int phx_cuda_feed_launch(struct phx_device *dev, void *stream,
+			 struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
+			 phx_dptr_t buf, phx_feed_play_fn *play)
+{
+	struct phx_cuda_dev *cd = cuda_priv(dev);
+	CUdeviceptr c = ctl_daddr, b = buf;
+	void *params[] = { &c, &b };
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	(void)ctl;
+	if (!ret)
+		ret = phx_cuda_feed_load(dev);
+	if (ret)
+		return ret;
+	res = cu.cuLaunchKernel(cd->feed_fn, PHX_FEED_SLOTS, 1, 1, 256, 1, 1, 0,
+				stream, params, NULL);
+	if (res != CUDA_SUCCESS)
+		return cu_fail(dev, res, 0, "cuLaunchKernel(copy kernel)");
+	return 0;
+}

@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine_i.h - what the files of the transfer engine share: the file cache
+ * (fdcache.c), jobs (job.c), the io_uring, slots and job pipeline
+ * (pipeline.c), the slot consumers (staged.c, sink.c), the pool with the
+ * synchronous and batch API (transfer.c), host copies (hostcopy.c) and
+ * the device's engine state (engine.c).  Nothing outside those files
+ * includes it.
+ */
+#ifndef PHX_ENGINE_I_H
+#define PHX_ENGINE_I_H
+
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <liburing.h>
+
+#include "engine.h"
+
+/*
+ * Engines lent to synchronous callers before the next one waits
+ * (transfer.c); copy streams of an engine; files an engine has open at
+ * once (fdcache.c).
+ */
+#define PHX_MAX_ENGINES 4
+#define PHX_NR_STREAMS 2
+#define PHX_FD_CACHE 8
+
+/* A file a job reads or writes, shared by the jobs on it while active. */
+struct phx_fd {
+	int user_fd;
+	dev_t st_dev;
+	ino_t st_ino;
+	int accmode;
+	int direct_fd; /* -1: not opened yet; -2: O_DIRECT impossible */
+	int buffered_fd; /* -1: not opened yet */
+	bool own_direct, own_buffered;
+	uint64_t size; /* at the time of the first job */
+	unsigned int users;
+};
+
+struct phx_job_region {
+	uint64_t from, to;
+	bool direct;
+};
+
+struct phx_job {
+	struct phx_io *io;
+	struct phx_buf *buf; /* NULL for raw device addresses */
+	phx_dptr_t dptr; /* device address of file offset @start */
+	struct phx_fd *fde;
+	uint64_t start, end; /* the file range */
+	unsigned int pending; /* segments in flight */
+	uint64_t moved;
+	uint64_t by_path[PHX_PATH_COUNT];
+	int err;
+	bool eof;
+	bool queued; /* on the engine's issue queue */
+	/* what the engine's slot consumer keeps of the job */
+	union {
+		/* staged.c: regions, the one issued, next offset in it; p2p */
+		struct {
+			struct phx_job_region region[3];
+			unsigned int nregions, cur;
+			uint64_t pos;
+			bool p2p;
+		};
+		/* sink.c: the sink, segments issued and in all, O_DIRECT */
+		struct {
+			struct phx_sink *sink;
+			unsigned int seg, nsegs;
+			bool direct;
+		};
+	};
+	TAILQ_ENTRY(phx_job) issue; /* while it has segments to issue */
+	STAILQ_ENTRY(phx_job) done; /* once complete, until collected */
+};
+
+enum phx_slot_state {
+	PHX_SLOT_FREE,
+	PHX_SLOT_IO, /* read or write in flight */
+	PHX_SLOT_COPY, /* with the consumer: a device copy, or the stream's */
+};
+
+struct phx_slot {
+	enum phx_slot_state state;
+	struct phx_job *job;
+	char *mem;
+	uint64_t foff; /* file offset of the I/O */
+	uint64_t len; /* bytes of the I/O */
+	uint64_t done; /* bytes of it completed so far */
+	char *target; /* p2p: where the I/O goes instead of mem */
+	bool direct;
+	uint64_t copied; /* bytes of the job the copy moves */
+	void *event;
+	void *stream;
+	unsigned int sidx; /* index of @stream in the engine's streams */
+	union {
+		/* staged.c: the next in its stream's queue of copies */
+		struct phx_slot *copy_next;
+		/* sink.c: ring sequence number, segment index, its bytes */
+		struct {
+			uint32_t seq;
+			unsigned int seg;
+			uint64_t seg_foff, seg_len;
+			char *seg_mem;
+		};
+	};
+};
+
+/*
+ * Who takes an engine's slots between their file I/O and their release:
+ * the engine's own device copies (staged.c, phx_staged_consumer) or the
+ * stream a stream-ordered transfer is queued on (sink.c,
+ * phx_sink_consumer).  An engine has one, chosen when it is built; the
+ * pipeline (pipeline.c) moves slots only through it.
+ */
+struct phx_slot_consumer {
+	/* How @j moves its bytes: cut it (when the job is made). */
+	int (*plan)(struct phx_engine *e, struct phx_job *j);
+	/* Whether @j has segments left to give slots to. */
+	bool (*issuable)(const struct phx_job *j);
+	/* Give free slots to the queued jobs' next segments. */
+	void (*fill)(struct phx_engine *e);
+	/* @sl's bytes are in the slot (a read): hand them on. */
+	void (*publish)(struct phx_engine *e, struct phx_slot *sl);
+	/* Move on the slots handed on and done with; how many were. */
+	unsigned int (*consumed)(struct phx_engine *e);
+	/* Nothing moved this step: wait for the consumer or the disk. */
+	int (*idle)(struct phx_engine *e);
+	/* A failed read's slot is still published: its reader waits on it. */
+	bool publish_failed;
+};
+
+extern const struct phx_slot_consumer phx_staged_consumer;
+extern const struct phx_slot_consumer phx_sink_consumer;
+
+struct phx_engine {
+	struct phx_device *dev;
+	struct io_uring uring;
+	unsigned int
+		uring_entries; /* SQEs the io_uring holds: twice the slots */
+	bool uring_ok, fixed, polled;
+	bool broken; /* a step failed midway: never lend it again */
+	bool lent_sync; /* lent to a synchronous caller, not a batch */
+	uint64_t chunk;
+	unsigned int nslots;
+	char *staging;
+	size_t staging_len;
+	bool pinned;
+	struct phx_slot *slots;
+	unsigned int nevents; /* slots[0..nevents) have an event */
+	void *streams[PHX_NR_STREAMS];
+	/*
+	 * Device copies in flight, per stream, in the order queued: a stream
+	 * runs them in order, so only the oldest need be asked about.
+	 */
+	struct phx_slot *copyq[PHX_NR_STREAMS], *copyq_tail[PHX_NR_STREAMS];
+	unsigned int inflight; /* SQEs submitted, CQE not yet seen */
+	unsigned int to_submit; /* SQEs prepared, not submitted */
+	/*
+	 * Jobs queued and not yet complete; the ones with segments left to
+	 * issue, oldest first; the completed ones not yet collected.
+	 */
+	unsigned int nactive;
+	TAILQ_HEAD(, phx_job) issue;
+	STAILQ_HEAD(, phx_job) done;
+	struct phx_fd fds[PHX_FD_CACHE];
+	struct phx_engine *next_free;
+	const struct phx_slot_consumer *consumer;
+	unsigned int idle_polls; /* idle steps in a row (the sink polls) */
+};
+
+/* How an engine cuts its staging: @nslots slots of @chunk bytes. */
+struct phx_engine_shape {
+	unsigned int nslots;
+	uint64_t chunk;
+};
+
+/* ---- the file cache (fdcache.c) ------------------------------------- */
+
+/*
+ * The entry of @cache for @fd, shared with the jobs already on it, or a
+ * free one; -EAGAIN when all are busy (the caller runs the engine and
+ * retries), -EBADF/-EINVAL with a message for unusable descriptors.
+ */
+int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
+	       struct phx_fd **out);
+void phx_fd_put(struct phx_fd *f);
+/* The O_DIRECT descriptor (-2: impossible) and the page-cache one. */
+int phx_fd_direct(struct phx_fd *f);
+int phx_fd_buffered(struct phx_fd *f);
+/* Share of [off, off + len) of @fd in the page cache, in percent. */
+unsigned int phx_cached_percent(int fd, uint64_t off, uint64_t len);
+
+/* ---- engines and their pipeline (pipeline.c) ------------------------ */
+
+struct phx_engine_shape phx_shape_sync(size_t staging);
+struct phx_engine_shape phx_shape_io(uint64_t len);
+struct phx_engine_shape phx_shape_batch(unsigned int depth);
+/* An engine of shape @sh whose slots go to @consumer. */
+int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
+		      const struct phx_slot_consumer *consumer,
+		      struct phx_engine **out);
+bool phx_engine_fits(const struct phx_engine *e, struct phx_engine_shape sh);
+int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh);
+
+/* Queue @j on @e; a job with nothing to move completes at once. */
+void phx_engine_queue(struct phx_engine *e, struct phx_job *j);
+/* The oldest job with segments to issue; drops the ones that have none. */
+struct phx_job *phx_engine_next_job(struct phx_engine *e);
+/* Nothing to do but wait for the disk: for a completion, if any is due. */
+int phx_engine_wait_io(struct phx_engine *e);
+
+/* What the consumers share of the pipeline. */
+void phx_job_fail(struct phx_job *j, int err);
+void phx_slot_prep_io(struct phx_engine *e, struct phx_slot *sl);
+void phx_slot_free(struct phx_engine *e, struct phx_slot *sl);
+void phx_slot_finish(struct phx_engine *e, struct phx_slot *sl);
+
+/* ---- jobs (job.c) --------------------------------------------------- */
+
+/*
+ * Validate @io and turn it into a job for @e, its bytes moved by @sink's
+ * stream (sink engines) or by @e itself (NULL); -EAGAIN: see phx_fd_get.
+ */
+int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
+		 struct phx_job **out);
+/* Whether O_DIRECT is the way for @j (the hot check, the file system). */
+int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *direct);
+
+/* ---- the engine's own copies (staged.c) ------------------------------ */
+
+/* Run @io to completion on @e, which nothing else uses meanwhile. */
+int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
+
+/* ---- the pool (transfer.c) ------------------------------------------ */
+
+/* The pool's state of a device (engine.c makes and destroys it). */
+int phx_engine_pool_open(struct phx_device *dev);
+void phx_engine_pool_destroy(struct phx_device *dev);
+
+int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
+		   bool wait, struct phx_engine **out);
+void phx_engine_put(struct phx_device *dev, struct phx_engine *e);
+
+/* ---- host copies (hostcopy.c) --------------------------------------- */
+
+/* What host copies keep of a device (engine.c makes and frees it). */
+int phx_hostcopy_open(struct phx_device *dev);
+void phx_hostcopy_release(struct phx_device *dev);
+
+#endif /* PHX_ENGINE_I_H */

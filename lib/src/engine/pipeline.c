@@ -1,0 +1,538 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pipeline.c - the io_uring transfer engine: its staging slots and the
+ * job pipeline that moves them.
+ *
+ * An engine owns one io_uring, pinned staging cut into slots (registered
+ * with io_uring as one fixed buffer and with the device), two copy
+ * streams and an event per slot.  Each transfer (a "job") is cut into
+ * segments of PHX_CHUNK_SIZE; each segment takes a free slot, has its
+ * file I/O done through io_uring, and is handed to the engine's slot
+ * consumer (struct phx_slot_consumer), which moves its bytes between the
+ * slot and the device and gives the slot back: the engine's own copies
+ * (staged.c) or a stream's (sink.c).  Reads of other slots are in flight
+ * meanwhile, so disk and PCIe overlap.
+ *
+ * Data paths (enum phx_path):
+ *   staged    O_DIRECT reads of the block-aligned superset of the range,
+ *             so any offset and length work without the page cache;
+ *   buffered  page-cache reads (the file is mostly cached, O_DIRECT is
+ *             refused, or PHX_DIRECT=off), punted to io_uring's workers so
+ *             several copies out of the page cache run at once;
+ *   p2p       the device memory is mapped (phx.ko) and aligned segments go
+ *             straight between the file and the mapping, no staging.
+ * Unaligned edges of writes go through the page cache, the middle O_DIRECT.
+ *
+ * Host memory is the staging, whatever the transfer size.  Engines are
+ * pooled per device (transfer.c) and lent to synchronous calls, batches
+ * and host copies; an engine is used by one thread at a time.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "engine_i.h"
+
+/* ---- engine lifetime ------------------------------------------------ */
+
+#define PHX_MPOL_PREFERRED 1
+
+/*
+ * Allocate staging memory on the host node nearest the device, so the
+ * device's DMA does not cross the socket interconnect.  Single-node
+ * machines (and unknown nodes) take the default policy.
+ */
+static void *staging_alloc(struct phx_device *dev, size_t len)
+{
+	unsigned long mask[16] = { 0 };
+	int node = dev->numa_node;
+	void *p;
+
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (node >= 0 && node < 1024 &&
+	    !access("/sys/devices/system/node/node1", F_OK)) {
+		mask[node / 64] = 1UL << (node % 64);
+		/* a preference, not a hard binding: best effort */
+		syscall(SYS_mbind, p, len, PHX_MPOL_PREFERRED, mask, 1024UL,
+			0U);
+	}
+	memset(p, 0, len); /* fault it in now, where the policy says */
+	return p;
+}
+
+void phx_engine_destroy(struct phx_engine *e)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int i;
+
+	phx_device_bind(dev);
+	for (i = 0; i < PHX_NR_STREAMS; i++)
+		if (e->streams[i]) {
+			dev->ops->stream_sync(dev, e->streams[i]);
+			dev->ops->stream_destroy(dev, e->streams[i]);
+		}
+	for (i = 0; i < e->nevents; i++)
+		dev->ops->event_destroy(dev, e->slots[i].event);
+	if (e->uring_ok)
+		io_uring_queue_exit(&e->uring);
+	if (e->staging) {
+		if (e->pinned) {
+			dev->ops->host_unregister(dev, e->staging);
+			atomic_fetch_sub(&dev->pinned, e->staging_len);
+		}
+		munmap(e->staging, e->staging_len);
+		atomic_fetch_sub(&dev->staging, e->staging_len);
+	}
+	free(e->slots);
+	free(e);
+}
+
+/*
+ * Synchronous engines favour big requests (a few large transfers);
+ * batches favour depth (many small ones), in the same staging size.
+ * @staging: bytes, 0 for the configured size.  @depth: slots of a batch,
+ * 0 for the configured queue depth.
+ */
+struct phx_engine_shape phx_shape_sync(size_t staging)
+{
+	const struct phx_settings *s = phx_settings();
+	struct phx_engine_shape sh = { .chunk = s->chunk_size };
+
+	if (!staging)
+		staging = s->staging_size;
+	sh.nslots = (unsigned int)phx_max(staging / sh.chunk, 1);
+	return sh;
+}
+
+/*
+ * A synchronous transfer of @len bytes: one smaller than a slot takes two
+ * slots its size (it may straddle a slot boundary of the file), so that
+ * a process's first small transfer pins a few KiB, not the staging; a
+ * pooled engine of any size re-cuts to this in no time.
+ */
+struct phx_engine_shape phx_shape_io(uint64_t len)
+{
+	const struct phx_settings *s = phx_settings();
+	struct phx_engine_shape sh = { .nslots = 2 };
+
+	if (len >= s->chunk_size / 2)
+		return phx_shape_sync(0);
+	sh.chunk = phx_align_up(len + 2 * PHX_PAGE, PHX_MIN_SLOT);
+	return sh;
+}
+
+struct phx_engine_shape phx_shape_batch(unsigned int depth)
+{
+	const struct phx_settings *s = phx_settings();
+	struct phx_engine_shape sh;
+
+	sh.nslots =
+		depth ? phx_min(depth, PHX_MAX_QUEUE_DEPTH) : s->queue_depth;
+	sh.chunk = phx_align_down(s->staging_size / sh.nslots, PHX_PAGE);
+	sh.chunk = phx_min(phx_max(sh.chunk, PHX_MIN_SLOT), s->chunk_size);
+	return sh;
+}
+
+/* Whether @e's staging and io_uring can take shape @sh without rebuilding. */
+bool phx_engine_fits(const struct phx_engine *e, struct phx_engine_shape sh)
+{
+	return sh.nslots * sh.chunk <= e->staging_len &&
+	       sh.nslots * 2 <= e->uring_entries;
+}
+
+/*
+ * Cut the staging into the slots of shape @sh, each with an event.  The
+ * staging is one fixed buffer of the io_uring, so re-cutting it costs no
+ * registration: only events for slots it never had.
+ */
+int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int i;
+	int ret;
+
+	if (sh.nslots > e->nevents) {
+		struct phx_slot *slots =
+			realloc(e->slots, sh.nslots * sizeof(*slots));
+
+		if (!slots)
+			return phx_err(ENOMEM,
+				       "out of host memory for an engine");
+		memset(slots + e->nevents, 0,
+		       (sh.nslots - e->nevents) * sizeof(*slots));
+		e->slots = slots;
+		for (i = e->nevents; i < sh.nslots; i++) {
+			ret = dev->ops->event_create(dev, &slots[i].event);
+			if (ret)
+				return ret;
+			e->nevents++;
+		}
+	}
+	for (i = 0; i < sh.nslots; i++) {
+		struct phx_slot *sl = &e->slots[i];
+
+		sl->state = PHX_SLOT_FREE;
+		sl->job = NULL;
+		sl->target = NULL;
+		sl->mem = e->staging + (size_t)i * sh.chunk;
+		sl->sidx = i % PHX_NR_STREAMS;
+		sl->stream = e->streams[sl->sidx];
+	}
+	e->nslots = sh.nslots;
+	e->chunk = sh.chunk;
+	return 0;
+}
+
+/* Build an engine of shape @sh: io_uring, staging (pinned), streams, events. */
+int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
+		      const struct phx_slot_consumer *consumer,
+		      struct phx_engine **out)
+{
+	struct phx_engine *e;
+	struct iovec iov;
+	unsigned int i;
+	int ret;
+
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return phx_err(ENOMEM, "out of host memory for an engine");
+	e->dev = dev;
+	e->consumer = consumer;
+	TAILQ_INIT(&e->issue);
+	STAILQ_INIT(&e->done);
+
+	/* Room for batches of up to 64 slots to re-cut it without a new io_uring. */
+	e->uring_entries = phx_max(sh.nslots, 64u) * 2;
+	ret = io_uring_queue_init(e->uring_entries, &e->uring, 0);
+	if (ret) {
+		ret = phx_err(
+			-ret,
+			"%s: io_uring unavailable: %s; is io_uring disabled (kernel.io_uring_disabled)?",
+			dev->name, strerror(-ret));
+		goto out;
+	}
+	e->uring_ok = true;
+
+	e->staging_len = (size_t)(sh.nslots * sh.chunk);
+	e->staging = staging_alloc(dev, e->staging_len);
+	if (!e->staging) {
+		ret = phx_err(ENOMEM,
+			      "%s: cannot allocate %zu bytes of staging memory",
+			      dev->name, e->staging_len);
+		goto out;
+	}
+	atomic_fetch_add(&dev->staging, e->staging_len);
+	/*
+	 * One fixed buffer for the whole staging saves a page pin per I/O
+	 * whatever the slots; optional (memlock limits, io_uring's 1 GiB
+	 * cap on a buffer).
+	 */
+	iov.iov_base = e->staging;
+	iov.iov_len = e->staging_len;
+	e->fixed = e->staging_len <= (1UL << 30) &&
+		   !io_uring_register_buffers(&e->uring, &iov, 1);
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		goto out;
+	if (!dev->ops->host_register(dev, e->staging, e->staging_len)) {
+		e->pinned = true;
+		atomic_fetch_add(&dev->pinned, e->staging_len);
+	}
+	for (i = 0; i < PHX_NR_STREAMS; i++) {
+		ret = dev->ops->stream_create(dev, &e->streams[i]);
+		if (ret)
+			goto out;
+	}
+	ret = phx_engine_slice(e, sh);
+	if (ret)
+		goto out;
+	atomic_fetch_add(&dev->engines_built, 1);
+	*out = e;
+	return 0;
+out:
+	phx_engine_destroy(e);
+	return ret;
+}
+
+/* ---- jobs ----------------------------------------------------------- */
+
+static void job_complete(struct phx_engine *e, struct phx_job *j)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int p, best = PHX_PATH_NONE;
+
+	if (j->queued) {
+		TAILQ_REMOVE(&e->issue, j, issue);
+		j->queued = false;
+	}
+	e->nactive--;
+
+	for (p = 1; p < PHX_PATH_COUNT; p++)
+		if (j->by_path[p] > j->by_path[best])
+			best = p;
+	j->io->path = (enum phx_path)best;
+	j->io->result = j->err ? j->err : (int64_t)j->moved;
+	for (p = 1; p < PHX_PATH_COUNT; p++)
+		atomic_fetch_add(&dev->bytes[p], j->by_path[p]);
+	atomic_fetch_add(&dev->ios, 1);
+	if (j->err)
+		atomic_fetch_add(&dev->errors, 1);
+	if (j->fde)
+		phx_fd_put(j->fde);
+	STAILQ_INSERT_TAIL(&e->done, j, done);
+}
+
+void phx_job_fail(struct phx_job *j, int err)
+{
+	if (!j->err)
+		j->err = err;
+}
+
+/*
+ * @sl's I/O failed with @err: the job fails and the slot is released; a
+ * read whose consumer waits for every segment (a stream) still hands the
+ * slot over.
+ */
+static void slot_fail(struct phx_engine *e, struct phx_slot *sl, int err)
+{
+	phx_job_fail(sl->job, err);
+	sl->copied = 0;
+	if (e->consumer->publish_failed && sl->job->io->op == PHX_OP_READ)
+		e->consumer->publish(e, sl);
+	else
+		phx_slot_free(e, sl);
+}
+
+/* ---- the pipeline --------------------------------------------------- */
+
+struct phx_job *phx_engine_next_job(struct phx_engine *e)
+{
+	struct phx_job *j;
+
+	while ((j = TAILQ_FIRST(&e->issue)) && !e->consumer->issuable(j)) {
+		TAILQ_REMOVE(&e->issue, j, issue);
+		j->queued = false;
+	}
+	return j;
+}
+
+void phx_slot_prep_io(struct phx_engine *e, struct phx_slot *sl)
+{
+	struct phx_job *j = sl->job;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->uring);
+	int fd = sl->direct ? j->fde->direct_fd : j->fde->buffered_fd;
+	char *mem = (sl->target ? sl->target : sl->mem) + sl->done;
+	unsigned int n = (unsigned int)(sl->len - sl->done);
+	uint64_t off = sl->foff + sl->done;
+
+	/* The io_uring has twice as many entries as slots: never NULL. */
+	if (j->io->op == PHX_OP_READ) {
+		if (e->fixed && !sl->target)
+			io_uring_prep_read_fixed(sqe, fd, mem, n, off, 0);
+		else
+			io_uring_prep_read(sqe, fd, mem, n, off);
+	} else {
+		if (e->fixed && !sl->target)
+			io_uring_prep_write_fixed(sqe, fd, mem, n, off, 0);
+		else
+			io_uring_prep_write(sqe, fd, mem, n, off);
+	}
+	/* Page-cache copies run in parallel on io_uring's workers. */
+	if (!sl->direct)
+		sqe->flags |= IOSQE_ASYNC;
+	io_uring_sqe_set_data(sqe, sl);
+	sl->state = PHX_SLOT_IO;
+	e->to_submit++;
+}
+
+void phx_slot_free(struct phx_engine *e, struct phx_slot *sl)
+{
+	struct phx_job *j = sl->job;
+
+	sl->state = PHX_SLOT_FREE;
+	sl->job = NULL;
+	sl->target = NULL;
+	if (--j->pending == 0 && !e->consumer->issuable(j))
+		job_complete(e, j);
+}
+
+/* Account a finished segment and release the slot. */
+void phx_slot_finish(struct phx_engine *e, struct phx_slot *sl)
+{
+	struct phx_job *j = sl->job;
+	enum phx_path p = sl->target ? PHX_PATH_P2P :
+			  sl->direct ? PHX_PATH_STAGED :
+				       PHX_PATH_BUFFERED;
+
+	j->moved += sl->copied;
+	j->by_path[p] += sl->copied;
+	phx_slot_free(e, sl);
+}
+
+static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
+{
+	struct phx_slot *sl = io_uring_cqe_get_data(cqe);
+	struct phx_job *j = sl->job;
+	int res = cqe->res;
+
+	e->inflight--;
+	if (res == -EINVAL && sl->direct) {
+		/* O_DIRECT refused after all (FUSE, odd alignment): page cache */
+		int bfd = phx_fd_buffered(j->fde);
+
+		if (bfd >= 0 && !sl->target) {
+			sl->direct = false;
+			phx_slot_prep_io(e, sl);
+			return;
+		}
+	}
+	if (res == -EAGAIN || res == -EINTR) {
+		phx_slot_prep_io(e, sl);
+		return;
+	}
+	if (res < 0) {
+		slot_fail(e, sl,
+			  phx_err(-res, "%s fd %d at offset %llu: %s",
+				  j->io->op == PHX_OP_READ ? "reading" :
+							     "writing",
+				  j->fde->user_fd,
+				  (unsigned long long)(sl->foff + sl->done),
+				  strerror(-res)));
+		return;
+	}
+	sl->done += (uint64_t)res;
+	if (sl->done < sl->len) {
+		if (j->io->op == PHX_OP_READ &&
+		    (res == 0 || sl->foff + sl->done >= j->fde->size)) {
+			j->eof = true; /* short read at end of file */
+		} else if (res > 0) {
+			phx_slot_prep_io(e, sl);
+			return;
+		} else {
+			slot_fail(
+				e, sl,
+				phx_err(EIO,
+					"writing fd %d: no progress at offset %llu",
+					j->fde->user_fd,
+					(unsigned long long)(sl->foff +
+							     sl->done)));
+			return;
+		}
+	}
+	if (j->io->op == PHX_OP_READ) {
+		if (sl->target) {
+			sl->copied = phx_min(sl->foff + sl->done, j->end) -
+				     phx_min(sl->foff, j->end);
+			phx_slot_finish(e, sl);
+		} else {
+			e->consumer->publish(e, sl);
+		}
+	} else {
+		phx_slot_finish(e, sl);
+	}
+}
+
+/*
+ * One round of the pipeline.  With @block it sleeps until something
+ * happens (unless the engine is polled, which spins instead).
+ */
+static int engine_step_once(struct phx_engine *e, bool block)
+{
+	struct io_uring_cqe *cqe;
+	unsigned int progressed = 0, head, seen;
+	int ret;
+
+	e->consumer->fill(e);
+	if (e->to_submit) {
+		ret = io_uring_submit(&e->uring);
+		if (ret < 0)
+			return phx_err(-ret, "io_uring_submit: %s",
+				       strerror(-ret));
+		e->inflight += e->to_submit;
+		e->to_submit = 0;
+	}
+	progressed += e->consumer->consumed(e);
+
+	seen = 0;
+	io_uring_for_each_cqe(&e->uring, head, cqe) {
+		engine_cqe(e, cqe);
+		seen++;
+	}
+	io_uring_cq_advance(&e->uring, seen);
+	progressed += seen;
+
+	if (progressed || !block || e->polled || e->to_submit) {
+		e->idle_polls = 0;
+		return 0;
+	}
+	return e->consumer->idle(e);
+}
+
+int phx_engine_wait_io(struct phx_engine *e)
+{
+	struct io_uring_cqe *cqe;
+	int ret;
+
+	if (e->inflight) {
+		ret = io_uring_wait_cqe(&e->uring, &cqe);
+		if (ret < 0 && ret != -EINTR)
+			return phx_err(-ret, "io_uring_wait_cqe: %s",
+				       strerror(-ret));
+	}
+	return 0;
+}
+
+/* A failed step leaves requests in flight: the engine is not lent again. */
+int phx_engine_step(struct phx_engine *e, bool block)
+{
+	int ret = engine_step_once(e, block);
+
+	if (ret)
+		e->broken = true;
+	return ret;
+}
+
+bool phx_engine_busy(const struct phx_engine *e)
+{
+	return e->nactive > 0;
+}
+
+void phx_engine_queue(struct phx_engine *e, struct phx_job *j)
+{
+	e->nactive++;
+	if (!e->consumer->issuable(j)) {
+		job_complete(e, j); /* nothing to move */
+		return;
+	}
+	TAILQ_INSERT_TAIL(&e->issue, j, issue);
+	j->queued = true;
+}
+
+struct phx_io *phx_engine_reap(struct phx_engine *e)
+{
+	struct phx_job *j = STAILQ_FIRST(&e->done);
+	struct phx_io *io;
+
+	if (!j)
+		return NULL;
+	STAILQ_REMOVE_HEAD(&e->done, done);
+	io = j->io;
+	free(j);
+	return io;
+}
+
+void phx_engine_slots(const struct phx_engine *e, char **staging,
+		      unsigned int *nslots, uint64_t *chunk, bool *pinned)
+{
+	*staging = e->staging;
+	*nslots = e->nslots;
+	*chunk = e->chunk;
+	*pinned = e->pinned;
+}

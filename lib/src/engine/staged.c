@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * staged.c - the engine's own slot consumer: the device copies between
+ * its pinned staging slots and device memory (phx_staged_consumer).
+ *
+ * A read segment is read from the file into a slot and, once the read
+ * completes, copied to the device asynchronously on one of the engine's
+ * copy streams, an event recorded after it; when the event fires the
+ * slot is free again.  A write segment is copied from the device into a
+ * slot first, then written to the file.  p2p segments (phx.ko) go
+ * between the file and the device mapping with no copy at all.  This is
+ * the consumer of every engine but the stream sink's (sink.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_i.h"
+
+static void job_add_region(struct phx_job *j, uint64_t from, uint64_t to,
+			   bool direct)
+{
+	if (from >= to)
+		return;
+	j->region[j->nregions].from = from;
+	j->region[j->nregions].to = to;
+	j->region[j->nregions].direct = direct;
+	j->nregions++;
+}
+
+/* Decide how a job moves its bytes and cut its file range into regions. */
+static int staged_plan(struct phx_engine *e, struct phx_job *j)
+{
+	struct phx_device *dev = e->dev;
+	bool is_read = j->io->op == PHX_OP_READ;
+	uint64_t a_start = phx_align_down(j->start, PHX_PAGE);
+	uint64_t a_end = phx_align_up(j->end, PHX_PAGE);
+	bool direct;
+	int ret;
+
+	ret = phx_job_direct(e, j, &direct);
+	if (ret)
+		return ret;
+
+	/* p2p: the device memory itself is DMA-able host-mapped memory. */
+	if (direct && dev->ops->p2p && dev->ops->host_addr &&
+	    (j->dptr - j->start) % PHX_PAGE == 0)
+		j->p2p = true;
+
+	if (!direct) {
+		ret = phx_fd_buffered(j->fde);
+		if (ret < 0)
+			return ret;
+		job_add_region(j, j->start, j->end, false);
+		goto out;
+	}
+	if (is_read && !j->p2p) {
+		/* The aligned superset; only the asked-for bytes are copied. */
+		job_add_region(j, a_start, a_end, true);
+		goto out;
+	}
+	/*
+	 * p2p reads and all direct writes: the unaligned edges go through
+	 * the page cache (a p2p read must not spill past the asked-for
+	 * range into device memory), the aligned middle O_DIRECT.
+	 */
+	a_start = phx_align_up(j->start, PHX_PAGE);
+	a_end = phx_align_down(j->end, PHX_PAGE);
+	if (a_start >= a_end) {
+		a_start = j->end;
+		a_end = j->end;
+	}
+	if (j->start != a_start || j->end != a_end) {
+		ret = phx_fd_buffered(j->fde);
+		if (ret < 0)
+			return ret;
+	}
+	job_add_region(j, j->start, a_start, false);
+	job_add_region(j, a_start, a_end, true);
+	job_add_region(j, a_end, j->end, false);
+out:
+	if (j->nregions)
+		j->pos = j->region[0].from;
+	return 0;
+}
+
+static bool staged_issuable(const struct phx_job *j)
+{
+	return !j->err && !j->eof && j->cur < j->nregions;
+}
+
+/* Start a device copy for @sl; the slot completes when its event fires. */
+static void slot_copy(struct phx_engine *e, struct phx_slot *sl, bool to_device)
+{
+	struct phx_device *dev = e->dev;
+	struct phx_job *j = sl->job;
+	uint64_t cs, ce;
+	int ret;
+
+	if (to_device) {
+		cs = phx_max(sl->foff, j->start);
+		ce = phx_min(sl->foff + sl->done, j->end);
+	} else {
+		cs = sl->foff;
+		ce = sl->foff + sl->len;
+	}
+	sl->copied = ce > cs ? ce - cs : 0;
+	if (!sl->copied) {
+		phx_slot_finish(e, sl);
+		return;
+	}
+	if (to_device)
+		ret = dev->ops->copy_htod(dev, j->dptr + (cs - j->start),
+					  sl->mem + (cs - sl->foff), sl->copied,
+					  sl->stream);
+	else if (j->buf)
+		ret = phx_buf_copy_out(j->buf, j->io->buf_off + (cs - j->start),
+				       sl->mem, sl->copied, sl->stream);
+	else
+		ret = dev->ops->copy_dtoh(dev, sl->mem,
+					  j->dptr + (cs - j->start), sl->copied,
+					  sl->stream);
+	if (!ret)
+		ret = dev->ops->event_record(dev, sl->event, sl->stream);
+	if (ret) {
+		phx_job_fail(j, ret);
+		sl->copied = 0;
+		phx_slot_free(e, sl);
+		return;
+	}
+	sl->state = PHX_SLOT_COPY;
+	sl->copy_next = NULL;
+	if (e->copyq[sl->sidx])
+		e->copyq_tail[sl->sidx]->copy_next = sl;
+	else
+		e->copyq[sl->sidx] = sl;
+	e->copyq_tail[sl->sidx] = sl;
+}
+
+static void staged_publish(struct phx_engine *e, struct phx_slot *sl)
+{
+	slot_copy(e, sl, sl->job->io->op == PHX_OP_READ);
+}
+
+/* Give free slots to jobs with segments left, any slot to any job. */
+static void staged_fill(struct phx_engine *e)
+{
+	unsigned int i;
+
+	for (i = 0; i < e->nslots; i++) {
+		struct phx_slot *sl = &e->slots[i];
+		struct phx_job_region *r;
+		struct phx_job *j;
+		uint64_t seg_end;
+
+		if (sl->state != PHX_SLOT_FREE)
+			continue;
+		j = phx_engine_next_job(e);
+		if (!j)
+			return;
+		r = &j->region[j->cur];
+		/* Segments end on chunk-aligned file offsets. */
+		seg_end = phx_min(r->to,
+				  phx_align_down(j->pos, e->chunk) + e->chunk);
+		sl->job = j;
+		sl->mem = e->staging + (size_t)i * e->chunk;
+		sl->foff = j->pos;
+		sl->len = seg_end - j->pos;
+		sl->done = 0;
+		sl->copied = 0;
+		sl->direct = r->direct;
+		sl->target = NULL;
+		if (j->p2p && r->direct)
+			sl->target = (char *)e->dev->ops->host_addr(e->dev,
+								    j->dptr) +
+				     (sl->foff - j->start);
+		j->pos = seg_end;
+		if (j->pos >= r->to && ++j->cur < j->nregions)
+			j->pos = j->region[j->cur].from;
+		j->pending++;
+
+		if (j->io->op == PHX_OP_WRITE && !sl->target) {
+			sl->len = seg_end - sl->foff;
+			slot_copy(e, sl, false);
+		} else {
+			if (sl->target && j->io->op == PHX_OP_WRITE)
+				sl->copied = sl->len;
+			phx_slot_prep_io(e, sl);
+		}
+	}
+}
+
+/*
+ * Progress copies whose events fired, oldest first on each stream, up to
+ * the first still running; returns how many did.
+ */
+static unsigned int staged_consumed(struct phx_engine *e)
+{
+	struct phx_device *dev = e->dev;
+	unsigned int s, n = 0;
+	struct phx_slot *sl;
+	int ret;
+
+	for (s = 0; s < PHX_NR_STREAMS; s++) {
+		while ((sl = e->copyq[s])) {
+			ret = dev->ops->event_query(dev, sl->event);
+			if (ret == -EAGAIN)
+				break;
+			e->copyq[s] = sl->copy_next;
+			n++;
+			if (ret) {
+				phx_job_fail(sl->job, ret);
+				sl->copied = 0;
+				phx_slot_free(e, sl);
+			} else if (sl->job->io->op == PHX_OP_WRITE) {
+				phx_slot_prep_io(e, sl);
+			} else {
+				phx_slot_finish(e, sl);
+			}
+		}
+	}
+	return n;
+}
+
+/* The oldest device copy in flight, or NULL. */
+static struct phx_slot *oldest_copy(struct phx_engine *e)
+{
+	for (unsigned int s = 0; s < PHX_NR_STREAMS; s++)
+		if (e->copyq[s])
+			return e->copyq[s];
+	return NULL;
+}
+
+/* Copies are short next to disk reads: wait on them first. */
+static int staged_idle(struct phx_engine *e)
+{
+	struct phx_slot *sl = oldest_copy(e);
+
+	if (sl)
+		return e->dev->ops->event_sync(e->dev, sl->event);
+	return phx_engine_wait_io(e);
+}
+
+const struct phx_slot_consumer phx_staged_consumer = {
+	.plan = staged_plan,
+	.issuable = staged_issuable,
+	.fill = staged_fill,
+	.publish = staged_publish,
+	.consumed = staged_consumed,
+	.idle = staged_idle,
+};
+
+/* Run until @j completes (and no request of it is left in flight). */
+static int engine_run_job(struct phx_engine *e, struct phx_job *j)
+{
+	int ret;
+
+	while (phx_engine_busy(e)) {
+		ret = phx_engine_step(e, true);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Run @io to completion on @e, which nothing else uses meanwhile. */
+int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
+{
+	struct phx_job *j;
+	int ret;
+
+	ret = phx_job_make(e, io, NULL, &j);
+	if (ret) {
+		atomic_fetch_add(&e->dev->errors, 1);
+		return io->result = ret;
+	}
+	phx_engine_queue(e, j);
+	ret = engine_run_job(e, j);
+	/* the job is on the done list now */
+	STAILQ_INIT(&e->done);
+	free(j);
+	if (ret)
+		return io->result = ret;
+	if (io->result >= 0)
+		phx_err_clear();
+	return io->result;
+}

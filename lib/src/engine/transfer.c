@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transfer.c - the synchronous and batch API over a pool of engines.
+ *
+ * Each device keeps up to PHX_MAX_ENGINES engines.  Synchronous calls
+ * and host copies borrow one per call, a batch for its life, and give it
+ * back; an engine of another shape is re-cut rather than rebuilt, so
+ * after the first transfer no call pays for io_uring setup, staging or
+ * pinning.  Stream-ordered workers (stream.c) own engines of their own.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_i.h"
+
+/* The engines of a device, idle or lent (phx_engine_get()). */
+struct phx_engine_pool {
+	pthread_mutex_t lock; /* protects everything below */
+	pthread_cond_t cond; /* an engine came back or went */
+	struct phx_engine *free; /* idle engines */
+	unsigned int count; /* engines of the pool, idle or lent */
+	unsigned int idle;
+	unsigned int sync; /* lent to synchronous callers */
+	unsigned int batch; /* lent to batches */
+};
+
+/*
+ * Lend an engine of shape @sh from @dev's pool: an idle one of that shape,
+ * else an idle one re-cut to it, else a new one.  Synchronous callers
+ * (@wait) hold theirs for one call: they wait while PHX_MAX_ENGINES are
+ * lent to such callers and none is idle.  Batches hold theirs for their
+ * life and never wait, nor count against that limit: a thread holding
+ * batches would otherwise wait for itself in its next synchronous call.
+ * Engines past the limit are freed when they come back.
+ */
+int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
+		   bool wait, struct phx_engine **out)
+{
+	struct phx_engine *e, **pp, **pick;
+	int ret;
+
+	pthread_mutex_lock(&dev->engines->lock);
+	while (wait && !dev->engines->free &&
+	       dev->engines->sync >= PHX_MAX_ENGINES)
+		pthread_cond_wait(&dev->engines->cond, &dev->engines->lock);
+	if (wait)
+		dev->engines->sync++;
+	else
+		dev->engines->batch++;
+	if (!dev->engines->free) {
+		dev->engines->count++;
+		pthread_mutex_unlock(&dev->engines->lock);
+		goto build;
+	}
+	pick = NULL;
+	for (pp = &dev->engines->free; *pp; pp = &(*pp)->next_free) {
+		if ((*pp)->nslots == sh.nslots && (*pp)->chunk == sh.chunk) {
+			pick = pp;
+			break;
+		}
+		if (!pick && phx_engine_fits(*pp, sh))
+			pick = pp;
+	}
+	if (!pick)
+		pick = &dev->engines->free;
+	e = *pick;
+	*pick = e->next_free;
+	dev->engines->idle--;
+	pthread_mutex_unlock(&dev->engines->lock);
+
+	if (e->nslots == sh.nslots && e->chunk == sh.chunk)
+		goto lent;
+	if (phx_engine_fits(e, sh) && !phx_engine_slice(e, sh))
+		goto lent;
+	/* Too small for this shape: build one in its place. */
+	phx_engine_destroy(e);
+build:
+	ret = phx_engine_create(dev, sh, &phx_staged_consumer, &e);
+	if (ret) {
+		pthread_mutex_lock(&dev->engines->lock);
+		dev->engines->count--;
+		if (wait)
+			dev->engines->sync--;
+		else
+			dev->engines->batch--;
+		pthread_cond_signal(&dev->engines->cond);
+		pthread_mutex_unlock(&dev->engines->lock);
+		return ret;
+	}
+lent:
+	e->lent_sync = wait;
+	*out = e;
+	return 0;
+}
+
+/*
+ * Return @e to the pool.  Broken engines go, and so do engines that would
+ * leave more than PHX_MAX_ENGINES outside batches.
+ */
+void phx_engine_put(struct phx_device *dev, struct phx_engine *e)
+{
+	e->polled = false;
+	pthread_mutex_lock(&dev->engines->lock);
+	if (e->lent_sync)
+		dev->engines->sync--;
+	else
+		dev->engines->batch--;
+	if (e->broken ||
+	    dev->engines->count > PHX_MAX_ENGINES + dev->engines->batch) {
+		dev->engines->count--;
+		pthread_cond_signal(&dev->engines->cond);
+		pthread_mutex_unlock(&dev->engines->lock);
+		phx_engine_destroy(e);
+		return;
+	}
+	e->next_free = dev->engines->free;
+	dev->engines->free = e;
+	dev->engines->idle++;
+	pthread_cond_signal(&dev->engines->cond);
+	pthread_mutex_unlock(&dev->engines->lock);
+}
+
+PHX_EXPORT int phx_engine_stats_get(struct phx_device *dev,
+				    struct phx_engine_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&dev->engines->lock);
+	out->alive = dev->engines->count;
+	out->idle = dev->engines->idle;
+	pthread_mutex_unlock(&dev->engines->lock);
+	out->built = atomic_load(&dev->engines_built);
+	out->staging_bytes = atomic_load(&dev->staging);
+	return 0;
+}
+
+int phx_engine_pool_open(struct phx_device *dev)
+{
+	struct phx_engine_pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return phx_err(ENOMEM, "%s: out of host memory for its engines",
+			       dev->name);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	dev->engines = p;
+	return 0;
+}
+
+void phx_engine_pool_destroy(struct phx_device *dev)
+{
+	struct phx_engine *e;
+
+	if (!dev->engines)
+		return;
+
+	pthread_mutex_lock(&dev->engines->lock);
+	while ((e = dev->engines->free)) {
+		dev->engines->free = e->next_free;
+		dev->engines->count--;
+		dev->engines->idle--;
+		phx_engine_destroy(e);
+	}
+	pthread_mutex_unlock(&dev->engines->lock);
+	pthread_mutex_destroy(&dev->engines->lock);
+	pthread_cond_destroy(&dev->engines->cond);
+	free(dev->engines);
+	dev->engines = NULL;
+}
+
+PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
+{
+	struct phx_engine *e;
+	int ret;
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		return io->result = ret;
+	ret = phx_engine_get(dev, phx_shape_io(io->len), true, &e);
+	if (ret)
+		return io->result = ret;
+	phx_engine_run(e, io);
+	phx_engine_put(dev, e);
+	return io->result;
+}
+
+/*
+ * Engines outside the pool, for the stream-ordered workers (stream.c):
+ * made and freed by their owner, used by one thread at a time.
+ */
+int phx_engine_new(struct phx_device *dev, size_t staging,
+		   struct phx_engine **out)
+{
+	int ret = phx_device_bind(dev);
+
+	return ret ? ret :
+		     phx_engine_create(dev, phx_shape_sync(staging),
+				       &phx_staged_consumer, out);
+}
+
+int phx_engine_new_sink(struct phx_device *dev, size_t staging,
+			unsigned int nslots, struct phx_engine **out)
+{
+	struct phx_engine_shape sh = {
+		.nslots = nslots,
+		.chunk = phx_align_down(staging / nslots, PHX_PAGE),
+	};
+	int ret = phx_device_bind(dev);
+
+	if (!ret && !sh.chunk)
+		ret = phx_err(EINVAL, "%s: %zu bytes of staging for %u slots",
+			      dev->name, staging, nslots);
+	if (!ret)
+		ret = phx_engine_create(dev, sh, &phx_sink_consumer, out);
+	return ret;
+}
+
+int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io)
+{
+	int ret = phx_device_bind(e->dev);
+
+	return ret ? io->result = ret : phx_engine_run(e, io);
+}
+
+static int64_t buf_io(enum phx_op op, struct phx_buf *buf, uint64_t buf_off,
+		      int fd, int64_t file_off, uint64_t len)
+{
+	struct phx_io io = {
+		.op = op,
+		.fd = fd,
+		.file_off = file_off,
+		.buf = buf,
+		.buf_off = buf_off,
+		.len = len,
+	};
+
+	return phx_io_run(buf->dev, &io);
+}
+
+PHX_EXPORT int64_t phx_read(struct phx_buf *buf, uint64_t buf_off, int fd,
+			    int64_t file_off, uint64_t len)
+{
+	return buf_io(PHX_OP_READ, buf, buf_off, fd, file_off, len);
+}
+
+PHX_EXPORT int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
+			     int64_t file_off, uint64_t len)
+{
+	return buf_io(PHX_OP_WRITE, buf, buf_off, fd, file_off, len);
+}
+
+/* ---- batches -------------------------------------------------------- */
+
+struct phx_batch {
+	struct phx_device *dev;
+	struct phx_engine *engine;
+};
+
+PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
+				unsigned int flags, struct phx_batch **out)
+{
+	struct phx_batch *b;
+	int ret;
+
+	ret = phx_device_bind(dev);
+	if (ret)
+		return ret;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return phx_err(ENOMEM, "out of host memory for a batch");
+	b->dev = dev;
+	ret = phx_engine_get(dev, phx_shape_batch(depth), false, &b->engine);
+	if (ret) {
+		free(b);
+		return ret;
+	}
+	b->engine->polled = flags & PHX_BATCH_POLL;
+	*out = b;
+	return 0;
+}
+
+PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
+				unsigned int n)
+{
+	struct phx_engine *e = b->engine;
+	unsigned int i;
+	int ret;
+
+	ret = phx_device_bind(b->dev);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i++) {
+		struct phx_job *j;
+
+		while ((ret = phx_job_make(e, &ios[i], NULL, &j)) == -EAGAIN &&
+		       phx_engine_busy(e)) {
+			/* all file slots busy: let transfers finish */
+			ret = phx_engine_step(e, true);
+			if (ret)
+				return i ? (int)i : ret;
+		}
+		if (ret) {
+			/* A bad entry completes with its own error. */
+			j = calloc(1, sizeof(*j));
+			if (!j)
+				return i ? (int)i :
+					   phx_err(ENOMEM,
+						   "out of host memory");
+			j->io = &ios[i];
+			j->err = ret;
+		}
+		phx_engine_queue(e, j);
+	}
+	/* get the I/O going before returning */
+	ret = phx_engine_step(e, false);
+	return ret ? ret : (int)n;
+}
+
+PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
+			      struct phx_io **done, unsigned int max,
+			      int timeout_ms)
+{
+	struct phx_engine *e = b->engine;
+	struct timespec t0, now;
+	unsigned int n = 0;
+	int ret;
+
+	ret = phx_device_bind(b->dev);
+	if (ret)
+		return ret;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		while (!STAILQ_EMPTY(&e->done) && (!done || n < max)) {
+			struct phx_job *j = STAILQ_FIRST(&e->done);
+
+			STAILQ_REMOVE_HEAD(&e->done, done);
+			if (done)
+				done[n] = j->io;
+			n++;
+			free(j);
+		}
+		if (n >= min || !phx_engine_busy(e) || (done && n >= max))
+			break;
+		if (timeout_ms >= 0) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if ((now.tv_sec - t0.tv_sec) * 1000 +
+				    (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+			    timeout_ms)
+				break;
+		}
+		ret = phx_engine_step(e, timeout_ms != 0);
+		if (ret)
+			return ret;
+	}
+	return (int)n;
+}
+
+PHX_EXPORT void phx_batch_destroy(struct phx_batch *b)
+{
+	struct phx_engine *e;
+
+	if (!b)
+		return;
+	e = b->engine;
+	phx_device_bind(b->dev);
+	while (phx_engine_busy(e))
+		if (phx_engine_step(e, true))
+			break;
+	while (!STAILQ_EMPTY(&e->done)) {
+		struct phx_job *j = STAILQ_FIRST(&e->done);
+
+		STAILQ_REMOVE_HEAD(&e->done, done);
+		free(j);
+	}
+	phx_engine_put(b->dev, e);
+	free(b);
+}
