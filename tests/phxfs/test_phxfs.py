@@ -920,7 +920,7 @@ def mount_helper():
     os.makedirs(mp, exist_ok=True)
     env = dict(FS.env)
     env["PATH"] = os.path.abspath(ARGS.build) + ":" + env["PATH"]
-    helper = os.path.join(os.path.dirname(__file__), "..", "..", "phxfs",
+    helper = os.path.join(os.path.dirname(__file__), "..", "..", "phxfs", "tool",
                           "mount.fuse.phxfs")
     r = subprocess.run([helper, "phxfs", mp, "-o",
                         "size=64M,noauto,_netdev,reserve=0"],
