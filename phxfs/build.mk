@@ -116,12 +116,12 @@ install: install-phxfs
 # has it).
 test-phxfs: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	@PHX_SIM_DEVICES=$${PHX_SIM_DEVICES:-3} \
-		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device
+		sh tests/phxfs/run.sh $(BUILD) --each-device
 
 .PHONY: test-phxfs-uring
 test-phxfs-uring: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	@echo "== phxfs over io_uring"
-	@python3 tests/phxfs/test_phxfs.py --build $(BUILD) --io-uring on
+	@sh tests/phxfs/run.sh $(BUILD) --io-uring on
 
 # The same suite against the variant PHX_FUSE did not pick (simulated
 # devices: the daemon path; passthrough itself is proved by
@@ -135,7 +135,7 @@ test-phxfs-other: $(BUILD)/phxfs-$(PHXFS_OTHER) $(BUILD)/phx $(LIB_SO) \
 	@cp $(BUILD)/phxfs-$(PHXFS_OTHER) $(PHXFS_OTHER_DIR)/phxfs
 	@cp $(BUILD)/phx $(LIB_SO) $(PHXFSCTL_SO) $(PHXFS_OTHER_DIR)/
 	@echo "== phxfs built with libfuse $(PHXFS_OTHER)"
-	@python3 tests/phxfs/test_phxfs.py --build $(PHXFS_OTHER_DIR)
+	@sh tests/phxfs/run.sh $(PHXFS_OTHER_DIR)
 
 # No circles of calls or includes between the files of each part.
 .PHONY: check-phxfs-circles
