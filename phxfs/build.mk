@@ -138,11 +138,11 @@ test-phxfs-other: $(BUILD)/phxfs-$(PHXFS_OTHER) $(BUILD)/phx $(LIB_SO) \
 	@sh tests/phxfs/run.sh $(PHXFS_OTHER_DIR)
 
 # No circles of calls or includes between the files of each part.
-.PHONY: check-phxfs-circles
-check-phxfs-circles: $(PHXFS_SYS_OBJS) $(PHX_OBJS) $(PHXFSCTL_OBJ)
+.PHONY: test-phxfs-circles
+test-phxfs-circles: $(PHXFS_SYS_OBJS) $(PHX_OBJS) $(PHXFSCTL_OBJ)
 	@sh scripts/check-circles.sh "phxfs daemon" $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ)
 	@sh scripts/check-circles.sh "phx tool" $(PHX_OBJS) $(PHXFSCTL_OBJ)
 
-TESTS += check-phxfs-circles test-phxfs test-phxfs-uring test-phxfs-other
+TESTS += test-phxfs-circles test-phxfs test-phxfs-uring test-phxfs-other
 -include $(PHXFS_SYS_OBJS:.o=.d) $(PHXFS_318_OBJS:.o=.d) $(PHX_OBJS:.o=.d) \
 	$(PHXFSCTL_OBJ:.o=.d)

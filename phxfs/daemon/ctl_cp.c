@@ -203,6 +203,30 @@ static bool on_this_mount(struct phxfs_conn *c, int fd)
  * file holds: -ENOSPC for a caller other than root when that dips into
  * the device's root reserve.
  */
+/*
+ * Is copy @what (CP, CPOUT) with the other end @fd (its @role) refused?
+ * Not under -o writeback, and not within this mount: it would wait on
+ * itself.  The error line is sent.
+ */
+static bool cp_refused(struct phxfs_conn *c, const char *what, int fd,
+		       const char *role)
+{
+	char msg[128];
+
+	if (c->fs->opts.writeback)
+		snprintf(
+			msg, sizeof(msg),
+			"%s: phxfs runs with -o writeback; remount without it, or use cp",
+			what);
+	else if (on_this_mount(c, fd))
+		snprintf(msg, sizeof(msg),
+			 "%s: the %s is on this phxfs; use cp", what, role);
+	else
+		return false;
+	phxfs_conn_err(c, c->fs->opts.writeback ? -EOPNOTSUPP : -EXDEV, msg);
+	return true;
+}
+
 static int cp_room(struct phxfs_conn *c, struct phxfs_inode *inode,
 		   uint64_t total)
 {
@@ -229,18 +253,9 @@ void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 
 	if (!inode)
 		return;
-	if (c->fs->opts.writeback) {
-		/* The kernel keeps the size of cached files itself there. */
-		phxfs_conn_err(
-			c, -EOPNOTSUPP,
-			"CP: phxfs runs with -o writeback; remount without it, or use cp");
+	/* with writeback the kernel keeps the size of cached files itself */
+	if (cp_refused(c, "CP", src, "source"))
 		goto out;
-	}
-	if (on_this_mount(c, src)) {
-		phxfs_conn_err(c, -EXDEV,
-			       "CP: the source is on this phxfs; use cp");
-		goto out;
-	}
 	total = fd_size(src);
 	if (total < 0) {
 		phxfs_conn_err(c, (int)total, "CP: the source has no size");
@@ -366,19 +381,9 @@ void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
 
 	if (!inode)
 		return;
-	if (c->fs->opts.writeback) {
-		/* The kernel may hold bytes the daemon has not seen. */
-		phxfs_conn_err(
-			c, -EOPNOTSUPP,
-			"CPOUT: phxfs runs with -o writeback; remount without it, or use cp");
+	/* with writeback the kernel may hold bytes the daemon has not seen */
+	if (cp_refused(c, "CPOUT", dst, "destination"))
 		goto out;
-	}
-	if (on_this_mount(c, dst)) {
-		phxfs_conn_err(
-			c, -EXDEV,
-			"CPOUT: the destination is on this phxfs; use cp");
-		goto out;
-	}
 	ret = cp_push(c, inode, dst, &done, &path);
 	if (ret) {
 		const char *msg = phx_strerror_last();

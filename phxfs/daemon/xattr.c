@@ -149,52 +149,54 @@ static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	free(list);
 }
 
-static void phxfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			   const char *value, size_t size, int flags)
+/*
+ * -errno for a change of attribute @name that the file system refuses
+ * outright, or 0: the user.phx.* ones are its own, and only the stored
+ * namespaces can change.
+ */
+static int may_change(const char *name)
+{
+	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX)))
+		return -EPERM;
+	return stored_namespace(name) ? 0 : -ENOTSUP;
+}
+
+/* Set (@value non-NULL) or remove @name of inode @ino; replies to @req. */
+static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			 const char *value, size_t size, int flags)
 {
 	struct phxfs *fs = phxfs_fs(req);
 	struct phxfs_inode *inode;
-	int err;
+	int err = may_change(name);
 
-	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
-		fuse_reply_err(req, EPERM); /* the file system's own */
-		return;
-	}
-	if (!stored_namespace(name)) {
-		fuse_reply_err(req, ENOTSUP);
+	if (err) {
+		fuse_reply_err(req, -err);
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, ino);
-	err = inode ? phxfs_xattr_set(fs, inode, name, value, size, flags) :
-		      -ENOENT;
+	if (!inode)
+		err = -ENOENT;
+	else if (value)
+		err = phxfs_xattr_set(fs, inode, name, value, size, flags);
+	else
+		err = phxfs_xattr_remove(fs, inode, name);
 	if (!err)
 		phxfs_touch(&inode->ctime);
 	pthread_mutex_unlock(&fs->lock);
 	fuse_reply_err(req, -err);
 }
 
+static void phxfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			   const char *value, size_t size, int flags)
+{
+	/* an empty value is a value */
+	change_xattr(req, ino, name, value ? value : "", size, flags);
+}
+
 static void phxfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	struct phxfs *fs = phxfs_fs(req);
-	struct phxfs_inode *inode;
-	int err;
-
-	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	if (!stored_namespace(name)) {
-		fuse_reply_err(req, ENOTSUP);
-		return;
-	}
-	pthread_mutex_lock(&fs->lock);
-	inode = phxfs_inode_get(fs, ino);
-	err = inode ? phxfs_xattr_remove(fs, inode, name) : -ENOENT;
-	if (!err)
-		phxfs_touch(&inode->ctime);
-	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, -err);
+	change_xattr(req, ino, name, NULL, 0, 0);
 }
 
 void phxfs_xattr_ops(struct fuse_lowlevel_ops *o)
