@@ -52,14 +52,14 @@ $(KMOD_DIR)/tests/kmod_fuse: tests/kmod/kmod_fuse.c $(KMOD_TEST_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KMOD_CFLAGS) -static -o $@ $<
 
-$(KMOD_DIR)/tests/phxfs: $(PHXFS_318_OBJS) $(LIB_A)
+$(KMOD_DIR)/tests/phxfs: $(PHXFS_318_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $(PHXFS_318_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) \
+	$(CC) -static -o $@ $(PHXFS_318_OBJS) $(PHXFSCTL_OBJ) -Wl,-u,phx_kmod_ops $(LIB_A) \
 		$(FUSE318_LIB) $(URING_LIB) -ldl -pthread
 
-$(KMOD_DIR)/tests/phx: $(PHX_CLI_OBJS) $(LIB_A)
+$(KMOD_DIR)/tests/phx: $(PHX_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $(PHX_CLI_OBJS) $(LIB_A) $(URING_LIB) -ldl \
+	$(CC) -static -o $@ $(PHX_OBJS) $(PHXFSCTL_OBJ) $(LIB_A) $(URING_LIB) -ldl \
 		-pthread
 
 test-passthrough: kmod $(KMOD_FUSE_PROGS) $(KMOD_HOSTCHECK)

@@ -29,47 +29,56 @@ FUSE318 := $(BUILD)/libfuse/prefix
 FUSE318_CFLAGS := -I$(FUSE318)/include/fuse3 -DFUSE_USE_VERSION=317
 FUSE318_LIB := $(FUSE318)/lib/libfuse3.a $(NUMA_LIB) -lrt
 
-PHXFS_SRCS := phxfs/main.c phxfs/inode.c phxfs/device.c phxfs/ops.c \
-	phxfs/dir.c phxfs/file.c phxfs/loop.c phxfs/readahead.c phxfs/xattr.c phxfs/ctl.c \
-	phxfs/backing.c phxfs/client.c phxfs/ctlsock.c
-PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs-obj/%.o)
-PHXFS_318_OBJS := $(PHXFS_SRCS:phxfs/%.c=$(BUILD)/phxfs318-obj/%.o)
+# Three parts, each built once:
+#   daemon/  the FUSE daemon phxfs (two builds, one per libfuse)
+#   tool/    the phx command and the mount helper
+#   client/  libphxfsctl, the one client of the control socket
+#            (phxfs_client.h): a shared library for C programs and the
+#            Python package, and one object that the daemon (for the
+#            escaping) and phx link in.
+PHXFS_SRCS := $(wildcard phxfs/daemon/*.c)
+PHXFS_SYS_OBJS := $(PHXFS_SRCS:phxfs/daemon/%.c=$(BUILD)/phxfs-daemon-obj/%.o)
+PHXFS_318_OBJS := $(PHXFS_SRCS:phxfs/daemon/%.c=$(BUILD)/phxfs318-daemon-obj/%.o)
+PHX_SRCS := $(wildcard phxfs/tool/*.c)
+PHX_OBJS := $(PHX_SRCS:phxfs/tool/%.c=$(BUILD)/phx-obj/%.o)
 
-# libphxfsctl: the one client of the control socket (phxfs_client.h), a
-# shared library for C programs and the Python package, and an object
-# that phx links in (phxfs builds client.c with its own sources, for the
-# escaping).
-PHXFSCTL_OBJ := $(BUILD)/phxfsctl/client.o
+PHXFSCTL_OBJ := $(BUILD)/phxfsctl-obj/client.o
 PHXFSCTL_SO := $(BUILD)/libphxfsctl.so
-PHX_CLI_OBJS := $(BUILD)/phxfs-obj/phx.o $(PHXFSCTL_OBJ)
+PHXFS_INCLUDES := -Iphxfs/client
 
-$(PHXFSCTL_OBJ): phxfs/client.c
+$(PHXFSCTL_OBJ): phxfs/client/client.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Iphxfs -c $< -o $@
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(PHXFS_INCLUDES) -c $< -o $@
 
 $(PHXFSCTL_SO): $(PHXFSCTL_OBJ)
 	@ln -sf libphxfsctl.so $(BUILD)/libphxfsctl.so.0
 	$(CC) -shared -Wl,-soname,libphxfsctl.so.0 -Wl,--no-undefined \
 		$(LDFLAGS) -o $@ $^
 
+$(BUILD)/phx-obj/%.o: phxfs/tool/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(PHXFS_INCLUDES) -Iphxfs/tool -c $< -o $@
+
 $(FUSE318)/.built-3.18:
 	@sh scripts/libfuse.sh $(BUILD)
 
-$(BUILD)/phxfs-obj/%.o: phxfs/%.c
+PHXFS_DAEMON_CFLAGS := $(PHX_CPPFLAGS) $(PHXFS_INCLUDES) -Iphxfs/daemon
+
+$(BUILD)/phxfs-daemon-obj/%.o: phxfs/daemon/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Iphxfs -c $< -o $@
+	$(CC) $(CFLAGS) $(PHXFS_DAEMON_CFLAGS) $(FUSE_SYS_CFLAGS) -c $< -o $@
 
-$(BUILD)/phxfs318-obj/%.o: phxfs/%.c $(FUSE318)/.built-3.18
+$(BUILD)/phxfs318-daemon-obj/%.o: phxfs/daemon/%.c $(FUSE318)/.built-3.18
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE318_CFLAGS) -Iphxfs -c $< -o $@
+	$(CC) $(CFLAGS) $(PHXFS_DAEMON_CFLAGS) $(FUSE318_CFLAGS) -c $< -o $@
 
-$(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE_SYS_LIB) \
-		$(URING_LIB) $(LDLIBS)
+$(BUILD)/phxfs-system: $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ) -Wl,-u,phx_kmod_ops \
+		$(LIB_A) $(FUSE_SYS_LIB) $(URING_LIB) $(LDLIBS)
 
-$(BUILD)/phxfs-3.18: $(PHXFS_318_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHXFS_318_OBJS) -Wl,-u,phx_kmod_ops $(LIB_A) $(FUSE318_LIB) \
-		$(URING_LIB) $(LDLIBS)
+$(BUILD)/phxfs-3.18: $(PHXFS_318_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHXFS_318_OBJS) $(PHXFSCTL_OBJ) -Wl,-u,phx_kmod_ops \
+		$(LIB_A) $(FUSE318_LIB) $(URING_LIB) $(LDLIBS)
 
 # Copied whenever it differs, so that switching PHX_FUSE takes effect.
 $(BUILD)/phxfs: $(BUILD)/phxfs-$(PHX_FUSE) FORCE
@@ -77,8 +86,8 @@ $(BUILD)/phxfs: $(BUILD)/phxfs-$(PHX_FUSE) FORCE
 
 .PHONY: FORCE
 
-$(BUILD)/phx: $(PHX_CLI_OBJS) $(LIB_A)
-	$(CC) $(LDFLAGS) -o $@ $(PHX_CLI_OBJS) $(LIB_A) $(URING_LIB) $(LDLIBS)
+$(BUILD)/phx: $(PHX_OBJS) $(PHXFSCTL_OBJ) $(LIB_A)
+	$(CC) $(LDFLAGS) -o $@ $(PHX_OBJS) $(PHXFSCTL_OBJ) $(LIB_A) $(URING_LIB) $(LDLIBS)
 
 ALL += $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 
@@ -91,9 +100,9 @@ install-phxfs: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 		$(DESTDIR)$(SBINDIR)
 	install -m 755 $(BUILD)/phxfs $(DESTDIR)$(PREFIX)/sbin/phxfs
 	install -m 755 $(BUILD)/phx $(DESTDIR)$(PREFIX)/bin/phx
-	install -m 755 phxfs/mount.fuse.phxfs $(DESTDIR)$(SBINDIR)/mount.fuse.phxfs
+	install -m 755 phxfs/tool/mount.fuse.phxfs $(DESTDIR)$(SBINDIR)/mount.fuse.phxfs
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib
-	install -m 644 phxfs/phxfs_client.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 phxfs/client/phxfs_client.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(PHXFSCTL_SO) $(DESTDIR)$(PREFIX)/lib/libphxfsctl.so.0
 	ln -sf libphxfsctl.so.0 $(DESTDIR)$(PREFIX)/lib/libphxfsctl.so
 
@@ -107,12 +116,12 @@ install: install-phxfs
 # has it).
 test-phxfs: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	@PHX_SIM_DEVICES=$${PHX_SIM_DEVICES:-3} \
-		python3 tests/phxfs/test_phxfs.py --build $(BUILD) --each-device
+		sh tests/phxfs/run.sh $(BUILD) --each-device
 
 .PHONY: test-phxfs-uring
 test-phxfs-uring: $(BUILD)/phxfs $(BUILD)/phx $(PHXFSCTL_SO)
 	@echo "== phxfs over io_uring"
-	@python3 tests/phxfs/test_phxfs.py --build $(BUILD) --io-uring on
+	@sh tests/phxfs/run.sh $(BUILD) --io-uring on
 
 # The same suite against the variant PHX_FUSE did not pick (simulated
 # devices: the daemon path; passthrough itself is proved by
@@ -126,7 +135,14 @@ test-phxfs-other: $(BUILD)/phxfs-$(PHXFS_OTHER) $(BUILD)/phx $(LIB_SO) \
 	@cp $(BUILD)/phxfs-$(PHXFS_OTHER) $(PHXFS_OTHER_DIR)/phxfs
 	@cp $(BUILD)/phx $(LIB_SO) $(PHXFSCTL_SO) $(PHXFS_OTHER_DIR)/
 	@echo "== phxfs built with libfuse $(PHXFS_OTHER)"
-	@python3 tests/phxfs/test_phxfs.py --build $(PHXFS_OTHER_DIR)
+	@sh tests/phxfs/run.sh $(PHXFS_OTHER_DIR)
 
-TESTS += test-phxfs test-phxfs-uring test-phxfs-other
--include $(PHXFS_SYS_OBJS:.o=.d) $(PHXFS_318_OBJS:.o=.d) $(PHX_CLI_OBJS:.o=.d)
+# No circles of calls or includes between the files of each part.
+.PHONY: test-phxfs-circles
+test-phxfs-circles: $(PHXFS_SYS_OBJS) $(PHX_OBJS) $(PHXFSCTL_OBJ)
+	@sh scripts/check-circles.sh "phxfs daemon" $(PHXFS_SYS_OBJS) $(PHXFSCTL_OBJ)
+	@sh scripts/check-circles.sh "phx tool" $(PHX_OBJS) $(PHXFSCTL_OBJ)
+
+TESTS += test-phxfs-circles test-phxfs test-phxfs-uring test-phxfs-other
+-include $(PHXFS_SYS_OBJS:.o=.d) $(PHXFS_318_OBJS:.o=.d) $(PHX_OBJS:.o=.d) \
+	$(PHXFSCTL_OBJ:.o=.d)

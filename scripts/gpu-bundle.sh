@@ -124,9 +124,9 @@ echo "== libphoenix"
 LD_LIBRARY_PATH="$PWD/.gpu/lib" timeout -k 10 300 sh scripts/test-lib.sh \
 	.gpu/bin/test-lib --timeout 120 || rc=1
 echo "== phxfs"
-timeout -k 10 300 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --each-device || rc=1
+timeout -k 10 300 sh tests/phxfs/run.sh .gpu/bin -q --each-device || rc=1
 echo "== phxfs over io_uring"
-timeout -k 10 200 python3 tests/phxfs/test_phxfs.py --build .gpu/bin --io-uring on || rc=1
+timeout -k 10 200 sh tests/phxfs/run.sh .gpu/bin -q --io-uring on || rc=1
 echo "== python"
 timeout -k 10 600 sh python/tests/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
 echo "== LMCache's own phx backend (lmcache 0.5.6 wheel in .whl/)"

@@ -11,7 +11,7 @@
 # and no forky binary is installed, then builds a static libfuse3.a with
 # bookworm's meson and ninja, liburing and libnuma (its io_uring transport
 # needs both).  Custom I/O is switched on: phxfs reads /dev/fuse through
-# it (phxfs/loop.c), on descriptors it clones from the kernel's.  Result:
+# it (phxfs/daemon/loop.c), on descriptors it clones from the kernel's.  Result:
 # BUILD_DIR/libfuse/prefix/{include,lib}.  Cached: a second run does
 # nothing.
 set -eu

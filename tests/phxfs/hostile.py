@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """What a hostile local user does to phxfs's control socket.
 
-attacks.py runs this as another user (setpriv), as a script given on the
+test_attacks.py runs this as another user (setpriv), as a script given on the
 command line:  python3 -c "$(cat hostile.py)" COMMAND SOCKET [ARGS]
 
 Every command prints one line per answer it got, so the test sees what

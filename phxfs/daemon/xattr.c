@@ -1,10 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * xattr.c - phxfs's extended attributes: the read-only user.phx.* ones the
- * file system answers itself, and user.*, security.* and trusted.* ones
- * stored with the inode (host memory, under fs->lock).  What they store,
- * names and values, counts against xattr_file per inode and xattr_size
- * in all (fs->xattr_bytes, shown by phx status).  system.* (POSIX
+ * xattr.c - phxfs's extended attribute requests: the read-only user.phx.*
+ * ones the file system answers itself, and user.*, security.* and
+ * trusted.* ones stored with the inode (xattr_store.c).  system.* (POSIX
  * ACLs) is not supported: ENOTSUP, so the kernel checks the mode bits.
  */
 #include <errno.h>
@@ -17,13 +15,6 @@
 
 #define PHX_PREFIX "user.phx."
 
-/* One stored attribute: its name, then its value, in @data. */
-struct phxfs_xattr {
-	struct phxfs_xattr *next;
-	size_t name_len, len;
-	char data[];
-};
-
 static const char *const phx_names[] = {
 	"user.phx.device",   "user.phx.path",	   "user.phx.handle",
 	"user.phx.requests", "user.phx.readahead", "user.phx.socket"
@@ -33,85 +24,6 @@ static bool stored_namespace(const char *name)
 {
 	return !strncmp(name, "user.", 5) || !strncmp(name, "security.", 9) ||
 	       !strncmp(name, "trusted.", 8);
-}
-
-static struct phxfs_xattr **find(struct phxfs_inode *inode, const char *name)
-{
-	struct phxfs_xattr **p = &inode->xattrs;
-
-	while (*p && strcmp((*p)->data, name))
-		p = &(*p)->next;
-	return p;
-}
-
-static size_t cost(const struct phxfs_xattr *x)
-{
-	return x->name_len + 1 + x->len;
-}
-
-static size_t stored_bytes(const struct phxfs_inode *inode)
-{
-	const struct phxfs_xattr *x;
-	size_t n = 0;
-
-	for (x = inode->xattrs; x; x = x->next)
-		n += cost(x);
-	return n;
-}
-
-int phxfs_xattr_remove(struct phxfs *fs, struct phxfs_inode *inode,
-		       const char *name)
-{
-	struct phxfs_xattr **p = find(inode, name), *x = *p;
-
-	if (!x)
-		return -ENODATA;
-	*p = x->next;
-	fs->xattr_bytes -= cost(x);
-	free(x);
-	return 0;
-}
-
-void phxfs_xattr_free_all(struct phxfs *fs, struct phxfs_inode *inode)
-{
-	while (inode->xattrs) {
-		struct phxfs_xattr *x = inode->xattrs;
-
-		inode->xattrs = x->next;
-		fs->xattr_bytes -= cost(x);
-		free(x);
-	}
-}
-
-/* Store @name = @value (XATTR_CREATE / XATTR_REPLACE in @flags). */
-static int xattr_store(struct phxfs *fs, struct phxfs_inode *inode,
-		       const char *name, const char *value, size_t len,
-		       int flags)
-{
-	struct phxfs_xattr **p = find(inode, name), *old = *p, *x;
-	size_t name_len = strlen(name), now = stored_bytes(inode);
-	size_t was = old ? cost(old) : 0, need = name_len + 1 + len;
-
-	if (old && (flags & XATTR_CREATE))
-		return -EEXIST;
-	if (!old && (flags & XATTR_REPLACE))
-		return -ENODATA;
-	/* per file as ext4's one block, per mount as tmpfs's size= */
-	if (now - was + need > fs->xattr_file ||
-	    fs->xattr_bytes - was + need > fs->xattr_size)
-		return -ENOSPC;
-	x = malloc(sizeof(*x) + name_len + 1 + len);
-	if (!x)
-		return -ENOMEM;
-	x->name_len = name_len;
-	x->len = len;
-	memcpy(x->data, name, name_len + 1);
-	memcpy(x->data + name_len + 1, value, len);
-	x->next = old ? old->next : NULL;
-	*p = x;
-	free(old);
-	fs->xattr_bytes += need - was;
-	return 0;
 }
 
 /*
@@ -176,9 +88,10 @@ static void phxfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 {
 	struct phxfs *fs = phxfs_fs(req);
 	struct phxfs_inode *inode;
-	struct phxfs_xattr *x;
+	const void *stored;
 	char val[256], *out = val;
 	long len = -ENOENT;
+	size_t n;
 
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, ino);
@@ -188,13 +101,13 @@ static void phxfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	} else if (inode && !stored_namespace(name)) {
 		len = -ENOTSUP;
 	} else if (inode) {
-		x = *find(inode, name);
-		len = x ? (long)x->len : -ENODATA;
-		out = x && size >= x->len ? malloc(x->len + 1) : val;
+		stored = phxfs_xattr_value(inode, name, &n);
+		len = stored ? (long)n : -ENODATA;
+		out = stored && size >= n ? malloc(n + 1) : val;
 		if (!out)
 			len = -ENOMEM;
 		else if (out != val)
-			memcpy(out, x->data + x->name_len + 1, x->len);
+			memcpy(out, stored, n);
 	}
 	pthread_mutex_unlock(&fs->lock);
 	reply_xattr(req, out, len, size);
@@ -206,14 +119,13 @@ static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct phxfs *fs = phxfs_fs(req);
 	struct phxfs_inode *inode;
-	struct phxfs_xattr *x;
 	char val[256], *list = NULL;
 	size_t len = 0, cap;
 	unsigned int i;
 
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, ino);
-	cap = inode ? stored_bytes(inode) + sizeof(val) : 0;
+	cap = inode ? phxfs_xattr_stored(inode) + sizeof(val) : 0;
 	list = inode ? malloc(cap) : NULL;
 	for (i = 0; list && i < sizeof(phx_names) / sizeof(phx_names[0]); i++) {
 		if (phx_value(fs, inode, phx_names[i], fuse_req_ctx(req)->uid,
@@ -226,10 +138,8 @@ static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 					phx_names[i]) +
 		       1;
 	}
-	for (x = list ? inode->xattrs : NULL; x; x = x->next) {
-		memcpy(list + len, x->data, x->name_len + 1);
-		len += x->name_len + 1;
-	}
+	if (list)
+		len += phxfs_xattr_names(inode, list + len);
 	pthread_mutex_unlock(&fs->lock);
 	reply_xattr(req, list,
 		    !inode ? -ENOENT :
@@ -239,52 +149,54 @@ static void phxfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	free(list);
 }
 
-static void phxfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			   const char *value, size_t size, int flags)
+/*
+ * -errno for a change of attribute @name that the file system refuses
+ * outright, or 0: the user.phx.* ones are its own, and only the stored
+ * namespaces can change.
+ */
+static int may_change(const char *name)
+{
+	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX)))
+		return -EPERM;
+	return stored_namespace(name) ? 0 : -ENOTSUP;
+}
+
+/* Set (@value non-NULL) or remove @name of inode @ino; replies to @req. */
+static void change_xattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			 const char *value, size_t size, int flags)
 {
 	struct phxfs *fs = phxfs_fs(req);
 	struct phxfs_inode *inode;
-	int err;
+	int err = may_change(name);
 
-	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
-		fuse_reply_err(req, EPERM); /* the file system's own */
-		return;
-	}
-	if (!stored_namespace(name)) {
-		fuse_reply_err(req, ENOTSUP);
+	if (err) {
+		fuse_reply_err(req, -err);
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, ino);
-	err = inode ? -xattr_store(fs, inode, name, value, size, flags) :
-		      ENOENT;
+	if (!inode)
+		err = -ENOENT;
+	else if (value)
+		err = phxfs_xattr_set(fs, inode, name, value, size, flags);
+	else
+		err = phxfs_xattr_remove(fs, inode, name);
 	if (!err)
 		phxfs_touch(&inode->ctime);
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
+}
+
+static void phxfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			   const char *value, size_t size, int flags)
+{
+	/* an empty value is a value */
+	change_xattr(req, ino, name, value ? value : "", size, flags);
 }
 
 static void phxfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	struct phxfs *fs = phxfs_fs(req);
-	struct phxfs_inode *inode;
-	int err;
-
-	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
-		fuse_reply_err(req, EPERM);
-		return;
-	}
-	if (!stored_namespace(name)) {
-		fuse_reply_err(req, ENOTSUP);
-		return;
-	}
-	pthread_mutex_lock(&fs->lock);
-	inode = phxfs_inode_get(fs, ino);
-	err = inode ? -phxfs_xattr_remove(fs, inode, name) : ENOENT;
-	if (!err)
-		phxfs_touch(&inode->ctime);
-	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, err);
+	change_xattr(req, ino, name, NULL, 0, 0);
 }
 
 void phxfs_xattr_ops(struct fuse_lowlevel_ops *o)

@@ -73,7 +73,8 @@ int phxfs_socket_of(const char *path, char *out, size_t len);
  */
 int phxfs_read_line(int fd, char *line, size_t len);
 
-/* errno of an "ERR <errno> <message>" line (message left in @line). */
+/* -errno of an "ERR <errno> <message>" line (message left in @line);
+ * -EPROTO for a line that is not one. */
 int phxfs_line_err(char *line);
 
 /*

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The daemon's read-ahead (phxfs/readahead.c) against a phxfs mount.
+"""The daemon's read-ahead (phxfs/daemon/readahead.c) against a phxfs mount.
 
 A read that continues the one before on the same open file has the next
 range copied ahead; a read of exactly that range takes it, anything else
@@ -17,8 +17,10 @@ import os
 import random
 import threading
 
-import test_phxfs as T
-from test_phxfs import MiB, rand, test
+import pytest
+
+import harness as T
+from harness import MiB, rand
 
 R = 256 << 10
 
@@ -64,7 +66,7 @@ def devfuse_only():
     """Reads over io_uring are copied straight into their request's
     payload and are never read ahead (docs/phxfs.md)."""
     if T.over_uring():
-        raise T.Skip("reads over io_uring have no read-ahead")
+        pytest.skip("reads over io_uring have no read-ahead")
 
 
 def make(d, name, data):
@@ -94,15 +96,13 @@ def read_sequentially(name, seed, hits):
     assert b"".join(got) == data, "sequential preads differ from the file"
 
 
-@test
-def readahead_sequential():
+def test_readahead_sequential():
     """Every read after the first one is served from the read-ahead."""
     devfuse_only()
     read_sequentially("ra-seq", 60, lambda n: n - 1)
 
 
-@test
-def readahead_other_patterns():
+def test_readahead_other_patterns():
     """A jump, a shorter read of the range and a longer one: only the
     read of (part of) exactly the range read ahead is served from it."""
     devfuse_only()
@@ -159,8 +159,7 @@ def change_then_read(d, name, data, change, want_next, counted=True):
         os.close(fd)
 
 
-@test
-def readahead_dropped_on_change():
+def test_readahead_dropped_on_change():
     """Writes, truncates, fallocate, phx cp and a move to another device
     between two sequential reads of one descriptor: the second read sees
     the file as changed, never the bytes read ahead before."""
@@ -234,8 +233,7 @@ def readahead_dropped_on_change():
         os.close(fd)
 
 
-@test
-def readahead_concurrent_readers():
+def test_readahead_concurrent_readers():
     """Readers on their own descriptors with different request sizes, and
     four threads sharing one descriptor (each reading its quarter in
     order, so the read-ahead one asked for is often taken or thrown away
@@ -306,8 +304,7 @@ def share(path):
     return dev, buf
 
 
-@test
-def readahead_off_once_shared():
+def test_readahead_off_once_shared():
     """Once another process maps the file's memory it can write it
     unseen: what was read ahead is dropped, nothing is read ahead again."""
     devfuse_only()
@@ -332,17 +329,15 @@ def readahead_off_once_shared():
         os.close(fd)
 
 
-@test
-def no_readahead_over_io_uring():
+def test_no_readahead_over_io_uring():
     """Over io_uring, sequential reads go straight from device memory into
     the request's payload: nothing is read ahead."""
     if not T.over_uring():
-        raise T.Skip("requests come through /dev/fuse")
+        pytest.skip("requests come through /dev/fuse")
     read_sequentially("ra-uring", 61, lambda n: 0)
 
 
-@test
-def readahead_mount_option():
+def test_readahead_mount_option():
     """-o no_readahead serves each read on its own."""
     T.FS.umount()
     T.FS.mount("no_readahead")

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,8 @@ struct phxfs_ctl_user {
 };
 
 static pthread_t accept_thread;
+/* The requests' handler (ctl.c), set at start. */
+static phxfs_ctl_serve_fn *serve;
 
 static int64_t now_ms(void)
 {
@@ -153,6 +156,94 @@ int phxfs_conn_reached(struct phxfs_conn *c, unsigned long long ino, int fd)
 }
 
 /* The caller's supplementary groups at connect time (SO_PEERGROUPS). */
+/* Format one line into @line (PHXFS_LINE_MAX): control bytes made '?'. */
+int phxfs_conn_format(char *line, const char *fmt, va_list ap)
+{
+	int n, i;
+
+	n = vsnprintf(line, PHXFS_LINE_MAX - 1, fmt, ap);
+	if (n < 0)
+		return 0;
+	if (n > PHXFS_LINE_MAX - 2)
+		n = PHXFS_LINE_MAX - 2;
+	/*
+	 * Names come escaped; this keeps free text (an error message that
+	 * quotes a path) to one line too.
+	 */
+	for (i = 0; i < n; i++)
+		if ((unsigned char)line[i] < ' ' || line[i] == 0x7f)
+			line[i] = '?';
+	line[n++] = '\n';
+	return n;
+}
+
+void phxfs_conn_line(struct phxfs_conn *c, const char *fmt, ...)
+{
+	char line[PHXFS_LINE_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = phxfs_conn_format(line, fmt, ap);
+	va_end(ap);
+	phxfs_conn_send(c, line, (size_t)n);
+}
+
+const char *phxfs_conn_esc(const char *s, char *out, size_t len)
+{
+	phxfs_escape(s, strlen(s), out, len);
+	return out;
+}
+
+void phxfs_conn_err(struct phxfs_conn *c, int err, const char *what)
+{
+	phxfs_conn_line(c, "ERR %d %s: %s", -err, what, strerror(-err));
+}
+
+struct phxfs_inode *phxfs_conn_file_get(struct phxfs_conn *c,
+					unsigned long long ino, int path_fd,
+					int mask, const char *what)
+{
+	struct phxfs *fs = c->fs;
+	struct phxfs_inode *inode;
+	char msg[128];
+	int err = 0;
+
+	if (phxfs_conn_reached(c, ino, path_fd)) {
+		snprintf(
+			msg, sizeof(msg),
+			"%s: send a descriptor of the file with the request (libphxfsctl does)",
+			what);
+		phxfs_conn_err(c, -EACCES, msg);
+		return NULL;
+	}
+	pthread_mutex_lock(&fs->lock);
+	inode = phxfs_inode_get(fs, (fuse_ino_t)ino);
+	if (!inode || !S_ISREG(inode->mode))
+		err = -ENOENT;
+	else if (mask ? !phxfs_conn_may(c, inode, mask) :
+			c->cred.uid && c->cred.uid != inode->uid)
+		err = -EACCES;
+	else
+		inode->nopen++;
+	pthread_mutex_unlock(&fs->lock);
+	if (!err)
+		return inode;
+	snprintf(msg, sizeof(msg), "%s%s", what,
+		 err == -ENOENT ? ": no such file in phxfs" :
+		 !mask		? ": only the owner may map a file" :
+				  "");
+	phxfs_conn_err(c, err, msg);
+	return NULL;
+}
+
+void phxfs_conn_file_put(struct phxfs *fs, struct phxfs_inode *inode)
+{
+	pthread_mutex_lock(&fs->lock);
+	phxfs_inode_unref(fs, inode, 0, 1);
+	pthread_mutex_unlock(&fs->lock);
+}
+
 static int peer_groups(struct phxfs_conn *c)
 {
 	socklen_t len = 16 * sizeof(gid_t);
@@ -327,7 +418,7 @@ static void *conn_main(void *arg)
 	pthread_setname_np(pthread_self(), "phxfs-ctl");
 	ret = recv_request(c, line, sizeof(line));
 	if (!ret)
-		phxfs_ctl_serve(c, line);
+		serve(c, line);
 	else if (ret == -EMSGSIZE)
 		refuse(c->fd, EINVAL, "request line too long");
 	else if (ret == -ETIMEDOUT)
@@ -496,12 +587,13 @@ static void sweep_stale_sockets(const char *dir)
 	closedir(d);
 }
 
-int phxfs_ctl_start(struct phxfs *fs)
+int phxfs_ctlsock_start(struct phxfs *fs, phxfs_ctl_serve_fn *serve_fn)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char dir[sizeof(sa.sun_path)];
 	int ret;
 
+	serve = serve_fn;
 	pthread_mutex_init(&fs->ctl_lock, NULL);
 	ret = sock_path(fs);
 	if (ret)
@@ -535,7 +627,7 @@ out_close:
 	return ret;
 }
 
-void phxfs_ctl_stop(struct phxfs *fs)
+void phxfs_ctlsock_stop(struct phxfs *fs)
 {
 	if (fs->sock_fd < 0)
 		return;

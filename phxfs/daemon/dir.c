@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* dir.c - phxfs's names, directories and attributes. */
+/* dir.c - phxfs's names and directories. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,8 +13,6 @@
 #include <unistd.h>
 
 #include "phxfs.h"
-
-#define ATTR_TIMEOUT 1.0
 
 struct dir_snap {
 	size_t n;
@@ -30,21 +28,21 @@ static struct phxfs_inode *dir_of(struct phxfs *fs, fuse_ino_t ino, int *err)
 {
 	struct phxfs_inode *dir = phxfs_inode_get(fs, ino);
 
-	*err = !dir ? ENOENT : !S_ISDIR(dir->mode) ? ENOTDIR : 0;
+	*err = !dir ? -ENOENT : !S_ISDIR(dir->mode) ? -ENOTDIR : 0;
 	return *err ? NULL : dir;
 }
 
-/* errno for a name a new entry may not have, or 0. */
+/* -errno for a name a new entry may not have, or 0. */
 static int check_name(struct phxfs *fs, struct phxfs_inode *dir,
 		      const char *name)
 {
 	if (strlen(name) > PHXFS_NAME_MAX)
-		return ENAMETOOLONG;
+		return -ENAMETOOLONG;
 	if (!strncmp(name, PHXFS_RESERVED_PREFIX,
 		     strlen(PHXFS_RESERVED_PREFIX)))
-		return EINVAL;
+		return -EINVAL;
 	if (dir == fs->root)
-		return EPERM; /* the top level holds the devices only */
+		return -EPERM; /* the top level holds the devices only */
 	return 0;
 }
 
@@ -55,8 +53,8 @@ static void entry_of(struct phxfs *fs, struct phxfs_inode *inode,
 	memset(e, 0, sizeof(*e));
 	e->ino = inode->ino;
 	e->generation = 1;
-	e->attr_timeout = ATTR_TIMEOUT;
-	e->entry_timeout = ATTR_TIMEOUT;
+	e->attr_timeout = PHXFS_ATTR_TIMEOUT;
+	e->entry_timeout = PHXFS_ATTR_TIMEOUT;
 	phxfs_fill_stat(fs, inode, &e->attr);
 	inode->nlookup++;
 }
@@ -74,12 +72,12 @@ static void phxfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (err)
 		goto out_err;
 	if (strlen(name) > PHXFS_NAME_MAX) {
-		err = ENAMETOOLONG;
+		err = -ENAMETOOLONG;
 		goto out_err;
 	}
 	d = phxfs_dentry_find(fs, dir, name);
 	if (!d) {
-		err = ENOENT;
+		err = -ENOENT;
 		goto out_err;
 	}
 	entry_of(fs, d->inode, &e);
@@ -89,7 +87,7 @@ static void phxfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 out_err:
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
 }
 
 static void forget_one(struct phxfs *fs, fuse_ino_t ino, uint64_t n)
@@ -123,94 +121,6 @@ static void phxfs_forget_multi(fuse_req_t req, size_t count,
 	fuse_reply_none(req);
 }
 
-static void phxfs_getattr(fuse_req_t req, fuse_ino_t ino,
-			  struct fuse_file_info *fi)
-{
-	struct phxfs *fs = phxfs_fs(req);
-	struct phxfs_inode *inode;
-	struct stat st;
-
-	pthread_mutex_lock(&fs->lock);
-	inode = phxfs_inode_get(fs, ino);
-	if (inode)
-		phxfs_fill_stat(fs, inode, &st);
-	pthread_mutex_unlock(&fs->lock);
-	if (!inode)
-		fuse_reply_err(req, ENOENT);
-	else
-		fuse_reply_attr(req, &st, ATTR_TIMEOUT);
-}
-
-static void set_time(struct timespec *dst, const struct timespec *src, bool now)
-{
-	if (now)
-		phxfs_touch(dst);
-	else
-		*dst = *src;
-}
-
-static void phxfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
-			  int to_set, struct fuse_file_info *fi)
-{
-	struct phxfs *fs = phxfs_fs(req);
-	struct phxfs_inode *inode;
-	struct stat st;
-	int err = 0;
-
-	pthread_mutex_lock(&fs->lock);
-	inode = phxfs_inode_get(fs, ino);
-	pthread_mutex_unlock(&fs->lock);
-	if (!inode) {
-		err = ENOENT;
-		goto out_err;
-	}
-	if (to_set & FUSE_SET_ATTR_SIZE) {
-		if (!S_ISREG(inode->mode)) {
-			err = S_ISDIR(inode->mode) ? EISDIR : EINVAL;
-			goto out_err;
-		}
-		if (attr->st_size < 0 ||
-		    (uint64_t)attr->st_size > PHXFS_MAX_FILE) {
-			err = EFBIG;
-			goto out_err;
-		}
-		pthread_rwlock_wrlock(&inode->io_lock);
-		err = -phxfs_data_resize(inode, (uint64_t)attr->st_size);
-		pthread_rwlock_unlock(&inode->io_lock);
-		if (err)
-			goto out_err;
-	}
-	pthread_mutex_lock(&fs->lock);
-	if ((to_set & FUSE_SET_ATTR_SIZE) && !(to_set & FUSE_SET_ATTR_MODE))
-		phxfs_kill_priv(req, inode);
-	if (to_set & FUSE_SET_ATTR_MODE)
-		inode->mode = (inode->mode & S_IFMT) | (attr->st_mode & 07777);
-	if (to_set & FUSE_SET_ATTR_UID)
-		inode->uid = attr->st_uid;
-	if (to_set & FUSE_SET_ATTR_GID)
-		inode->gid = attr->st_gid;
-	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW))
-		set_time(&inode->atime, &attr->st_atim,
-			 to_set & FUSE_SET_ATTR_ATIME_NOW);
-	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW))
-		set_time(&inode->mtime, &attr->st_mtim,
-			 to_set & FUSE_SET_ATTR_MTIME_NOW);
-	else if (to_set & FUSE_SET_ATTR_SIZE)
-		phxfs_touch(&inode->mtime);
-	phxfs_touch(&inode->ctime);
-	phxfs_fill_stat(fs, inode, &st);
-	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_attr(req, &st, ATTR_TIMEOUT);
-	return;
-
-out_err:
-	fuse_reply_err(req, err);
-}
-
-/*
- * Create an entry named @name in @parent; a regular file is also opened
- * (nopen) when @open is set.  Replies to @req unless @fi is set.
- */
 static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		     mode_t mode, dev_t rdev, const char *link, bool open,
 		     struct fuse_entry_param *e)
@@ -229,7 +139,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (err)
 		goto out;
 	if (phxfs_dentry_find(fs, dir, name)) {
-		err = EEXIST;
+		err = -EEXIST;
 		goto out;
 	}
 	if (dir->mode & S_ISGID) {
@@ -239,13 +149,13 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	inode = phxfs_inode_new(fs, dir->dev, mode, ctx->uid, gid);
 	if (!inode) {
-		err = errno;
+		err = -errno;
 		goto out;
 	}
 	inode->rdev = rdev;
 	if (link)
 		inode->symlink = strdup(link);
-	err = link && !inode->symlink ? ENOMEM :
+	err = link && !inode->symlink ? -ENOMEM :
 					-phxfs_dentry_add(fs, dir, name, inode);
 	if (err) {
 		inode->nlink = 0;
@@ -262,7 +172,7 @@ out:
 static void reply_node(fuse_req_t req, int err, struct fuse_entry_param *e)
 {
 	if (err)
-		fuse_reply_err(req, err);
+		fuse_reply_err(req, -err);
 	else
 		fuse_reply_entry(req, e);
 }
@@ -342,25 +252,25 @@ static void phxfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	inode = phxfs_inode_get(fs, ino);
 	dir = dir_of(fs, newparent, &err);
 	if (err || !inode) {
-		err = err ? err : ENOENT;
+		err = err ? err : -ENOENT;
 		goto out_err;
 	}
 	err = check_name(fs, dir, newname);
 	if (err)
 		goto out_err;
 	if (S_ISDIR(inode->mode)) {
-		err = EPERM;
+		err = -EPERM;
 		goto out_err;
 	}
 	if (inode->dev != dir->dev) {
-		err = EXDEV;
+		err = -EXDEV;
 		goto out_err;
 	}
 	if (phxfs_dentry_find(fs, dir, newname)) {
-		err = EEXIST;
+		err = -EEXIST;
 		goto out_err;
 	}
-	err = -phxfs_dentry_add(fs, dir, newname, inode);
+	err = phxfs_dentry_add(fs, dir, newname, inode);
 	if (err)
 		goto out_err;
 	inode->nlink++;
@@ -372,7 +282,7 @@ static void phxfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 
 out_err:
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
 }
 
 /* Remove @name from @parent: a directory when @dir is set, else not one. */
@@ -390,18 +300,18 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 		goto out;
 	d = phxfs_dentry_find(fs, pdir, name);
 	if (!d) {
-		err = ENOENT;
+		err = -ENOENT;
 		goto out;
 	}
 	inode = d->inode;
 	if (pdir == fs->root)
-		err = EBUSY; /* a device directory */
+		err = -EBUSY; /* a device directory */
 	else if (dir && !S_ISDIR(inode->mode))
-		err = ENOTDIR;
+		err = -ENOTDIR;
 	else if (!dir && S_ISDIR(inode->mode))
-		err = EISDIR;
+		err = -EISDIR;
 	else if (dir && inode->nchildren)
-		err = ENOTEMPTY;
+		err = -ENOTEMPTY;
 	if (err)
 		goto out;
 	phxfs_dentry_remove(fs, d);
@@ -410,7 +320,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 	phxfs_inode_unref(fs, inode, 0, 0);
 out:
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
 }
 
 static void phxfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -436,27 +346,27 @@ static bool is_below(struct phxfs *fs, struct phxfs_inode *dir,
 	}
 }
 
-/* errno for moving @src over @dst (may be NULL) into @to, or 0. */
+/* -errno for moving @src over @dst (may be NULL) into @to, or 0. */
 static int check_rename(struct phxfs *fs, struct phxfs_inode *src,
 			struct phxfs_inode *dst, struct phxfs_inode *to,
 			unsigned int flags)
 {
 	if (flags & ~RENAME_NOREPLACE)
-		return EINVAL;
+		return -EINVAL;
 	if (dst && (flags & RENAME_NOREPLACE))
-		return EEXIST;
+		return -EEXIST;
 	if (S_ISDIR(src->mode) && is_below(fs, to, src))
-		return EINVAL;
+		return -EINVAL;
 	if (src->dev != to->dev && (S_ISDIR(src->mode) || src->nlink > 1))
-		return EXDEV; /* mv copies those itself */
+		return -EXDEV; /* mv copies those itself */
 	if (!dst)
 		return 0;
 	if (S_ISDIR(dst->mode) && !S_ISDIR(src->mode))
-		return EISDIR;
+		return -EISDIR;
 	if (!S_ISDIR(dst->mode) && S_ISDIR(src->mode))
-		return ENOTDIR;
+		return -ENOTDIR;
 	if (S_ISDIR(dst->mode) && dst->nchildren)
-		return ENOTEMPTY;
+		return -ENOTEMPTY;
 	return 0;
 }
 
@@ -468,10 +378,10 @@ static int exchange(struct phxfs *fs, struct phxfs_dentry *sd,
 	struct phxfs_inode *from = sd->parent, *to = dd->parent;
 
 	if (from->dev != to->dev)
-		return EXDEV;
+		return -EXDEV;
 	if ((S_ISDIR(a->mode) && is_below(fs, to, a)) ||
 	    (S_ISDIR(b->mode) && is_below(fs, from, b)))
-		return EINVAL;
+		return -EINVAL;
 	sd->inode = b;
 	dd->inode = a;
 	if (S_ISDIR(a->mode)) {
@@ -506,18 +416,18 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		goto out;
 	sd = phxfs_dentry_find(fs, from, name);
 	if (!sd) {
-		err = ENOENT;
+		err = -ENOENT;
 		goto out;
 	}
 	src = sd->inode;
-	err = from == fs->root ? EBUSY : check_name(fs, to, newname);
+	err = from == fs->root ? -EBUSY : check_name(fs, to, newname);
 	if (err)
 		goto out;
 	dd = phxfs_dentry_find(fs, to, newname);
 	dst = dd ? dd->inode : NULL;
 	if (flags & RENAME_EXCHANGE) {
-		err = (flags & RENAME_NOREPLACE) ? EINVAL :
-		      !dd			 ? ENOENT :
+		err = (flags & RENAME_NOREPLACE) ? -EINVAL :
+		      !dd			 ? -ENOENT :
 		      dst == src		 ? 0 :
 						   exchange(fs, sd, dd);
 		goto out;
@@ -530,7 +440,7 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (src->dev != to->dev) {
 		/* A file to another device: a device-to-device copy. */
 		pthread_rwlock_wrlock(&src->io_lock);
-		err = -phxfs_data_move(src, to->dev);
+		err = phxfs_data_move(src, to->dev);
 		pthread_rwlock_unlock(&src->io_lock);
 		if (err)
 			goto out;
@@ -541,13 +451,13 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		phxfs_touch(&dst->ctime);
 	}
 	phxfs_dentry_remove(fs, sd);
-	err = -phxfs_dentry_add(fs, to, newname, src);
+	err = phxfs_dentry_add(fs, to, newname, src);
 	phxfs_touch(&src->ctime);
 	if (dst)
 		phxfs_inode_unref(fs, dst, 0, 0);
 out:
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
 }
 
 static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -561,7 +471,7 @@ static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	err = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL,
 			true, &e);
 	if (err) {
-		fuse_reply_err(req, err);
+		fuse_reply_err(req, -err);
 		return;
 	}
 	pthread_mutex_lock(&fs->lock);
@@ -573,7 +483,7 @@ static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		pthread_mutex_lock(&fs->lock);
 		phxfs_inode_unref(fs, inode, 1, 1);
 		pthread_mutex_unlock(&fs->lock);
-		fuse_reply_err(req, err);
+		fuse_reply_err(req, -err);
 		return;
 	}
 	fuse_reply_create(req, &e, fi);
@@ -595,7 +505,7 @@ static void phxfs_opendir(fuse_req_t req, fuse_ino_t ino,
 		goto out;
 	s = calloc(1, sizeof(*s) + (dir->nchildren + 2) * sizeof(s->ents[0]));
 	if (!s) {
-		err = ENOMEM;
+		err = -ENOMEM;
 		goto out;
 	}
 	s->ents[0].ino = dir->ino;
@@ -611,14 +521,14 @@ static void phxfs_opendir(fuse_req_t req, fuse_ino_t ino,
 	s->n = i;
 	for (i = 0; i < s->n; i++)
 		if (!s->ents[i].name)
-			err = ENOMEM;
+			err = -ENOMEM;
 out:
 	pthread_mutex_unlock(&fs->lock);
 	if (err) {
 		for (i = 0; s && i < s->n; i++)
 			free(s->ents[i].name);
 		free(s);
-		fuse_reply_err(req, err);
+		fuse_reply_err(req, -err);
 		return;
 	}
 	fi->fh = (uintptr_t)s;
@@ -677,13 +587,13 @@ static void phxfs_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 	pthread_mutex_lock(&fs->lock);
 	dir = dir_of(fs, parent, &err);
 	if (!err && dir == fs->root)
-		err = EPERM;
+		err = -EPERM;
 	if (!err)
 		inode = phxfs_inode_new(
 			fs, dir->dev, S_IFREG | (mode & 07777), ctx->uid,
 			dir->mode & S_ISGID ? dir->gid : ctx->gid);
 	if (!err && !inode)
-		err = errno;
+		err = -errno;
 	if (!err) {
 		inode->nlink = 0;
 		inode->nopen = 1;
@@ -699,7 +609,7 @@ static void phxfs_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 		}
 	}
 	if (err)
-		fuse_reply_err(req, err);
+		fuse_reply_err(req, -err);
 	else
 		fuse_reply_create(req, &e, fi);
 }
@@ -710,8 +620,6 @@ void phxfs_dir_ops(struct fuse_lowlevel_ops *o)
 	o->lookup = phxfs_lookup;
 	o->forget = phxfs_forget;
 	o->forget_multi = phxfs_forget_multi;
-	o->getattr = phxfs_getattr;
-	o->setattr = phxfs_setattr;
 	o->readlink = phxfs_readlink;
 	o->mknod = phxfs_mknod;
 	o->mkdir = phxfs_mkdir;

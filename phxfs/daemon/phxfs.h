@@ -22,6 +22,7 @@
 
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -307,11 +308,13 @@ static inline void phxfs_data_changed(struct phxfs_inode *inode)
 	atomic_fetch_add(&inode->data_gen, 1);
 }
 
-/* ---- device.c: the device layer glue -------------------------------- */
+/* ---- device.c: the devices, each a top-level directory ------------- */
 int phxfs_devices_open(struct phxfs *fs);
 void phxfs_devices_close(struct phxfs *fs);
 void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 		      struct statvfs *st);
+
+/* ---- data.c: a regular file's bytes --------------------------------- */
 /*
  * Resize @inode's buffer to @size, allocating it if needed; io_lock held
  * exclusive.  This, phxfs_data_move() and phxfs_data_free() mark the
@@ -386,15 +389,29 @@ void phxfs_passthrough_release(struct phxfs *fs, fuse_req_t req,
 			       struct phxfs_inode *inode);
 const char *phxfs_path_name(int path);
 
-/* ---- xattr.c: stored extended attributes (fs->lock held) ------------ */
+/* ---- xattr_store.c: stored extended attributes (fs->lock held) ------ */
+/* Store @name = @value (XATTR_CREATE / XATTR_REPLACE in @flags). */
+int phxfs_xattr_set(struct phxfs *fs, struct phxfs_inode *inode,
+		    const char *name, const char *value, size_t len, int flags);
 int phxfs_xattr_remove(struct phxfs *fs, struct phxfs_inode *inode,
 		       const char *name);
 void phxfs_xattr_free_all(struct phxfs *fs, struct phxfs_inode *inode);
+/* The value of @name and its length in *@len, or NULL (no such name). */
+const void *phxfs_xattr_value(const struct phxfs_inode *inode, const char *name,
+			      size_t *len);
+/* Bytes the names and values of @inode's attributes take. */
+size_t phxfs_xattr_stored(const struct phxfs_inode *inode);
+/* Write @inode's names, each NUL-terminated, to @out (room for
+ * phxfs_xattr_stored() bytes); returns the bytes written. */
+size_t phxfs_xattr_names(const struct phxfs_inode *inode, char *out);
 
-/* ---- ops.c, dir.c, file.c, xattr.c: the FUSE operations ------------- */
+/* ---- ops.c, dir.c, attr.c, file.c, xattr.c: the FUSE operations ---- */
+/* How long the kernel may cache attributes and names (seconds). */
+#define PHXFS_ATTR_TIMEOUT 1.0
 /* Fill @o with every handler; sets up what they share. */
 void phxfs_ops_init(struct phxfs *fs, struct fuse_lowlevel_ops *o);
 void phxfs_dir_ops(struct fuse_lowlevel_ops *o);
+void phxfs_attr_ops(struct fuse_lowlevel_ops *o);
 void phxfs_file_ops(struct phxfs *fs, struct fuse_lowlevel_ops *o);
 void phxfs_xattr_ops(struct fuse_lowlevel_ops *o);
 
@@ -501,7 +518,30 @@ bool phxfs_conn_may(const struct phxfs_conn *c, const struct phxfs_inode *inode,
 int phxfs_conn_reached(struct phxfs_conn *c, unsigned long long ino, int fd);
 /* The mount's device number (st_dev of its files), 0 if unknown. */
 dev_t phxfs_ctl_dev(struct phxfs *fs);
-/* Serve one request (ctl.c). */
-void phxfs_ctl_serve(struct phxfs_conn *c, const char *line);
+/* Format one line into @line (PHXFS_LINE_MAX): control bytes made '?'. */
+int phxfs_conn_format(char *line, const char *fmt, va_list ap);
+/* Send one line (control bytes made '?'); an error line for -errno @err. */
+void phxfs_conn_line(struct phxfs_conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void phxfs_conn_err(struct phxfs_conn *c, int err, const char *what);
+/* @s escaped for a line (phxfs_escape()), in @out. */
+const char *phxfs_conn_esc(const char *s, char *out, size_t len);
+/*
+ * Take an open reference on regular file @ino for @c's caller, who must
+ * have reached it (phxfs_conn_reached() with descriptor @path_fd) and may
+ * access it as @mask asks (4 read, 2 write, 0 owner only): the inode, or
+ * NULL after an error line naming @what.  phxfs_conn_file_put() drops it.
+ */
+struct phxfs_inode *phxfs_conn_file_get(struct phxfs_conn *c,
+					unsigned long long ino, int path_fd,
+					int mask, const char *what);
+void phxfs_conn_file_put(struct phxfs *fs, struct phxfs_inode *inode);
+/* One request's handler; ctlsock.c runs it on each connection's thread. */
+typedef void phxfs_ctl_serve_fn(struct phxfs_conn *c, const char *line);
+int phxfs_ctlsock_start(struct phxfs *fs, phxfs_ctl_serve_fn *serve);
+void phxfs_ctlsock_stop(struct phxfs *fs);
+/* CP and CPOUT of inode @ino from or to descriptor @fd (ctl_cp.c). */
+void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int fd);
+void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int fd);
 
 #endif /* PHXFS_H */

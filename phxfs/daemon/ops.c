@@ -84,6 +84,7 @@ void phxfs_ops_init(struct phxfs *fs, struct fuse_lowlevel_ops *o)
 	o->init = phxfs_init;
 	o->statfs = phxfs_statfs;
 	phxfs_dir_ops(o);
+	phxfs_attr_ops(o);
 	phxfs_file_ops(fs, o);
 	phxfs_xattr_ops(o);
 }

@@ -1,33 +1,21 @@
 # SPDX-License-Identifier: MIT
 """POSIX conformance and security cases of the phxfs suite.
 
-Imported by test_phxfs.py, whose runner mounts phxfs and runs these with
-its own tests; every case compares phxfs with what the kernel's own file
-systems do (tmpfs behaves the same way).
+Every case compares phxfs with what the kernel's own file systems do
+(tmpfs behaves the same way).
 """
 import errno
 import os
 import struct
 import subprocess
 
-import test_phxfs as T
-from test_phxfs import expect_errno, need, need_root, read, sh, test, write
+import pytest
+
+import harness as T
+from harness import expect_errno, need_root, read, sh, write
 
 # security.capability: VFS_CAP_REVISION_2, effective, CAP_NET_BIND_SERVICE
 FILE_CAPS = struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0)
-
-
-def in_both_modes(fn):
-    """Run @fn in the default (direct I/O) mount, then with -o writeback."""
-    fn("direct")
-    T.FS.umount()
-    T.FS.mount("writeback")
-    try:
-        fn("writeback")
-    finally:
-        T.cleanup()
-        T.FS.umount()
-        T.FS.mount()
 
 
 def privileged_file(d, name, mode=0o6777):
@@ -48,8 +36,8 @@ def has_caps(f):
         return False
 
 
-@test
-def suid_sgid_caps_cleared():
+@T.in_modes
+def test_suid_sgid_caps_cleared(mode):
     """A write or truncation by anyone but root clears SUID and SGID (in
     both mount modes); file capabilities go on any write, as on ext4."""
     need_root()
@@ -90,11 +78,10 @@ def suid_sgid_caps_cleared():
         sh("cat %s >/dev/null" % f, user="nobody")
         assert os.stat(f).st_mode & 0o7777 == 0o6777 and has_caps(f)
 
-    in_both_modes(check)
+    T.in_mode(check, mode)
 
 
-@test
-def status_names_escaped():
+def test_status_names_escaped():
     """Names with newlines, tabs, control bytes and invalid UTF-8, made by
     any user in a 1777 device directory, can neither forge a row of
     phx status nor cut it short; they print escaped (\\xHH)."""
@@ -146,8 +133,7 @@ def renameat2(old, new, flags):
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 
 
-@test
-def special_files():
+def test_special_files():
     """FIFOs, Unix sockets and device nodes are inodes the kernel serves;
     tar carries them in and out."""
     import socket
@@ -208,8 +194,7 @@ def special_files():
     assert os.lstat(d + "/x/null").st_rdev == os.makedev(1, 3)
 
 
-@test
-def renames_exchange_noreplace():
+def test_renames_exchange_noreplace():
     d, _ = T.fresh("ren")
     write(d + "/a", b"A")
     write(d + "/b", b"B")
@@ -238,8 +223,7 @@ def renames_exchange_noreplace():
     sh("rm -rf %s/p1 %s/p2" % (d, d))
 
 
-@test
-def modes_owners_sticky_times():
+def test_modes_owners_sticky_times():
     need_root()
     d, _ = T.fresh("modes")
     os.chmod(d, 0o1777)
@@ -279,8 +263,7 @@ def libfuse_minor():
     return T.FS_libfuse_minor()
 
 
-@test
-def o_tmpfile_and_linkat():
+def test_o_tmpfile_and_linkat():
     """O_TMPFILE (libfuse 3.17 builds): a nameless file, then a name."""
     need_root()  # linkat(AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH
     d, _ = T.fresh("tmpf")
@@ -290,7 +273,7 @@ def o_tmpfile_and_linkat():
         if libfuse_minor() >= 17:
             raise
         assert e.errno == errno.EOPNOTSUPP, e
-        raise T.Skip("O_TMPFILE needs the libfuse 3.17 build")
+        pytest.skip("O_TMPFILE needs the libfuse 3.17 build")
     try:
         assert os.listdir(d) == []
         os.write(fd, b"nameless")
@@ -312,8 +295,7 @@ def o_tmpfile_and_linkat():
     assert os.listdir(d) == ["named"]
 
 
-@test
-def seek_data_hole():
+def test_seek_data_hole():
     d, _ = T.fresh("seek")
     f = d + "/sparse"
     with open(f, "wb") as fh:
@@ -346,8 +328,7 @@ def seek_data_hole():
     assert read(d + "/copy") == read(f)
 
 
-@test
-def seek_holes_in_the_middle():
+def test_seek_holes_in_the_middle():
     """A partly written sparse file reports its holes exactly: data where
     it was written (to the device's granule), holes between and after."""
     d, _ = T.fresh("seek-mid")
@@ -385,8 +366,8 @@ def seek_holes_in_the_middle():
     assert os.stat(d + "/copy").st_blocks * 512 <= 2 * (2 << 20)
 
 
-@test
-def shared_mmap_both_modes():
+@T.in_modes
+def test_shared_mmap_both_modes(mode):
     """MAP_SHARED read-write mappings agree with read() and write() at
     once, in the default mode (libfuse 3.17: direct-io-allow-mmap) and
     with -o writeback; with libfuse 3.14 the default mode says ENODEV."""
@@ -421,4 +402,4 @@ def shared_mmap_both_modes():
         finally:
             os.close(fd)
 
-    in_both_modes(check)
+    T.in_mode(check, mode)

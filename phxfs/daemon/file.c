@@ -101,18 +101,18 @@ int phxfs_open_file(struct phxfs *fs, fuse_req_t req, struct phxfs_inode *inode,
 	int err = 0;
 
 	if (!h)
-		return ENOMEM;
+		return -ENOMEM;
 	h->uid = fuse_req_ctx(req)->uid;
 	pthread_rwlock_wrlock(&inode->io_lock);
 	if (fi->flags & O_TRUNC)
-		err = -phxfs_data_resize(inode, 0); /* atomic_o_trunc */
+		err = phxfs_data_resize(inode, 0); /* atomic_o_trunc */
 	ranged = phxfs_dev_ranged(inode->dev);
 	if (!err && ranged) {
 		uint64_t size = phxfs_data_size(inode);
 		bool writing = (fi->flags & O_ACCMODE) != O_RDONLY;
 
-		err = -phxfs_range_reserve(
-			inode, size, writing ? size + fs->headroom : size);
+		err = phxfs_range_reserve(inode, size,
+					  writing ? size + fs->headroom : size);
 		if (!err)
 			h->passthrough =
 				phxfs_passthrough_open(fs, req, inode, fi);
@@ -149,9 +149,9 @@ static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 	pthread_mutex_lock(&fs->lock);
 	inode = phxfs_inode_get(fs, ino);
 	if (!inode)
-		err = ENOENT;
+		err = -ENOENT;
 	else if (S_ISDIR(inode->mode))
-		err = EISDIR;
+		err = -EISDIR;
 	else
 		inode->nopen++;
 	pthread_mutex_unlock(&fs->lock);
@@ -168,7 +168,7 @@ static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 	} else if (handle_new(inode, fi)) {
 		open_flags(fs, fi);
 	} else {
-		err = ENOMEM;
+		err = -ENOMEM;
 		pthread_mutex_lock(&fs->lock);
 		phxfs_inode_unref(fs, inode, 0, 1);
 		pthread_mutex_unlock(&fs->lock);
@@ -178,7 +178,7 @@ static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 	return;
 
 out_err:
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
 }
 
 static void phxfs_release(fuse_req_t req, fuse_ino_t ino,
@@ -269,17 +269,17 @@ static void phxfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (!host)
 			host = thread_buf(size);
 		if (!host)
-			err = ENOMEM;
+			err = -ENOMEM;
 		else if (phxfs_ranged(inode))
-			err = -backing_read(inode, host, n, (uint64_t)off);
+			err = backing_read(inode, host, n, (uint64_t)off);
 		else
-			err = -phx_memcpy_from_buf(host, inode->buf,
-						   (uint64_t)off, n);
+			err = phx_memcpy_from_buf(host, inode->buf,
+						  (uint64_t)off, n);
 	}
 	pthread_rwlock_unlock(&inode->io_lock);
 	if (err) {
 		atomic_fetch_add(&dev->fuse_reads, 1);
-		fuse_reply_err(req, err);
+		fuse_reply_err(req, -err);
 	} else {
 		if (off >= 0 && !payload)
 			phxfs_ra_advance(h, dev, (uint64_t)off, n, size);
@@ -347,7 +347,7 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	phxfs_req_payload(req, NULL);
 	if (off < 0 || (uint64_t)off > PHXFS_MAX_FILE ||
 	    size > PHXFS_MAX_FILE - (uint64_t)off) {
-		err = EFBIG;
+		err = -EFBIG;
 		goto out_err;
 	}
 	if (size) {
@@ -356,7 +356,7 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		uid_t uid = fi->writepage ? phxfs_handle(fi)->uid :
 					    fuse_req_ctx(req)->uid;
 
-		err = -write_data(inode, uid, buf, size, (uint64_t)off);
+		err = write_data(inode, uid, buf, size, (uint64_t)off);
 		/* a failed write may have stored part of it */
 		phxfs_data_changed(inode);
 		if (err)
@@ -380,7 +380,7 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	return;
 
 out_err:
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
 }
 
 static void phxfs_flush(fuse_req_t req, fuse_ino_t ino,
@@ -404,32 +404,32 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	int err = 0;
 
 	if (mode) {
-		err = EOPNOTSUPP;
+		err = -EOPNOTSUPP;
 		goto out;
 	}
 	if (off < 0 || len <= 0 || end > PHXFS_MAX_FILE) {
-		err = off < 0 || len <= 0 ? EINVAL : EFBIG;
+		err = off < 0 || len <= 0 ? -EINVAL : -EFBIG;
 		goto out;
 	}
 	pthread_rwlock_wrlock(&inode->io_lock);
 	old = phxfs_data_size(inode);
-	err = -phxfs_room_for(inode, fuse_req_ctx(req)->uid, (uint64_t)off,
-			      (uint64_t)len);
+	err = phxfs_room_for(inode, fuse_req_ctx(req)->uid, (uint64_t)off,
+			     (uint64_t)len);
 	if (!err && end > old)
-		err = -phxfs_data_resize(inode, end);
+		err = phxfs_data_resize(inode, end);
 	/* A range file's memory is all there already. */
 	if (!err && !phxfs_ranged(inode))
-		err = -phx_buf_commit(inode->buf, (uint64_t)off, (uint64_t)len);
+		err = phx_buf_commit(inode->buf, (uint64_t)off, (uint64_t)len);
 	if (!err && end > old &&
 	    phxfs_in_reserve(inode, fuse_req_ctx(req)->uid))
-		err = ENOSPC;
+		err = -ENOSPC;
 	if (err && end > old)
 		phxfs_data_resize(inode, old);
 	pthread_rwlock_unlock(&inode->io_lock);
 out:
 	/* whatever a mode did to the file, read-aheads made before are off */
 	phxfs_data_changed(inode);
-	fuse_reply_err(req, err);
+	fuse_reply_err(req, -err);
 }
 
 /*

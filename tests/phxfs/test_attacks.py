@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: MIT
 """Another local user against phxfs: the control socket and the limits.
 
-Imported by test_phxfs.py.  Each case is an attack a user without
-privileges can make on a shared machine (run as nobody through setpriv,
-skipped with the reason where that cannot be done), shown to fail safely
-while root's work goes on; each runs in the suite's mount (direct I/O, or
-io_uring in that run) and again with -o writeback.  Nothing here waits on
+Each case is an attack a user without privileges can make on a shared
+machine (run as nobody through setpriv, skipped with the reason where that
+cannot be done), shown to fail safely while root's work goes on; each runs
+in the suite's mount (direct I/O, or io_uring in that run) and again with
+-o writeback (the `mode` parameter).  Nothing here waits on
 time: the daemon's answers and the ends of connections are the
 completions; time-outs only guard against a hang.
 """
@@ -18,8 +18,10 @@ import socket
 import subprocess
 import sys
 
-import test_phxfs as T
-from test_phxfs import MiB, Skip, expect_errno, need, read, test, write
+import pytest
+
+import harness as T
+from harness import MiB, expect_errno, need, read, write
 
 HOSTILE = open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                             "hostile.py")).read()
@@ -29,13 +31,13 @@ GUARD = 60
 
 def need_nobody():
     if os.geteuid():
-        raise Skip("needs root to act as another user")
+        pytest.skip("needs root to act as another user")
     need("setpriv")
     try:
         pwd.getpwnam("nobody")
         grp.getgrnam("nogroup")
     except KeyError:
-        raise Skip("no user nobody or group nogroup")
+        pytest.skip("no user nobody or group nogroup")
 
 
 def nobody_argv(argv, groups=None):
@@ -86,25 +88,12 @@ def nobody_dir():
     return d
 
 
-def in_modes(fn, extra=""):
-    """Run @fn in the suite's mount (with @extra options), then again
-    with -o writeback added.  Once per mount: the daemon is the same for
+def in_mode(fn, mode, extra=""):
+    """harness.in_mode(), once per mount: the daemon is the same for
     every device directory."""
     if T.FS.dev_index:
-        raise Skip("once per mount, in the first device directory")
-    if extra:
-        T.FS.umount()
-        T.FS.mount(extra)
-    try:
-        fn("direct")
-        T.cleanup()
-        T.FS.umount()
-        T.FS.mount(",".join(o for o in ("writeback", extra) if o))
-        fn("writeback")
-    finally:
-        T.cleanup()
-        T.FS.umount()
-        T.FS.mount()
+        pytest.skip("once per mount, in the first device directory")
+    T.in_mode(fn, mode, extra)
 
 
 def daemon_fds():
@@ -130,14 +119,14 @@ def status_round_trip():
 
 # ---- 1. directory permissions ------------------------------------------
 
-@test
-def attack_dir_permissions():
+@T.in_modes
+def test_attack_dir_permissions(mode):
     """CPOUT / CP / OPEN by inode of files inside root's 0700 directory
     fail for nobody, with or without a descriptor of another file;
     status shows nobody only what it could stat; supplementary groups
     count as the kernel counts them."""
     need_nobody()
-    in_modes(_dir_permissions)
+    in_mode(_dir_permissions, mode)
 
 
 def _dir_permissions(mode):
@@ -216,13 +205,13 @@ def _has_group(name):
 
 # ---- 2. no client stalls the daemon ---------------------------------------
 
-@test
-def attack_freeze():
+@T.in_modes
+def test_attack_freeze(mode):
     """A STATUS reader that never reads, and a client that never sends,
     hold up nobody: root's stat, ls, touch, cat and phx status complete;
     the daemon drops both after ctl_timeout."""
     need_nobody()
-    in_modes(_freeze, "ctl_timeout=1")
+    in_mode(_freeze, mode, "ctl_timeout=1")
 
 
 def _freeze(mode):
@@ -251,14 +240,14 @@ def _freeze(mode):
 
 # ---- 3. descriptors and connections ---------------------------------------
 
-@test
-def attack_descriptors():
+@T.in_modes
+def test_attack_descriptors(mode):
     """100 connections that send descriptors over several messages with
     a bad request leave the daemon with the descriptors it had; silent
     connections past the per-user cap are turned away at once while
     root is served; out of descriptors, the daemon refuses and goes on."""
     need_nobody()
-    in_modes(_descriptors)
+    in_mode(_descriptors, mode)
 
 
 def _descriptors(mode):
@@ -302,7 +291,7 @@ def _out_of_descriptors():
             pass
     sock_fd = min(n for n, t in fds.items() if t.startswith("socket:"))
     if any(n not in fds for n in range(sock_fd)):
-        raise Skip("the daemon's descriptors below its socket have gaps")
+        pytest.skip("the daemon's descriptors below its socket have gaps")
     with open("/proc/%d/limits" % pid) as f:
         soft = re.search(r"Max open files\s+(\d+)", f.read()).group(1)
     subprocess.run(["prlimit", "--pid", str(pid),
@@ -371,17 +360,17 @@ def rss_kib():
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
-@test
-def attack_metadata():
+@T.in_modes
+def test_attack_metadata(mode):
     """xattrs and inodes stop at their limits (ENOSPC), shown in phx
     status, and the daemon's memory stays bounded."""
     need_nobody()
     if T.FS.dev_index:
-        raise Skip("once per mount, in the first device directory")
+        pytest.skip("once per mount, in the first device directory")
     out = status_round_trip()
     assert "xattrs 0 B of 16.0 MiB (256.0 KiB per file)" in out, out
     assert "of 1048576, control" in out, out
-    in_modes(_metadata, "xattr_size=4M,nr_inodes=2000")
+    in_mode(_metadata, mode, "xattr_size=4M,nr_inodes=2000")
 
 
 def _metadata(mode):
@@ -440,12 +429,12 @@ for i in range(4096):
 """
 
 
-@test
-def attack_fill_device():
+@T.in_modes
+def test_attack_fill_device(mode):
     """nobody fills the device up to the root reserve (ENOSPC); root's
     writes still succeed; nothing stored is lost."""
     need_nobody()
-    in_modes(_fill_device)
+    in_mode(_fill_device, mode)
 
 
 def _fill_device(mode):
@@ -478,11 +467,11 @@ def _fill_device(mode):
 
 # ---- 6. a failed phx cp ---------------------------------------------------
 
-@test
-def attack_failed_cp():
+@T.in_modes
+def test_attack_failed_cp(mode):
     """A phx cp larger than the device fails, and the file it created is
     gone with the memory it took; one it overwrote is reported."""
-    in_modes(_failed_cp)
+    in_mode(_failed_cp, mode)
 
 
 def _failed_cp(mode):
@@ -511,11 +500,11 @@ def _failed_cp(mode):
 
 # ---- 7. the smaller ones --------------------------------------------------
 
-@test
-def attack_status_rows():
+@T.in_modes
+def test_attack_status_rows(mode):
     """A path longer than a line is listed cut to .../NAME, not dropped;
     names with control bytes print escaped."""
-    in_modes(_status_rows)
+    in_mode(_status_rows, mode)
 
 
 def _status_rows(mode):
@@ -534,13 +523,12 @@ def _status_rows(mode):
     assert len(rows) == 2, rows
 
 
-@test
-def attack_mount_targets():
+def test_attack_mount_targets():
     """phx mount refuses a regular file and a non-empty directory (unless
     -o nonempty); phx cp names a missing directory; paths in messages
     are escaped."""
     if T.FS.dev_index:
-        raise Skip("once per mount, in the first device directory")
+        pytest.skip("once per mount, in the first device directory")
     f = os.path.join(T.SCRATCH, "a-file")
     write(f, b"x")
     r = T.FS.run_phx("mount", f, check=False)

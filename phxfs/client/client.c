@@ -74,9 +74,9 @@ int phxfs_line_err(char *line)
 	int err = 0, pos = 0;
 
 	if (sscanf(line, "ERR %d %n", &err, &pos) < 1 || err <= 0)
-		return EPROTO;
+		return -EPROTO;
 	memmove(line, line + pos, strlen(line + pos) + 1);
-	return err;
+	return -err;
 }
 
 static bool plain(unsigned char c)
@@ -243,7 +243,7 @@ int phxfs_open_handle(const char *path, char *device, size_t device_len,
 		goto out_close;
 	}
 	if (sscanf(line, "OK %31s %llu", name, &sz) != 2) {
-		ret = -phxfs_line_err(line);
+		ret = phxfs_line_err(line);
 		snprintf(why, why_len, "%s: phxfs: %s", path, line);
 		goto out_close;
 	}
@@ -460,7 +460,7 @@ int phxfs_status_get(const char *path, struct phxfs_status **out)
 		if (!strcmp(line, "END"))
 			break;
 		if (!strncmp(line, "ERR ", 4)) {
-			ret = -phxfs_line_err(line);
+			ret = phxfs_line_err(line);
 			break;
 		}
 		ret = parse_line(st, line);

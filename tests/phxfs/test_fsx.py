@@ -13,8 +13,10 @@ import mmap
 import os
 import random
 
-import test_phxfs as T
-from test_phxfs import test
+import pytest
+
+import harness as T
+
 
 MAX_SIZE = 1 << 20  # file sizes stay below this: ops touch what matters
 MAX_LEN = 64 << 10
@@ -178,19 +180,17 @@ class Fsx:
             os.close(self.fd)  # or the mount stays busy
 
 
-@test
-def fsx_random_ops():
+@T.in_modes
+def test_fsx_random_ops(mode):
     """>= 100,000 random operations per mount mode against a reference."""
     if T.FS.dev_index:
-        raise T.Skip("runs once, in the first device directory")
+        pytest.skip("runs once, in the first device directory")
     seed = int(os.environ.get("PHXFS_FSX_SEED", "1"))
     # under ASan the daemon is several times slower: fewer, same kinds
     nops = int(os.environ.get("PHXFS_FSX_OPS", "20000" if
                               os.environ.get("PHX_SANITIZED") else "100000"))
-    from conformance import in_both_modes
-
     def check(mode):
         d, _ = T.fresh("fsx-" + mode)
         Fsx(d, seed, mode).run(nops)
 
-    in_both_modes(check)
+    T.in_mode(check, mode)

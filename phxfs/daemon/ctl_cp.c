@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl_cp.c - the control socket's copies: CP fills a phxfs file from a
+ * descriptor the client sent, CPOUT writes one out to it, both through
+ * the transfer engine in steps of CP_STEP that report progress.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "phxfs.h"
+
+/* Bytes per engine call of CP and CPOUT: the progress granularity. */
+#define CP_STEP (256ULL << 20)
+
+/* Size of what @fd holds (a regular file or a block device). */
+static int64_t fd_size(int fd)
+{
+	struct stat st;
+	off_t end;
+
+	if (fstat(fd, &st))
+		return -errno;
+	if (S_ISREG(st.st_mode))
+		return st.st_size;
+	if (!S_ISBLK(st.st_mode))
+		return -EINVAL;
+	end = lseek(fd, 0, SEEK_END);
+	return end < 0 ? -errno : end;
+}
+
+/*
+ * Run one step of a copy and report progress; 0 or -errno (-EIO at EOF).
+ * A range file's step names its backing file (io->buf NULL, io->buf_off
+ * the offset in it), any other one its buffer.
+ */
+static int cp_step(struct phxfs_conn *c, struct phxfs_inode *inode,
+		   struct phx_io *io, uint64_t total, uint64_t *done,
+		   enum phx_path *path)
+{
+	int64_t n = phxfs_ranged(inode) ? phx_backing_io(inode->backing, io) :
+					  phx_io_run(inode->dev->dev, io);
+
+	if (n <= 0)
+		return io->result ? (int)io->result : -EIO;
+	*done += (uint64_t)io->result;
+	*path = io->path;
+	phxfs_conn_line(c, "PROGRESS %llu %llu", (unsigned long long)*done,
+			(unsigned long long)total);
+	return c->dead ? -EPIPE : 0; /* a client that stopped reading */
+}
+
+/*
+ * Pull @src into a range file: the engine reads into its backing file
+ * (io_uring O_DIRECT into its device pages, p2p, where it can; else
+ * staged).
+ */
+static int cp_pull_range(struct phxfs_conn *c, struct phxfs_inode *inode,
+			 int src, uint64_t total, uint64_t *done,
+			 enum phx_path *path)
+{
+	int ret;
+
+	pthread_rwlock_wrlock(&inode->io_lock);
+	ret = phxfs_range_set_size(inode, total);
+	/* Shared from here: readers of the file need not wait. */
+	pthread_rwlock_unlock(&inode->io_lock);
+	pthread_rwlock_rdlock(&inode->io_lock);
+	while (!ret && *done < total) {
+		struct phx_io io = {
+			.op = PHX_OP_READ,
+			.fd = src,
+			.file_off = (int64_t)*done,
+			.buf_off = *done,
+			.len = total - *done < CP_STEP ? total - *done :
+							 CP_STEP,
+		};
+
+		if (!phxfs_ranged(inode)) {
+			ret = -ESTALE; /* its memory went away under us */
+			break;
+		}
+		ret = cp_step(c, inode, &io, total, done, path);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	return ret;
+}
+
+/* Steps of a copy in flight at once, so the engine never runs dry. */
+#define CP_WINDOW 3
+
+/*
+ * Pull @src into @inode, which the client has just cut to at most @total
+ * bytes.  The steps go through one batch, CP_WINDOW at a time: the engine
+ * fills its slots from the next step while the last ones of a step are
+ * still copied, as one phx_read() of the whole file would; progress is
+ * reported as the steps complete, and *@done only counts the bytes of the
+ * leading steps that did.
+ */
+static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
+		   uint64_t total, uint64_t *done, enum phx_path *path)
+{
+	struct phx_io ios[CP_WINDOW];
+	bool complete[CP_WINDOW] = { false };
+	unsigned int first = 0, inflight = 0;
+	uint64_t next = 0;
+	struct phx_batch *b;
+	int ret;
+
+	pthread_rwlock_wrlock(&inode->io_lock);
+	/*
+	 * The client left what the file had, up to @total: every byte of it
+	 * is overwritten below.  A phx.ko range is emptied first all the
+	 * same when it must grow, so that growing moves nothing.
+	 */
+	ret = 0;
+	if (phxfs_dev_ranged(inode->dev) && phxfs_data_size(inode) < total)
+		ret = phxfs_data_resize(inode, 0);
+	if (!ret)
+		ret = phxfs_data_resize(inode, total);
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (ret)
+		return ret;
+	ret = phx_batch_create(inode->dev->dev, 0, 0, &b);
+	if (ret)
+		return ret;
+	/* Shared: readers of the file need not wait for the whole copy. */
+	pthread_rwlock_rdlock(&inode->io_lock);
+	while (!ret && *done < total) {
+		while (inflight < CP_WINDOW && next < total) {
+			unsigned int i = (first + inflight) % CP_WINDOW;
+
+			if (!inode->buf || atomic_load(&inode->size) < total) {
+				ret = -ESTALE; /* truncated under us */
+				break;
+			}
+			ios[i] = (struct phx_io){
+				.op = PHX_OP_READ,
+				.fd = src,
+				.file_off = (int64_t)next,
+				.buf = inode->buf,
+				.buf_off = next,
+				.len = total - next < CP_STEP ? total - next :
+								CP_STEP,
+			};
+			complete[i] = false;
+			ret = phx_batch_submit(b, &ios[i], 1);
+			if (ret < 0)
+				break;
+			ret = 0;
+			next += ios[i].len;
+			inflight++;
+		}
+		if (!inflight)
+			break;
+		struct phx_io *io;
+		int n = phx_batch_wait(b, 1, &io, 1, -1);
+
+		if (n < 0) {
+			ret = n;
+			break;
+		}
+		complete[io - ios] = true;
+		/* the leading steps that completed count, in order */
+		while (inflight && complete[first] && !ret) {
+			struct phx_io *f = &ios[first];
+
+			if (f->result != (int64_t)f->len) {
+				ret = f->result < 0 ? (int)f->result : -EIO;
+				break;
+			}
+			*done += f->len;
+			*path = f->path;
+			complete[first] = false;
+			first = (first + 1) % CP_WINDOW;
+			inflight--;
+			phxfs_conn_line(c, "PROGRESS %llu %llu",
+					(unsigned long long)*done,
+					(unsigned long long)total);
+			if (c->dead)
+				ret = -EPIPE;
+		}
+	}
+	/* what is still in flight lands before the lock goes */
+	phx_batch_destroy(b);
+	pthread_rwlock_unlock(&inode->io_lock);
+	return ret;
+}
+
+/* Is @fd a file of this mount?  A copy within it would wait on itself. */
+static bool on_this_mount(struct phxfs_conn *c, int fd)
+{
+	struct stat st;
+
+	return !fstat(fd, &st) && st.st_dev == phxfs_ctl_dev(c->fs);
+}
+
+/*
+ * Bytes a copy of @total bytes into @inode would take beyond what the
+ * file holds: -ENOSPC for a caller other than root when that dips into
+ * the device's root reserve.
+ */
+/*
+ * Is copy @what (CP, CPOUT) with the other end @fd (its @role) refused?
+ * Not under -o writeback, and not within this mount: it would wait on
+ * itself.  The error line is sent.
+ */
+static bool cp_refused(struct phxfs_conn *c, const char *what, int fd,
+		       const char *role)
+{
+	char msg[128];
+
+	if (c->fs->opts.writeback)
+		snprintf(
+			msg, sizeof(msg),
+			"%s: phxfs runs with -o writeback; remount without it, or use cp",
+			what);
+	else if (on_this_mount(c, fd))
+		snprintf(msg, sizeof(msg),
+			 "%s: the %s is on this phxfs; use cp", what, role);
+	else
+		return false;
+	phxfs_conn_err(c, c->fs->opts.writeback ? -EOPNOTSUPP : -EXDEV, msg);
+	return true;
+}
+
+static int cp_room(struct phxfs_conn *c, struct phxfs_inode *inode,
+		   uint64_t total)
+{
+	int ret;
+
+	pthread_rwlock_rdlock(&inode->io_lock);
+	ret = phxfs_room_for(inode, c->cred.uid, 0, total);
+	pthread_rwlock_unlock(&inode->io_lock);
+	return ret;
+}
+
+static const char reserve_msg[] =
+	"CP: the rest of the device is kept for root (root_reserve)";
+
+void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
+{
+	struct phxfs_inode *inode =
+		phxfs_conn_file_get(c, ino, c->fds[1], 2, "CP");
+	enum phx_path path = PHX_PATH_NONE;
+	uint64_t done = 0;
+	char msg[512];
+	int64_t total;
+	int ret;
+
+	if (!inode)
+		return;
+	/* with writeback the kernel keeps the size of cached files itself */
+	if (cp_refused(c, "CP", src, "source"))
+		goto out;
+	total = fd_size(src);
+	if (total < 0) {
+		phxfs_conn_err(c, (int)total, "CP: the source has no size");
+		goto out;
+	}
+	ret = cp_room(c, inode, (uint64_t)total);
+	if (ret) {
+		phxfs_conn_err(c, ret, reserve_msg);
+		goto out;
+	}
+	if (phxfs_dev_ranged(inode->dev))
+		ret = cp_pull_range(c, inode, src, (uint64_t)total, &done,
+				    &path);
+	else
+		ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path);
+	/* the copy ran with the io_lock shared, beside readers */
+	phxfs_data_changed(inode);
+	if (!ret && phxfs_in_reserve(inode, c->cred.uid)) {
+		/* it grew in chunks past what was left to users */
+		ret = -ENOSPC;
+		done = 0;
+		snprintf(msg, sizeof(msg), "%s", reserve_msg);
+	} else if (ret) {
+		snprintf(msg, sizeof(msg), "%s", phx_strerror_last());
+	}
+	if (ret) {
+		/* Keep what arrived; the rest was never there. */
+		pthread_rwlock_wrlock(&inode->io_lock);
+		phxfs_data_resize(inode, done);
+		pthread_rwlock_unlock(&inode->io_lock);
+	} else {
+		atomic_store(&inode->path, path);
+	}
+	/*
+	 * The kernel's cached size and pages go before the client hears the
+	 * copy is over: the kernel handles the notification within the
+	 * write that carries it, so a stat() once `phx cp` returns sees the
+	 * new size.
+	 */
+	fuse_lowlevel_notify_inval_inode(c->fs->se, inode->ino, 0, 0);
+	if (ret)
+		phxfs_conn_line(c, "ERR %d %s", -ret,
+				*msg ? msg : strerror(-ret));
+	else
+		phxfs_conn_line(c, "OK %llu %s", (unsigned long long)done,
+				phx_path_name(path));
+out:
+	phxfs_conn_file_put(c->fs, inode);
+}
+
+/*
+ * Where the next bytes to push from @inode lie: the data run at or after
+ * *@done (holes are skipped and count as done) and its length, or 0 when
+ * only hole is left.  A range file is all data.
+ */
+static uint64_t next_run(struct phxfs_inode *inode, uint64_t total,
+			 uint64_t *done)
+{
+	uint64_t off, len;
+
+	if (phxfs_ranged(inode))
+		return total - *done;
+	if (phx_buf_next_data(inode->buf, *done, &off, &len) || off >= total)
+		return 0;
+	*done = off;
+	return len < total - off ? len : total - off;
+}
+
+/*
+ * Push @inode's bytes into @dst through the engine (device -> file, as
+ * phx_write() moves them); a range file's from its backing file.  Only
+ * the data runs are written, in steps of up to CP_STEP: the holes stay
+ * holes in @dst (a new file), which gets the size at the end.
+ * Shared io_lock: readers go on, writers wait for the copy.
+ */
+static int cp_push(struct phxfs_conn *c, struct phxfs_inode *inode, int dst,
+		   uint64_t *done, enum phx_path *path)
+{
+	bool ranged;
+	uint64_t total;
+	int ret = 0;
+
+	pthread_rwlock_rdlock(&inode->io_lock);
+	total = phxfs_data_size(inode);
+	ranged = phxfs_ranged(inode);
+	/*
+	 * Sized first: O_DIRECT writes inside the file are taken in
+	 * parallel, where each write past its end waits for the one before
+	 * (ext4 extends a file one write at a time).  Only the data runs are
+	 * written: the holes stay holes in the copy.
+	 */
+	if (ftruncate(dst, (off_t)total))
+		ret = -errno;
+	phxfs_conn_line(c, "PROGRESS 0 %llu", (unsigned long long)total);
+	while (!ret && *done < total && (ranged || inode->buf)) {
+		struct phx_io io = {
+			.op = PHX_OP_WRITE,
+			.fd = dst,
+			.buf = ranged ? NULL : inode->buf,
+		};
+		uint64_t run = next_run(inode, total, done);
+
+		if (!run)
+			break;
+		io.file_off = (int64_t)*done;
+		io.buf_off = *done;
+		io.len = run < CP_STEP ? run : CP_STEP;
+		ret = cp_step(c, inode, &io, total, done, path);
+	}
+	pthread_rwlock_unlock(&inode->io_lock);
+	if (!ret)
+		*done = total;
+	return ret;
+}
+
+void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
+{
+	struct phxfs_inode *inode =
+		phxfs_conn_file_get(c, ino, c->fds[1], 4, "CPOUT");
+	enum phx_path path = PHX_PATH_NONE;
+	uint64_t done = 0;
+	int ret;
+
+	if (!inode)
+		return;
+	/* with writeback the kernel may hold bytes the daemon has not seen */
+	if (cp_refused(c, "CPOUT", dst, "destination"))
+		goto out;
+	ret = cp_push(c, inode, dst, &done, &path);
+	if (ret) {
+		const char *msg = phx_strerror_last();
+
+		phxfs_conn_line(c, "ERR %d %s", -ret,
+				*msg ? msg : strerror(-ret));
+	} else {
+		phxfs_conn_line(c, "OK %llu %s", (unsigned long long)done,
+				phx_path_name(path));
+	}
+out:
+	phxfs_conn_file_put(c->fs, inode);
+}

@@ -1,0 +1,147 @@
+# SPDX-License-Identifier: MIT
+"""The daemon: the FUSE transport it serves over, the mount helper,
+request sizes, and a killed daemon's mount recovered.
+"""
+import errno
+import os
+import select
+import signal
+import subprocess
+import sys
+
+import harness as T
+from harness import (MiB, sh, need, need_root, rand, write, read, expect_errno,
+                      fresh)
+
+
+def test_fuse_transport():
+    """phx status says whether requests come over io_uring, and why not;
+    over io_uring libfuse serves them on one thread per CPU."""
+    out = T.FS.run_phx("status", T.FS.mp).stdout
+    line = [x for x in out.splitlines() if "FUSE over io_uring" in x]
+    assert len(line) == 1, out
+    pid = T.FS.daemon_pid()
+    rings = set()
+    for t in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/comm" % (pid, t)) as f:
+            comm = f.read().strip()
+        if comm.startswith("fuse-ring-"):
+            rings.add(comm)
+    if T.ARGS.io_uring == "on":
+        assert line[0].endswith(": on"), line[0]
+        assert rings == {"fuse-ring-%d" % i
+                         for i in range(os.cpu_count())}, rings
+        # data through the rings lands whole
+        d, ref = fresh("uring")
+        data = rand(3 * MiB + 17, 21)
+        write(d + "/f", data)
+        assert read(d + "/f") == data
+    else:
+        assert ": off " in line[0] and len(line[0].split(": off ")[1]), line
+        assert not rings, rings
+        # not the default: large sequential reads are faster without
+        assert "not asked for" in line[0], line[0]
+
+
+def test_mount_helper():
+    need_root()
+    need("mount.fuse3")
+    mp = os.path.join(T.SCRATCH, "helper")
+    os.makedirs(mp, exist_ok=True)
+    env = dict(T.FS.env)
+    env["PATH"] = os.path.abspath(T.ARGS.build) + ":" + env["PATH"]
+    helper = os.path.join(os.path.dirname(__file__), "..", "..", "phxfs", "tool",
+                          "mount.fuse.phxfs")
+    r = subprocess.run([helper, "phxfs", mp, "-o",
+                        "size=64M,noauto,_netdev,reserve=0"],
+                       env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        devs = sorted(os.listdir(mp))
+        assert devs == T.FS.devs, devs
+        sv = os.statvfs(mp + "/" + devs[0])
+        assert sv.f_blocks * sv.f_frsize == 64 * MiB
+        assert "fuse.phxfs" in read("/proc/mounts").decode()
+    finally:
+        subprocess.run([T.FS.phx, "umount", mp])
+
+
+def test_request_sizes():
+    """max_write: 16M by default where libfuse and the kernel allow it,
+    refused past libfuse 3.14's 1M buffer, capped by the kernel's
+    fs.fuse.max_pages_limit with a notice."""
+    out = subprocess.run([T.FS.daemon, "--version"], capture_output=True,
+                         text=True).stdout
+    minor = int(out.split("FUSE 3.")[1].split(")")[0])
+    try:
+        with open("/proc/sys/fs/fuse/max_pages_limit") as f:
+            kernel_cap = int(f.read()) * os.sysconf("SC_PAGESIZE")
+    except OSError:
+        kernel_cap = 256 * 4096
+    T.FS.umount()
+    try:
+        r = T.FS.mount("max_write=4M")
+    except AssertionError as e:
+        assert minor < 17, "libfuse 3.%d refused 4M: %s" % (minor, e)
+        assert "libfuse 3.%d" % minor in str(e) and "1M" in str(e), str(e)
+        T.FS.mount()
+        return
+    try:
+        assert minor >= 17, "libfuse 3.%d took max_write=4M" % minor
+        assert ("caps requests" in r.stderr) == (kernel_cap < 4 * MiB), \
+            r.stderr
+        d, ref = fresh("big")
+        src = os.path.join(ref, "src")
+        write(src, rand(20 * MiB + 4097, 9))
+        sh("dd if=%s of=%s/f bs=4M status=none" % (src, d))
+        sh("dd if=%s/f of=%s/back bs=4M status=none" % (d, ref))
+        sh("cmp %s %s/back" % (src, ref))
+    finally:
+        T.FS.umount()
+        T.FS.mount()
+
+
+def test_kill_daemon_then_recover():
+    """Last: kills the daemon mid-copy, checks ENOTCONN, remounts."""
+    d, _ = fresh("kill")
+    writer = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, sys, time\n"
+         "f = open(sys.argv[1], 'wb', buffering=0)\n"
+         "b = os.urandom(1 << 20)\n"
+         "f.write(b)\n"
+         "print('writing', flush=True)\n"
+         "try:\n"
+         "    while True:\n"
+         "        f.seek(0); f.write(b); time.sleep(0.005)\n"
+         "except OSError as e:\n"
+         "    print(e.errno); sys.exit(3)\n", d + "/victim"],
+        stdout=subprocess.PIPE, text=True)
+    # kill only once the writer's first write went through the mount
+    assert writer.stdout.readline() == "writing\n"
+    pid = T.FS.daemon_pid()
+    pidfd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        # the connection is cut once the daemon has exited and its files
+        # are closed (its pidfd turns readable then): over io_uring the
+        # kernel cancels queued requests before that, and a call made in
+        # between would see ECANCELED rather than ENOTCONN
+        select.select([pidfd], [], [])
+    finally:
+        os.close(pidfd)
+    out, _ = writer.communicate(timeout=20)
+    # the write in flight sees ECONNABORTED (ECANCELED when it sat in an
+    # io_uring queue, whose requests the kernel cancels), or EIO when the
+    # kernel had split it into two requests and only one was answered (an
+    # unaligned 1 MiB buffer spans 257 pages); later calls see ENOTCONN
+    assert writer.returncode == 3 and \
+        int(out) in (errno.ENOTCONN, errno.ECONNABORTED, errno.ECANCELED,
+                     errno.EIO), out
+    expect_errno(errno.ENOTCONN, os.listdir, T.FS.dev)
+    expect_errno(errno.ENOTCONN, os.statvfs, T.FS.mp)
+    r = T.FS.mount()
+    assert "stale" in r.stderr, r.stderr
+    assert os.listdir(T.FS.dev) == [], "contents survived the daemon"
+    write(T.FS.dev + "/again", b"ok")
+    assert read(T.FS.dev + "/again") == b"ok"
