@@ -198,14 +198,18 @@ static void daemon_path(char *out, size_t len)
 }
 
 /*
- * Is @mp the mount of a phxfs that died?  Its calls fail with ENOTCONN,
- * or over io_uring with ECANCELED while the kernel tears its queues down.
+ * Is @mp the mount of a phxfs that died?  Its calls fail with ENOTCONN
+ * once the kernel has aborted the connection; a call that was queued
+ * before ends with ECONNABORTED, or over io_uring with ECANCELED while the
+ * kernel tears its queues down.
  */
 static bool daemon_dead(const char *mp)
 {
 	struct statvfs sv;
 
-	return statvfs(mp, &sv) && (errno == ENOTCONN || errno == ECANCELED);
+	return statvfs(mp, &sv) &&
+	       (errno == ENOTCONN || errno == ECONNABORTED ||
+		errno == ECANCELED);
 }
 
 static int cmd_mount(int argc, char **argv)
