@@ -94,7 +94,7 @@ for s in "$@"; do
 		--mount "$MNT/gpu0" --phx "$phx" --size 4G ;;
 	streams) step streams 90 $bench streams --size 1G ;;
 	pytests) cp "$WORK"/site/phxio/_libs/*.so "$WORK/bin/"
-		step pytests 150 env -u PYTHONPATH sh "$here/python/tests/run.sh" \
+		step pytests 150 env -u PYTHONPATH sh "$here/tests/python/run.sh" \
 			"$WORK/bin" -q -rs -o faulthandler_timeout=60 \
 			-k "exit or stream_cache or staged or weights or open_file" ;;
 	*) echo "unknown step $s" >&2; status=1 ;;
