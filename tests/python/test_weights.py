@@ -226,3 +226,25 @@ def test_vllm_loader_errors_name_file_and_tensor(tmp_path):
     with pytest.raises(ValueError, match="unknown option 'x'"):
         vllm_loader._loader_class(LoadConfig(
             load_format="phoenix", model_loader_extra_config={"x": 1}))
+
+
+def test_prepare_builds_the_engines_the_load_borrows(tmp_path):
+    from phxio import _pipeline
+
+    d = _checkpoint(tmp_path / "ck")
+    with phxio.Device("sim0") as cold:  # a load that finds no engine
+        assert cold.engine_stats()["built"] == 0
+        assert len(list(_weights.iter_safetensors(d, cold))) == 24
+        assert cold.engine_stats()["built"] == 1
+    for threads in (1, 3):
+        with phxio.Device("sim0") as dev:
+            _pipeline.prepare(dev, threads)
+            st = dev.engine_stats()
+            assert st["built"] == threads and st["idle"] == threads
+            assert st["staging_bytes"] > 0
+            got = dict(_weights.iter_safetensors(d, dev, threads=threads))
+            # the load borrowed the prepared engines and built none
+            assert dev.engine_stats()["built"] == threads
+            want = load_file(str(d / "m-2.safetensors"))
+            for name, t in want.items():
+                assert torch.equal(got[name], t)
