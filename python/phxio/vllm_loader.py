@@ -252,7 +252,14 @@ def _make_class() -> Any:
                                    f"{last[0]!r}: {e}") from e
             logger.info("Loading weights took %.2f seconds",
                         time.perf_counter() - t0)
-            if "prepared" in report:
+            if "prepared" in report and \
+                    _core.device(report["target"]).name != \
+                    report.get("device"):
+                logger.info("load format %s: prepared %s, but the model is "
+                            "on %s, where the load set itself up",
+                            LOAD_FORMAT, report["target"],
+                            report.get("device"))
+            elif "prepared" in report:
                 dev = _core.device(report["target"])
                 logger.info("load format %s: %s and its engines prepared in "
                             "%.3f s beside model construction; the load "
