@@ -99,6 +99,8 @@ for s in "$@"; do
 	streams) step streams 90 $bench streams --size 1G ;;
 	first-call) step first-call 120 $bench first-call "$CK" ;;
 	pytests) cp "$WORK"/site/phxio/_libs/*.so "$WORK/bin/"
+		# which vLLM, if any, these tests import (not the carried one)
+		env -u PYTHONPATH python3 -c 'import vllm; print("pytests import vllm", vllm.__version__, vllm.__file__)' 2>&1 | tail -n 1
 		step pytests 150 env -u PYTHONPATH sh "$here/tests/python/run.sh" \
 			"$WORK/bin" -q -rs -o faulthandler_timeout=60 \
 			-k "exit or stream_cache or staged or weights or open_file or abi" ;;
