@@ -3,7 +3,7 @@
 #
 #   make install-python   libphoenix.so + libphxfile.so into $(PREFIX)/lib,
 #                         then `pip install ./python`
-#   make test-python      the pytest suites in python/tests
+#   make test-python      the pytest suites in tests/python
 
 PHXFILE_SO := $(BUILD)/libphxfile.so
 PHXFILE_OBJS := $(BUILD)/lib/phxfile/phxfile.o
@@ -41,10 +41,10 @@ install: install-python
 # The stream-ordered tests run again for the other ways of holding a
 # stream: PHX_STREAM_WAIT=kernel, host and device (the default is copy).
 test-python: $(LIB_SO) $(PHXFILE_SO)
-	@PYTHON=$(PYTHON) sh python/tests/run.sh $(BUILD)
+	@PYTHON=$(PYTHON) sh tests/python/run.sh $(BUILD)
 	@for mode in kernel host device; do \
 		echo "== stream-ordered transfers with PHX_STREAM_WAIT=$$mode"; \
-		PHX_STREAM_WAIT=$$mode PYTHON=$(PYTHON) sh python/tests/run.sh \
+		PHX_STREAM_WAIT=$$mode PYTHON=$(PYTHON) sh tests/python/run.sh \
 			$(BUILD) -k 'stream or phxfile' || exit 1; \
 	done
 
@@ -73,6 +73,6 @@ wheel: $(LIB_SO) $(PHXFILE_SO) $(PHXFSCTL_SO)
 # saying so.
 .PHONY: test-vllm
 test-vllm: wheel
-	@sh python/tests/vllm/run.sh $(BUILD)
+	@sh tests/python/vllm/run.sh $(BUILD)
 
 TESTS += test-vllm

@@ -60,13 +60,34 @@ def record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest.rstrip(b'=').decode()},{len(data)}"
 
 
+def package_version(here: Path) -> str:
+    """The one version: phxio.__version__, which must be phoenix.h's
+    PHX_VERSION_* where the source tree is there to say."""
+    init = (here / "phxio" / "__init__.py").read_text()
+    m = re.search(r'^__version__ = "([^"]+)"$', init, re.M)
+    if not m:
+        fail(f"{here / 'phxio' / '__init__.py'}: no __version__ line")
+    header = here.parent / "lib" / "include" / "phoenix.h"
+    if header.is_file():
+        parts = [re.search(rf"^#define PHX_VERSION_{p} (\d+)$",
+                           header.read_text(), re.M) for p in
+                 ("MAJOR", "MINOR", "PATCH")]
+        if None in parts:
+            fail(f"{header}: no PHX_VERSION_MAJOR/MINOR/PATCH")
+        lib = ".".join(p.group(1) for p in parts)
+        if lib != m.group(1):
+            fail(f"phxio.__version__ {m.group(1)} is not {header}'s {lib}: "
+                 "set both to the release's number")
+    return m.group(1)
+
+
 def main() -> None:
     if len(sys.argv) != 3:
         fail("usage: mkwheel.py BUILD OUTDIR")
     build, outdir = Path(sys.argv[1]), Path(sys.argv[2])
     here = Path(__file__).resolve().parent
     meta = tomllib.loads((here / "pyproject.toml").read_text())["project"]
-    name, version = meta["name"], meta["version"]
+    name, version = meta["name"], package_version(here)
 
     libs = []
     need = (2, 17)

@@ -20,6 +20,11 @@
                                         load_safetensors of one staged file:
                                         views, device-to-device copy, the
                                         same file from the page cache
+    bench-vllm.py first-call DIR        load_safetensors(DIR) in fresh
+                                        processes: the first and a later
+                                        call, without and after
+                                        prepare() (the vLLM loader's set-up
+                                        beside model construction)
     bench-vllm.py streams [--size 1G]   read_into: synchronous, on a reused
                                         phxio.Stream, on a torch stream
                                         (one, reused), on a new torch
@@ -44,6 +49,8 @@ from pathlib import Path
 PROMPTS = [[1, 306, 4658, 278, 6593, 310, 2834], [1, 450, 4996, 17354],
            [1, 13, 29871, 29896, 29889]]
 LOADING = re.compile(r"Loading weights took ([\d.]+) seconds")
+PREPARED = re.compile(r"prepared in ([\d.]+) s .* waited ([\d.]+) s .* "
+                      r"built (\d+) engines")
 MODEL = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and "
                    r"([\d.]+) seconds")
 
@@ -125,13 +132,21 @@ def _one(model: Path, fmt: str, mode: str, limit: int) -> dict:
     m = MODEL.search(out)
     res["model_s"] = float(m.group(2)) if m else None
     res["model_gib"] = float(m.group(1)) if m else None
+    m = PREPARED.search(out)
+    if m:
+        res["prepared_s"], res["waited_s"] = float(m.group(1)), \
+            float(m.group(2))
+        res["load_built_engines"] = int(m.group(3))
     line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")),
                 None)
     res["tokens"] = json.loads(line[7:])["tokens"] if line else None
     if rc != 0 or line is None:
         res["tail"] = out[-3000:]
     print(f"  {fmt:16s} {mode:6s} rc={rc} weights={res['weights_s']} "
-          f"model={res['model_s']} wall={res['wall_s']:.1f}s", flush=True)
+          f"model={res['model_s']} wall={res['wall_s']:.1f}s"
+          + (f" prepared={res['prepared_s']} waited={res['waited_s']} "
+             f"load_built={res['load_built_engines']}"
+             if "prepared_s" in res else ""), flush=True)
     if "tail" in res:
         print(res["tail"], flush=True)
     return res
@@ -276,6 +291,57 @@ def staged_file(args: argparse.Namespace) -> int:
     return 0
 
 
+def first_child(d: str, prepared: bool) -> None:
+    import torch
+
+    import phxio
+    from phxio import _pipeline
+
+    gpu = torch.cuda.is_available()  # else the simulated device
+    if gpu:
+        torch.empty(1, device="cuda")  # as in vLLM: torch's context is up
+    out = {}
+    t0 = time.perf_counter()
+    dev = phxio.device("cuda:0" if gpu else "sim0")
+    out["open_s"] = time.perf_counter() - t0
+    if prepared:
+        t0 = time.perf_counter()
+        _pipeline.prepare(dev)
+        out["prepare_s"] = time.perf_counter() - t0
+    built = dev.engine_stats()["built"]
+    for key in ("first_s", "second_s"):
+        t0 = time.perf_counter()
+        sd = phxio.load_safetensors(d, device=dev)
+        if gpu:
+            torch.cuda.synchronize()
+        out[key] = time.perf_counter() - t0
+        del sd
+    out["load_built_engines"] = dev.engine_stats()["built"] - built
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def first_call(args: argparse.Namespace) -> int:
+    _make("hot", args.dir)
+    print("| case | device open | prepare() | first load | later load "
+          "| engines the loads built |\n|---|---|---|---|---|---|")
+    for case in ("plain", "prepared", "plain", "prepared"):
+        r = subprocess.run([sys.executable, __file__, "first-child",
+                            str(args.dir), case], capture_output=True,
+                           text=True, timeout=args.limit)
+        line = next((ln for ln in r.stdout.splitlines()
+                     if ln.startswith("RESULT ")), None)
+        if r.returncode or line is None:
+            print(f"first-call {case}: rc={r.returncode}\n"
+                  f"{(r.stdout + r.stderr)[-3000:]}")
+            return 1
+        o = json.loads(line[7:])
+        prep = f"{o['prepare_s'] * 1e3:.1f} ms" if "prepare_s" in o else "-"
+        print(f"| {case} | {o['open_s'] * 1e3:.1f} ms | {prep} | "
+              f"{o['first_s'] * 1e3:.1f} ms | {o['second_s'] * 1e3:.1f} ms "
+              f"| {o['load_built_engines']} |", flush=True)
+    return 0
+
+
 def _parse(s: str) -> int:
     units = {"K": 10, "M": 20, "G": 30}
     return int(s[:-1]) << units[s[-1].upper()] if s[-1].upper() in units \
@@ -334,9 +400,12 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         child(sys.argv[2], sys.argv[3], sys.argv[4])
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "first-child":
+        first_child(sys.argv[2], sys.argv[3] == "prepared")
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["write-ckpt", "compare", "staged",
-                                     "staged-file", "streams"])
+                                     "staged-file", "streams", "first-call"])
     ap.add_argument("dir", nargs="?", type=Path)
     ap.add_argument("--formats",
                     default="phoenix,safetensors,fastsafetensors,"
@@ -353,7 +422,8 @@ def main() -> int:
         write_ckpt(args.dir)
         return 0
     return {"compare": compare, "staged": staged,
-            "staged-file": staged_file, "streams": streams}[args.what](args)
+            "staged-file": staged_file, "streams": streams,
+            "first-call": first_call}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -128,10 +128,10 @@ timeout -k 10 300 sh tests/phxfs/run.sh .gpu/bin -q --each-device || rc=1
 echo "== phxfs over io_uring"
 timeout -k 10 200 sh tests/phxfs/run.sh .gpu/bin -q --io-uring on || rc=1
 echo "== python"
-timeout -k 10 600 sh python/tests/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
+timeout -k 10 600 sh tests/python/run.sh .gpu/bin -q -rs -o faulthandler_timeout=120 || rc=1
 echo "== LMCache's own phx backend (lmcache 0.5.6 wheel in .whl/)"
 if ls .whl/lmcache-0.5.6-*.whl >/dev/null 2>&1; then
-	timeout -k 10 300 python3 python/tests/lmcache_phx_gpu.py --build .gpu/lib || rc=1
+	timeout -k 10 300 python3 tests/python/lmcache_phx_gpu.py --build .gpu/lib || rc=1
 else
 	echo "skipped: no lmcache 0.5.6 wheel in .whl/ (pip download --no-deps -d .whl lmcache==0.5.6)"
 fi

@@ -57,11 +57,11 @@ for s in "$@"; do
 	suites) step suites 330 sh .gpu/run-tests ;;
 	lib) step lib 200 env LD_LIBRARY_PATH="$PWD/.gpu/lib" \
 		sh scripts/test-lib.sh .gpu/bin/test-lib --timeout 120 ;;
-	gpu-python) step gpu-python 200 sh python/tests/run.sh .gpu/bin -q -rs \
+	gpu-python) step gpu-python 200 sh tests/python/run.sh .gpu/bin -q -rs \
 		-o faulthandler_timeout=120 ;;
 	no-hang) step no-hang 300 sh -c 'for i in $(seq 20); do
 		echo "== run $i"
-		sh python/tests/run.sh .gpu/bin -q -o faulthandler_timeout=60 \
+		sh tests/python/run.sh .gpu/bin -q -o faulthandler_timeout=60 \
 			-k no_hang || exit 1; done' ;;
 	bench) step bench 200 sh scripts/bench-gpu.sh -s 2G -r 1 -m 4G ;;
 	interference) step interference 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
@@ -85,7 +85,7 @@ for s in "$@"; do
 		-q 1,32,128 -o 2000 ;;
 	setup) step setup 90 sh scripts/bench-kv.sh setup -r 3 ;;
 	fio) step fio 150 sh scripts/bench-kv.sh fio ;;
-	lmcache) step lmcache 200 python3 python/tests/lmcache_phx_gpu.py \
+	lmcache) step lmcache 200 python3 tests/python/lmcache_phx_gpu.py \
 		--build .gpu/lib ;;
 	*) echo "$0: unknown step $s" >&2; status=2 ;;
 	esac

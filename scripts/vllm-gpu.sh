@@ -19,6 +19,9 @@
 #   staged 150      the checkpoint copied onto phxfs, loaded by phoenix
 #   staged-file 120 load_safetensors of a staged 4 GiB file (views, copy)
 #   streams 90      read_into with torch streams against synchronous
+#   first-call 120  load_safetensors of the checkpoint in fresh processes:
+#                   first and later call, without and after the loader's
+#                   set-up (prepare), and the engines each load built
 #   pytests 150     the Python tests of this change on the GPU: release at
 #                   exit in every order (torch streams too), the stream
 #                   cache, staged checkpoints, bounded groups
@@ -64,7 +67,8 @@ shift
 [ $# -ge 1 ] || { echo "usage: $0 run LOGDIR [STEP...]" >&2; exit 2; }
 logs=$1
 shift
-[ $# -gt 0 ] || set -- install ckpt hot cold staged staged-file streams pytests
+[ $# -gt 0 ] || set -- install ckpt hot cold staged staged-file streams \
+	first-call pytests
 mkdir -p "$logs" || exit 2
 
 step() {
@@ -93,14 +97,17 @@ for s in "$@"; do
 	staged-file) step staged-file 120 $bench staged-file \
 		--mount "$MNT/gpu0" --phx "$phx" --size 4G ;;
 	streams) step streams 90 $bench streams --size 1G ;;
+	first-call) step first-call 120 $bench first-call "$CK" ;;
 	pytests) cp "$WORK"/site/phxio/_libs/*.so "$WORK/bin/"
-		step pytests 150 env -u PYTHONPATH sh "$here/python/tests/run.sh" \
+		# which vLLM, if any, these tests import (not the carried one)
+		env -u PYTHONPATH python3 -c 'import vllm; print("pytests import vllm", vllm.__version__, vllm.__file__)' 2>&1 | tail -n 1
+		step pytests 150 env -u PYTHONPATH sh "$here/tests/python/run.sh" \
 			"$WORK/bin" -q -rs -o faulthandler_timeout=60 \
-			-k "exit or stream_cache or staged or weights or open_file" ;;
+			-k "exit or stream_cache or staged or weights or open_file or abi" ;;
 	*) echo "unknown step $s" >&2; status=1 ;;
 	esac
 done
-for s in hot cold staged staged-file streams pytests; do
+for s in hot cold staged staged-file streams first-call pytests; do
 	[ -f "$logs/$s.log" ] || continue
 	echo "---- $s"
 	sed -n '/^|/p;/^tokens:/p;/^staged /p;/^load_safetensors/p;/^read_into/p;/passed\|failed\|skipped/p' \

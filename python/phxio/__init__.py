@@ -38,4 +38,6 @@ __all__ = [
     "write_batch", "write_from",
 ]
 
+# the release: phoenix.h's PHX_VERSION_*, and the wheel's (pyproject and
+# mkwheel.py read it here)
 __version__ = "0.1.0"

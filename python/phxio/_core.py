@@ -259,6 +259,14 @@ class Device(_Handle):
         out.update(ios=s.ios, errors=s.errors, pinned_bytes=s.pinned_bytes)
         return out
 
+    def engine_stats(self) -> dict[str, int]:
+        """The device's transfer engines: "built" since it opened, "alive"
+        in its pool (idle or lent), "idle", and their "staging_bytes"."""
+        s = _lib.EngineStatsStruct()
+        check(lib().phx_engine_stats_get(self.handle, ctypes.byref(s)))
+        return {"built": s.built, "alive": s.alive, "idle": s.idle,
+                "staging_bytes": s.staging_bytes}
+
     def __repr__(self) -> str:
         return f"<phxio.Device {self.name} ({self.info.model})>"
 

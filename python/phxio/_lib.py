@@ -91,6 +91,15 @@ class StatsStruct(ctypes.Structure):
     ]
 
 
+class EngineStatsStruct(ctypes.Structure):
+    _fields_ = [
+        ("built", c_uint64),
+        ("alive", c_uint),
+        ("idle", c_uint),
+        ("staging_bytes", c_uint64),
+    ]
+
+
 _PROTOTYPES = {
     "phx_version": (c_char_p, []),
     "phx_strerror_last": (c_char_p, []),
@@ -142,6 +151,8 @@ _PROTOTYPES = {
     "phx_settings_get": (None, [ctypes.POINTER(SettingsStruct)]),
     "phx_parse_size": (c_int, [c_char_p, ctypes.POINTER(c_uint64)]),
     "phx_stats_get": (None, [c_void_p, ctypes.POINTER(StatsStruct)]),
+    "phx_engine_stats_get": (c_int, [c_void_p,
+                                     ctypes.POINTER(EngineStatsStruct)]),
 }
 
 

@@ -65,6 +65,28 @@ def shared_depth(threads: int) -> int:
     return max(1, s.staging_size // (s.chunk_size * threads))
 
 
+def prepare(dev: Any, threads: Optional[int] = None) -> None:
+    """Build, into @dev's engine pool, the engines a load or save of
+    @threads workers borrows (each an io_uring, pinned staging and copy
+    streams: the first call's set-up), so that the call builds none.  A
+    batch of each worker's depth is created and given back at once;
+    the engines stay pooled until the device closes (the library keeps
+    at most four idle)."""
+    n = threads_of(threads)
+    depth = shared_depth(n)
+    made = []
+    try:
+        for _ in range(n):
+            b = ctypes.c_void_p()
+            check(lib().phx_batch_create(dev.handle, depth, 0,
+                                         ctypes.byref(b)),
+                  f"preparing transfers on {dev.name}")
+            made.append(b)
+    finally:
+        for b in made:
+            lib().phx_batch_destroy(b)
+
+
 class Pipeline:
     """@threads workers, each with a batch of @depth entries on @dev
     (default: the configured depth shared among the workers)."""

@@ -20,6 +20,12 @@ device the model lives on (the simulated device's host memory for vLLM's
 CPU build) and are fed to ``model.load_weights`` group by group, so no
 second copy of the whole model is held.  Files of a checkpoint staged on
 phxfs are device memory already: their tensors are views of it.
+
+What a process's first load would set up (the device opened, the
+pipeline's engines: io_uring, pinned staging, copy streams) is built in a
+thread started when vLLM asks for the model, beside its construction;
+the weight phase waits for it, and "Loading weights took" counts that
+wait.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import threading
 import time
 from typing import Any, Iterator, Optional
 
-from . import _core, _lib
+from . import _core, _lib, _pipeline
 from ._safetensors import INDEX_NAME, SafetensorsError
 from ._weights import DEFAULT_GROUP, iter_safetensors
 
@@ -119,6 +126,50 @@ def _device_of(model: Any) -> Any:
     return _core.device("sim0")
 
 
+def _target_name(vllm_config: Any) -> str:
+    """The phxio device the model vLLM is about to build will live on
+    (what _device_of() finds on its parameters afterwards)."""
+    import torch
+
+    load = getattr(vllm_config.load_config, "device", None)
+    where = torch.device(load or vllm_config.device_config.device)
+    if where.type != "cuda":
+        return "sim0"
+    index = where.index
+    if index is None:
+        index = torch.cuda.current_device()
+    return f"cuda:{index}"
+
+
+class _Prepare(threading.Thread):
+    """The first load's set-up, run beside vLLM's model construction: the
+    device opened and the pipeline's engines (io_uring, pinned staging,
+    copy streams) built into its pool, so the load borrows them."""
+
+    def __init__(self, name: str, threads: Optional[int]) -> None:
+        super().__init__(name="phx-prepare", daemon=True)
+        self.target, self.threads = name, threads
+        self.seconds = 0.0
+        self.error: Optional[BaseException] = None
+        self.start()
+
+    def run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            _pipeline.prepare(_core.device(self.target), self.threads)
+        except BaseException as e:  # raised by wait(), in the load
+            self.error = e
+        self.seconds = time.perf_counter() - t0
+
+    def wait(self) -> float:
+        """Seconds waited for it to finish; raises what it met."""
+        t0 = time.perf_counter()
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return time.perf_counter() - t0
+
+
 def _weights(model: Any, folder: str, opts: dict, where: dict,
              last: list, report: dict) -> Iterator[tuple[str, Any]]:
     from ._tp import vllm_rows
@@ -148,6 +199,21 @@ def _make_class() -> Any:
         def __init__(self, load_config: Any) -> None:
             super().__init__(load_config)
             self.options = options(load_config.model_loader_extra_config)
+            self._prepare: Optional[_Prepare] = None
+
+        def load_model(self, vllm_config: Any, model_config: Any,
+                       *args: Any, **kwargs: Any) -> Any:
+            # in the process that will hold the model (never in one that
+            # only downloads it): the set-up overlaps model construction
+            self._prepare = _Prepare(_target_name(vllm_config),
+                                     self.options["threads"])
+            try:
+                return super().load_model(vllm_config, model_config, *args,
+                                          **kwargs)
+            finally:
+                if self._prepare is not None:
+                    self._prepare.join()
+                    self._prepare = None
 
         def _folder(self, model_config: Any) -> str:
             return checkpoint_dir(model_config.model,
@@ -165,6 +231,13 @@ def _make_class() -> Any:
             where: dict[str, str] = {}
             last = [None]
             report: dict = {}
+            prep, self._prepare = self._prepare, None
+            if prep is not None:  # its wait is in the time logged below
+                report["waited"] = prep.wait()
+                report["prepared"] = prep.seconds
+                report["built0"] = \
+                    _core.device(prep.target).engine_stats()["built"]
+                report["target"] = prep.target
             try:
                 loaded = model.load_weights(
                     _weights(model, folder, self.options, where, last,
@@ -179,6 +252,21 @@ def _make_class() -> Any:
                                    f"{last[0]!r}: {e}") from e
             logger.info("Loading weights took %.2f seconds",
                         time.perf_counter() - t0)
+            if "prepared" in report and \
+                    _core.device(report["target"]).name != \
+                    report.get("device"):
+                logger.info("load format %s: prepared %s, but the model is "
+                            "on %s, where the load set itself up",
+                            LOAD_FORMAT, report["target"],
+                            report.get("device"))
+            elif "prepared" in report:
+                dev = _core.device(report["target"])
+                logger.info("load format %s: %s and its engines prepared in "
+                            "%.3f s beside model construction; the load "
+                            "waited %.3f s for it and built %d engines",
+                            LOAD_FORMAT, dev.name, report["prepared"],
+                            report["waited"],
+                            dev.engine_stats()["built"] - report["built0"])
             logger.info("load format %s: %d tensors (%.1f MB) from %d "
                         "files of %s into %s; %d files staged on phxfs used "
                         "in place, the rest read in %d groups; %d tensors "

@@ -114,6 +114,11 @@ def test_phoenix_tokens_equal_safetensors_in_engine_process(ckpt, reference):
     assert m, res["log"][-4000:]
     assert int(m.group(1)) != res["pid"]
     assert "Loading weights took" in res["log"]
+    # the set-up ran beside model construction: the load built no engine
+    m = re.search(r"load format phoenix: sim0 and its engines prepared in "
+                  r"[\d.]+ s .* built (\d+) engines", res["log"])
+    assert m, res["log"][-4000:]
+    assert m.group(1) == "0"
 
 
 def test_small_groups_give_the_same_tokens(ckpt, reference):

@@ -5,7 +5,7 @@ inside cuStreamSynchronize() on the stream a transfer holds, and torch
 kernels loaded lazily (a first launch waits for the GPU's queued work)
 right behind the transfer.  Each round here has both, with a different
 kernel torch has never launched in this process; the GPU script runs the
-file in 20 fresh processes (python/tests/run.sh ... -k no_hang).
+file in 20 fresh processes (tests/python/run.sh ... -k no_hang).
 """
 
 from __future__ import annotations

@@ -203,7 +203,10 @@ class _Broken(torch.nn.Module):
 
 def test_vllm_loader_errors_name_file_and_tensor(tmp_path):
     pytest.importorskip("vllm")
-    from vllm.config.load import LoadConfig
+    try:  # where vLLM 0.26 to 0.32 all export it
+        from vllm.config import LoadConfig
+    except ImportError:
+        from vllm.config.load import LoadConfig
 
     from phxio import vllm_loader
 
@@ -223,3 +226,50 @@ def test_vllm_loader_errors_name_file_and_tensor(tmp_path):
     with pytest.raises(ValueError, match="unknown option 'x'"):
         vllm_loader._loader_class(LoadConfig(
             load_format="phoenix", model_loader_extra_config={"x": 1}))
+
+
+_PREPARE = """
+import json, sys
+import phxio
+from phxio import _pipeline, _weights
+d, threads = sys.argv[1], int(sys.argv[2])
+dev = phxio.device("sim0")
+out = {"open": dev.engine_stats()}
+if threads:
+    _pipeline.prepare(dev, threads)
+out["prepared"] = dev.engine_stats()
+got = dict(_weights.iter_safetensors(d, dev, threads=max(threads, 1)))
+out["loaded"] = dev.engine_stats()
+out["sum"] = float(sum(t.double().sum() for t in got.values()))
+print(json.dumps(out))
+"""
+
+
+def test_prepare_builds_the_engines_the_load_borrows(tmp_path):
+    """In fresh processes (a device's engines outlive every test's use
+    of it): the load builds one engine, or none after prepare()."""
+    import subprocess
+    import sys
+
+    d = _checkpoint(tmp_path / "ck")
+    want = float(sum(t.double().sum() for f in sorted(d.glob("*.safetensors"))
+                     for t in load_file(str(f)).values()))
+
+    def run(threads):
+        r = subprocess.run([sys.executable, "-c", _PREPARE, str(d),
+                            str(threads)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.splitlines()[-1])
+
+    cold = run(0)
+    assert cold["open"]["built"] == 0 and cold["loaded"]["built"] == 1
+    assert cold["sum"] == pytest.approx(want)
+    for threads in (1, 3):
+        st = run(threads)
+        assert st["prepared"]["built"] == threads
+        assert st["prepared"]["idle"] == threads
+        assert st["prepared"]["staging_bytes"] > 0
+        # the load borrowed the prepared engines and built none
+        assert st["loaded"]["built"] == threads
+        assert st["sum"] == pytest.approx(want)

@@ -16,7 +16,7 @@ as bare packages so their __init__ (which pulls in most of LMCache) does
 not run; lmcache.logging, gds_backends._driver, ._file, .base and .phx
 are the wheel's own files.
 
-    python3 python/tests/lmcache_phx_gpu.py --build .gpu/lib
+    python3 tests/python/lmcache_phx_gpu.py --build .gpu/lib
 
 finds the wheel in .whl/ (pip download --no-deps lmcache==0.5.6),
 installs it with pip --no-deps into a temporary folder (or uses an
