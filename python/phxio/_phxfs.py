@@ -2,7 +2,7 @@
 
 phxfs keeps every file in one device allocation.  Its owner can map that
 allocation into this process through the daemon's control socket.  The
-protocol has one client, libphxfsctl (phxfs/phxfs_client.h), which this
+protocol has one client, libphxfsctl (phxfs/client/phxfs_client.h), which this
 module calls through ctypes; the allocation's handles then go to
 libphoenix's phx_buf_recv().  The result reads and writes the file's bytes
 in place, without a copy.
