@@ -255,6 +255,7 @@ struct phx_backend_ops {
 
 struct phx_engine_pool;
 struct phx_hostcopy;
+struct phx_staging;
 struct phx_stream_pool;
 
 struct phx_device {
@@ -277,11 +278,13 @@ struct phx_device {
 
 	/*
 	 * Each layer's own state, private to the file that owns it and made
-	 * when the device opens: the engine pool (engine/transfer.c), what
-	 * host copies keep (engine/hostcopy.c), the stream-ordered
-	 * transfers' workers (stream/worker.c).
+	 * when the device opens: the engine pool (engine/transfer.c), the
+	 * staging made ready for its engines (engine/staging.c), what host
+	 * copies keep (engine/hostcopy.c), the stream-ordered transfers'
+	 * workers (stream/worker.c).
 	 */
 	struct phx_engine_pool *engines;
+	struct phx_staging *staging_block;
 	struct phx_hostcopy *hostcopy;
 	struct phx_stream_pool *streams;
 };

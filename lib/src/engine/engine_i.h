@@ -3,8 +3,9 @@
  * engine_i.h - what the files of the transfer engine share: the file cache
  * (fdcache.c), jobs (job.c), the io_uring, slots and job pipeline
  * (pipeline.c), the slot consumers (staged.c, sink.c), the pool with the
- * synchronous and batch API (transfer.c), host copies (hostcopy.c) and
- * the device's engine state (engine.c).  Nothing outside those files
+ * synchronous and batch API (transfer.c), the staging made ready at open
+ * (staging.c), host copies (hostcopy.c) and the device's engine state
+ * (engine.c).  Nothing outside those files
  * includes it.
  */
 #ifndef PHX_ENGINE_I_H
@@ -147,6 +148,7 @@ struct phx_engine {
 	char *staging;
 	size_t staging_len;
 	bool pinned;
+	bool staging_lent; /* @staging is the device's block's (staging.c) */
 	struct phx_slot *slots;
 	unsigned int nevents; /* slots[0..nevents) have an event */
 	void *streams[PHX_NR_STREAMS];
@@ -242,6 +244,22 @@ void phx_engine_pool_destroy(struct phx_device *dev);
 int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 		   bool wait, struct phx_engine **out);
 void phx_engine_put(struct phx_device *dev, struct phx_engine *e);
+
+/* ---- staging (staging.c) ------------------------------------------- */
+
+/*
+ * The device's staging block, pinned in the background from the moment
+ * it opens (engine.c makes and frees it): phx_staging_take() lends
+ * @len bytes of it, pinned, after waiting for it to be ready, or NULL
+ * (no room, smaller than a chunk, not ready in this process);
+ * phx_staging_give() takes them back.
+ */
+int phx_staging_open(struct phx_device *dev);
+void phx_staging_close(struct phx_device *dev);
+void *phx_staging_take(struct phx_device *dev, size_t len);
+void phx_staging_give(struct phx_device *dev, void *p, size_t len);
+/* @len bytes of staging of an engine's own, faulted in near the device. */
+void *phx_staging_alloc(struct phx_device *dev, size_t len);
 
 /* ---- host copies (hostcopy.c) --------------------------------------- */
 
