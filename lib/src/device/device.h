@@ -122,6 +122,17 @@ struct phx_backend_ops {
 			 phx_chunk_t chunk);
 	void (*chunk_unmap)(struct phx_device *dev, phx_dptr_t at,
 			    uint64_t size);
+	/*
+	 * For a buffer of many chunks mapped at once (a shared one being
+	 * received): map @chunk at @at without making it accessible, then
+	 * make a whole mapped range of such chunks accessible in one call
+	 * (cuda: cuMemSetAccess takes a range).  Both or neither; without
+	 * them chunk_map does both, chunk by chunk.
+	 */
+	int (*chunk_map_bare)(struct phx_device *dev, phx_dptr_t at,
+			      uint64_t size, phx_chunk_t chunk);
+	int (*range_access)(struct phx_device *dev, phx_dptr_t at,
+			    uint64_t size);
 	/* A new fd for @chunk that another process can import. */
 	int (*chunk_export)(struct phx_device *dev, phx_chunk_t chunk,
 			    uint64_t size, int *fd);
