@@ -719,7 +719,13 @@ int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 
 /* O_DIRECT use (PHX_DIRECT). */
 enum phx_direct {
-	PHX_DIRECT_AUTO = -1, /* unless the range is mostly in the page cache */
+	/*
+	 * unless the range is mostly in the page cache, or the file system's
+	 * first long cold read found the page cache faster there (it reads
+	 * a staging's worth each way, the rest the faster way, and the
+	 * process keeps the answer per file system)
+	 */
+	PHX_DIRECT_AUTO = -1,
 	PHX_DIRECT_OFF = 0,
 	PHX_DIRECT_ON = 1, /* fail where the file system refuses it */
 };

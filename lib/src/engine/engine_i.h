@@ -58,12 +58,22 @@ struct phx_job {
 	bool queued; /* on the engine's issue queue */
 	/* what the engine's slot consumer keeps of the job */
 	union {
-		/* staged.c: regions, the one issued, next offset in it; p2p */
+		/*
+		 * staged.c: regions, the one issued, next offset in it; p2p;
+		 * a probe (the first cold read of its file system): region 0
+		 * O_DIRECT, region 1 the page cache, each timed from its first
+		 * issue to its last read's end (reads in flight, ns), the next
+		 * region held until they are all done; region 2 takes the
+		 * faster way.
+		 */
 		struct {
 			struct phx_job_region region[3];
 			unsigned int nregions, cur;
 			uint64_t pos;
 			bool p2p;
+			bool probe;
+			unsigned int probe_reads[2];
+			uint64_t probe_t0[2], probe_t1[2];
 		};
 		/* sink.c: the sink, segments issued and in all, O_DIRECT */
 		struct {
@@ -96,8 +106,12 @@ struct phx_slot {
 	void *stream;
 	unsigned int sidx; /* index of @stream in the engine's streams */
 	union {
-		/* staged.c: the next in its stream's queue of copies */
-		struct phx_slot *copy_next;
+		/* staged.c: the next in its stream's queue of copies; the
+		 * region of its job it reads */
+		struct {
+			struct phx_slot *copy_next;
+			unsigned int region;
+		};
 		/* sink.c: ring sequence number, segment index, its bytes */
 		struct {
 			uint32_t seq;
@@ -227,8 +241,18 @@ void phx_slot_finish(struct phx_engine *e, struct phx_slot *sl);
  */
 int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
 		 struct phx_job **out);
-/* Whether O_DIRECT is the way for @j (the hot check, the file system). */
-int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *direct);
+/*
+ * Whether O_DIRECT is the way for @j (the hot check, the file system and
+ * what a probe found faster on it); *@probe: it is a cold read whose file
+ * system has not been probed yet, long enough to probe it (see struct
+ * phx_job).  @probe may be NULL.
+ */
+int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *direct,
+		   bool *probe);
+/* The probe's bytes of each way: at least this, and the staging's. */
+uint64_t phx_probe_len(const struct phx_engine *e);
+/* Record what a probe of @st_dev found: O_DIRECT faster (or not). */
+void phx_probe_record(dev_t st_dev, bool direct_faster);
 
 /* ---- the engine's own copies (staged.c) ------------------------------ */
 

@@ -17,8 +17,10 @@
  *   staged    O_DIRECT reads of the block-aligned superset of the range,
  *             so any offset and length work without the page cache;
  *   buffered  page-cache reads (the file is mostly cached, O_DIRECT is
- *             refused, or PHX_DIRECT=off), punted to io_uring's workers so
- *             several copies out of the page cache run at once;
+ *             refused, the file system reads faster that way cold (a
+ *             probe, staged.c and job.c), or PHX_DIRECT=off), punted to
+ *             io_uring's workers so several copies out of the page cache
+ *             run at once;
  *   p2p       the device memory is mapped (phx.ko) and aligned segments go
  *             straight between the file and the mapping, no staging.
  * Unaligned edges of writes go through the page cache, the middle O_DIRECT.
