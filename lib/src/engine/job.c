@@ -93,8 +93,10 @@ int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *out,
 		if (faster >= 0)
 			direct = faster;
 		else if (probe && len >= 4 * phx_probe_len(e) &&
+			 !phx_cached_percent(j->fde->user_fd, j->start,
+					     2 * phx_probe_len(e)) &&
 			 phx_fd_buffered(j->fde) >= 0)
-			*probe = true;
+			*probe = true; /* both parts cold: a fair race */
 		phx_err_clear();
 	}
 	*out = direct;

@@ -6,7 +6,10 @@
  * (PHX_STAGING_SIZE, in whole PHX_CHUNK_SIZE units), faults it in on the
  * device's node and registers it with the device, so the process's first
  * transfer finds its pinned staging ready or, if it comes early, waits
- * only for the rest of that work.  Engines take their staging out of this
+ * only for the rest of that work.  Where the device pins nothing (sim,
+ * kmod: phx_host_register_none) there is nothing to do in advance but
+ * the page faults, and those would only raise a process's memory before
+ * it moves a byte: there each unit is faulted in when first lent.  Engines take their staging out of this
  * block in whole units; one that finds no room (more engines than one
  * budget holds) or needs less than a unit maps and pins its own, as every
  * engine did before.  So the memory at rest is the budget, the first
@@ -37,6 +40,7 @@ struct phx_staging {
 	uint64_t unit;
 	unsigned int units;
 	bool *taken; /* units lent to engines */
+	bool *touched; /* units faulted in */
 };
 
 #define PHX_MPOL_PREFERRED 1
@@ -101,8 +105,12 @@ static void *block_main(void *arg)
 		return NULL;
 	}
 	/* unit by unit, so a device closed at once is not kept waiting */
-	for (i = 0; i < s->units && !atomic_load(&s->stop); i++)
+	for (i = 0; i < s->units && !atomic_load(&s->stop) &&
+		    dev->ops->host_register != phx_host_register_none;
+	     i++) {
 		memset(p + (size_t)i * s->unit, 0, s->unit);
+		s->touched[i] = true;
+	}
 	ret = atomic_load(&s->stop) ? -ECANCELED : phx_device_bind(dev);
 	if (!ret)
 		ret = dev->ops->host_register(dev, p, len);
@@ -129,7 +137,10 @@ int phx_staging_open(struct phx_device *dev)
 	s->unit = set->chunk_size;
 	s->units = (unsigned int)(set->staging_size / s->unit);
 	s->taken = calloc(s->units, sizeof(*s->taken));
-	if (!s->taken) {
+	s->touched = calloc(s->units, sizeof(*s->touched));
+	if (!s->taken || !s->touched) {
+		free(s->taken);
+		free(s->touched);
 		free(s);
 		return phx_err(ENOMEM, "%s: out of host memory for its staging",
 			       dev->name);
@@ -164,7 +175,7 @@ static bool block_wait_locked(struct phx_staging *s)
 void *phx_staging_take(struct phx_device *dev, size_t len)
 {
 	struct phx_staging *s = dev->staging_block;
-	unsigned int i, n, run = 0;
+	unsigned int i, u, n, run = 0;
 	void *p = NULL;
 
 	if (!s || len < s->unit || s->owner != getpid())
@@ -183,6 +194,11 @@ void *phx_staging_take(struct phx_device *dev, size_t len)
 	i = i + 1 - n;
 	memset(s->taken + i, true, n * sizeof(*s->taken));
 	p = s->mem + (size_t)i * s->unit;
+	for (u = i; u < i + n; u++)
+		if (!s->touched[u]) {
+			memset(s->mem + (size_t)u * s->unit, 0, s->unit);
+			s->touched[u] = true;
+		}
 out:
 	pthread_mutex_unlock(&s->lock);
 	return p;
@@ -221,6 +237,7 @@ void phx_staging_close(struct phx_device *dev)
 		pthread_cond_destroy(&s->ready);
 	}
 	free(s->taken);
+	free(s->touched);
 	free(s);
 	dev->staging_block = NULL;
 }
