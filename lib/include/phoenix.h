@@ -152,9 +152,26 @@ int phx_device_list(enum phx_device_kind kind, struct phx_device_info *infos,
  *
  * Devices are reference counted: opening the same device twice returns
  * the same object with its count raised; each open needs a close.
+ * The first open starts pinning the device's staging (PHX_STAGING_SIZE of
+ * host memory, registered with the device) on a thread of its own, so
+ * that the process's first transfer finds it ready; a transfer that
+ * comes earlier waits only for the rest of that work.
  * Returns 0, -ENODEV (no such device or backend unusable) or -EINVAL.
  */
 int phx_device_open(const char *name, struct phx_device **out);
+
+/**
+ * phx_device_prepare() - wait until @dev's staging is ready.
+ *
+ * Blocks until the staging that phx_device_open() started pinning is
+ * pinned (it returns at once after that, and in a child of fork(), which
+ * does not use its parent's).  For a caller that wants the set-up done
+ * before its first transfer (or timed apart from it); transfers never
+ * need it.  Returns 0, or -ENOMEM or the device's error when the staging
+ * could not be made: transfers then pin staging of their own, as they
+ * would without it, and the message says so.
+ */
+int phx_device_prepare(struct phx_device *dev);
 
 /**
  * phx_device_open_dptr() - open the device that holds address @dptr.
@@ -702,7 +719,13 @@ int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 
 /* O_DIRECT use (PHX_DIRECT). */
 enum phx_direct {
-	PHX_DIRECT_AUTO = -1, /* unless the range is mostly in the page cache */
+	/*
+	 * unless the range is mostly in the page cache, or the file system's
+	 * first long cold read found the page cache faster there (it reads
+	 * a staging's worth each way, the rest the faster way, and the
+	 * process keeps the answer per file system)
+	 */
+	PHX_DIRECT_AUTO = -1,
 	PHX_DIRECT_OFF = 0,
 	PHX_DIRECT_ON = 1, /* fail where the file system refuses it */
 };

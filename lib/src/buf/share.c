@@ -3,7 +3,8 @@
  * share.c - sharing a buffer between processes: phx_buf_send() sends one
  * descriptor per backed chunk over a Unix socket (SCM_RIGHTS), with the
  * layout that places them; phx_buf_recv() maps them into a reservation of
- * the receiver's own.
+ * the receiver's own and, where the backend can, makes each run of
+ * adjacent chunks accessible in one call.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,37 @@ static int share_place(struct phx_buf *buf, const struct share_chunk *sc,
 	return ret;
 }
 
+/*
+ * Make @buf's received chunks, mapped bare, accessible: one call per run
+ * of adjacent chunks (a staged file is one run), not one per chunk.
+ */
+static int share_access(struct phx_buf *buf)
+{
+	struct phx_device *dev = buf->dev;
+	unsigned int i, j;
+	int ret;
+
+	for (i = 0; i < buf->nchunks; i = j) {
+		uint64_t end;
+
+		if (!buf->chunks[i].mapped) {
+			j = i + 1;
+			continue;
+		}
+		end = buf->chunks[i].off + buf->chunks[i].size;
+		for (j = i + 1; j < buf->nchunks && buf->chunks[j].mapped &&
+				buf->chunks[j].off == end;
+		     j++)
+			end += buf->chunks[j].size;
+		ret = dev->ops->range_access(dev,
+					     buf->dptr + buf->chunks[i].off,
+					     end - buf->chunks[i].off);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 			    struct phx_buf **out)
 {
@@ -197,6 +229,7 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 	int fds[PHX_FDS_PER_MSG];
 	struct phx_buf *buf = NULL;
 	unsigned int left, n, got, k;
+	bool bare = dev->ops->chunk_map_bare && dev->ops->range_access;
 	int ret;
 
 	ret = phx_device_bind(dev);
@@ -247,8 +280,9 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 			close(fds[k]);
 			if (ret)
 				continue;
-			ret = dev->ops->chunk_map(dev, buf->dptr + c->off,
-						  c->size, c->handle);
+			ret = (bare ? dev->ops->chunk_map_bare :
+				      dev->ops->chunk_map)(
+				dev, buf->dptr + c->off, c->size, c->handle);
 			if (ret) {
 				dev->ops->chunk_release(dev, c->handle,
 							c->size);
@@ -257,6 +291,11 @@ PHX_EXPORT int phx_buf_recv(struct phx_device *dev, int sock,
 			c->mapped = true;
 			buf->committed += c->size;
 		}
+		if (ret)
+			goto out_destroy;
+	}
+	if (bare) {
+		ret = share_access(buf);
 		if (ret)
 			goto out_destroy;
 	}

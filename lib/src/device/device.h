@@ -122,6 +122,17 @@ struct phx_backend_ops {
 			 phx_chunk_t chunk);
 	void (*chunk_unmap)(struct phx_device *dev, phx_dptr_t at,
 			    uint64_t size);
+	/*
+	 * For a buffer of many chunks mapped at once (a shared one being
+	 * received): map @chunk at @at without making it accessible, then
+	 * make a whole mapped range of such chunks accessible in one call
+	 * (cuda: cuMemSetAccess takes a range).  Both or neither; without
+	 * them chunk_map does both, chunk by chunk.
+	 */
+	int (*chunk_map_bare)(struct phx_device *dev, phx_dptr_t at,
+			      uint64_t size, phx_chunk_t chunk);
+	int (*range_access)(struct phx_device *dev, phx_dptr_t at,
+			    uint64_t size);
 	/* A new fd for @chunk that another process can import. */
 	int (*chunk_export)(struct phx_device *dev, phx_chunk_t chunk,
 			    uint64_t size, int *fd);
@@ -255,6 +266,7 @@ struct phx_backend_ops {
 
 struct phx_engine_pool;
 struct phx_hostcopy;
+struct phx_staging;
 struct phx_stream_pool;
 
 struct phx_device {
@@ -277,11 +289,13 @@ struct phx_device {
 
 	/*
 	 * Each layer's own state, private to the file that owns it and made
-	 * when the device opens: the engine pool (engine/transfer.c), what
-	 * host copies keep (engine/hostcopy.c), the stream-ordered
-	 * transfers' workers (stream/worker.c).
+	 * when the device opens: the engine pool (engine/transfer.c), the
+	 * staging made ready for its engines (engine/staging.c), what host
+	 * copies keep (engine/hostcopy.c), the stream-ordered transfers'
+	 * workers (stream/worker.c).
 	 */
 	struct phx_engine_pool *engines;
+	struct phx_staging *staging_block;
 	struct phx_hostcopy *hostcopy;
 	struct phx_stream_pool *streams;
 };

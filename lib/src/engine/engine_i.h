@@ -3,8 +3,9 @@
  * engine_i.h - what the files of the transfer engine share: the file cache
  * (fdcache.c), jobs (job.c), the io_uring, slots and job pipeline
  * (pipeline.c), the slot consumers (staged.c, sink.c), the pool with the
- * synchronous and batch API (transfer.c), host copies (hostcopy.c) and
- * the device's engine state (engine.c).  Nothing outside those files
+ * synchronous and batch API (transfer.c), the staging made ready at open
+ * (staging.c), host copies (hostcopy.c) and the device's engine state
+ * (engine.c).  Nothing outside those files
  * includes it.
  */
 #ifndef PHX_ENGINE_I_H
@@ -57,12 +58,22 @@ struct phx_job {
 	bool queued; /* on the engine's issue queue */
 	/* what the engine's slot consumer keeps of the job */
 	union {
-		/* staged.c: regions, the one issued, next offset in it; p2p */
+		/*
+		 * staged.c: regions, the one issued, next offset in it; p2p;
+		 * a probe (the first cold read of its file system): region 0
+		 * O_DIRECT, region 1 the page cache, each timed from its first
+		 * issue to its last read's end (reads in flight, ns), the next
+		 * region held until they are all done; region 2 takes the
+		 * faster way.
+		 */
 		struct {
 			struct phx_job_region region[3];
 			unsigned int nregions, cur;
 			uint64_t pos;
 			bool p2p;
+			bool probe;
+			unsigned int probe_reads[2];
+			uint64_t probe_t0[2], probe_t1[2];
 		};
 		/* sink.c: the sink, segments issued and in all, O_DIRECT */
 		struct {
@@ -95,8 +106,12 @@ struct phx_slot {
 	void *stream;
 	unsigned int sidx; /* index of @stream in the engine's streams */
 	union {
-		/* staged.c: the next in its stream's queue of copies */
-		struct phx_slot *copy_next;
+		/* staged.c: the next in its stream's queue of copies; the
+		 * region of its job it reads */
+		struct {
+			struct phx_slot *copy_next;
+			unsigned int region;
+		};
 		/* sink.c: ring sequence number, segment index, its bytes */
 		struct {
 			uint32_t seq;
@@ -147,6 +162,7 @@ struct phx_engine {
 	char *staging;
 	size_t staging_len;
 	bool pinned;
+	bool staging_lent; /* @staging is the device's block's (staging.c) */
 	struct phx_slot *slots;
 	unsigned int nevents; /* slots[0..nevents) have an event */
 	void *streams[PHX_NR_STREAMS];
@@ -225,8 +241,18 @@ void phx_slot_finish(struct phx_engine *e, struct phx_slot *sl);
  */
 int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
 		 struct phx_job **out);
-/* Whether O_DIRECT is the way for @j (the hot check, the file system). */
-int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *direct);
+/*
+ * Whether O_DIRECT is the way for @j (the hot check, the file system and
+ * what a probe found faster on it); *@probe: it is a cold read whose file
+ * system has not been probed yet, long enough to probe it (see struct
+ * phx_job).  @probe may be NULL.
+ */
+int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *direct,
+		   bool *probe);
+/* The probe's bytes of each way: at least this, and the staging's. */
+uint64_t phx_probe_len(const struct phx_engine *e);
+/* Record what a probe of @st_dev found: O_DIRECT faster (or not). */
+void phx_probe_record(dev_t st_dev, bool direct_faster);
 
 /* ---- the engine's own copies (staged.c) ------------------------------ */
 
@@ -242,6 +268,22 @@ void phx_engine_pool_destroy(struct phx_device *dev);
 int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 		   bool wait, struct phx_engine **out);
 void phx_engine_put(struct phx_device *dev, struct phx_engine *e);
+
+/* ---- staging (staging.c) ------------------------------------------- */
+
+/*
+ * The device's staging block, pinned in the background from the moment
+ * it opens (engine.c makes and frees it): phx_staging_take() lends
+ * @len bytes of it, pinned, after waiting for it to be ready, or NULL
+ * (no room, smaller than a chunk, not ready in this process);
+ * phx_staging_give() takes them back.
+ */
+int phx_staging_open(struct phx_device *dev);
+void phx_staging_close(struct phx_device *dev);
+void *phx_staging_take(struct phx_device *dev, size_t len);
+void phx_staging_give(struct phx_device *dev, void *p, size_t len);
+/* @len bytes of staging of an engine's own, faulted in near the device. */
+void *phx_staging_alloc(struct phx_device *dev, size_t len);
 
 /* ---- host copies (hostcopy.c) --------------------------------------- */
 

@@ -4,24 +4,79 @@
  * buffer found; the engine's slot consumer then plans how it moves
  * (staged.c, sink.c) and the pipeline (pipeline.c) moves it.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_i.h"
 
-/* Whether O_DIRECT is the way for @j: the hot check, the file system. */
-int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *out)
+/*
+ * What probes found, per file system (st_dev): whether O_DIRECT reads
+ * beat the page cache's on it.  A local disk behind a VM may read faster
+ * buffered (the host's readahead), an NVMe array O_DIRECT; each process
+ * probes each of its file systems once, with the first cold read that is
+ * long enough (staged.c), and the slots past PHX_PROBED go unremembered.
+ */
+#define PHX_PROBED 16
+
+static struct {
+	dev_t st_dev;
+	bool direct_faster;
+} probed[PHX_PROBED];
+static unsigned int nprobed;
+static pthread_mutex_t probed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* 1: O_DIRECT is faster on @st_dev, 0: the page cache, -1: not probed. */
+static int probe_lookup(dev_t st_dev)
+{
+	int found = -1;
+
+	pthread_mutex_lock(&probed_lock);
+	for (unsigned int i = 0; i < nprobed; i++)
+		if (probed[i].st_dev == st_dev)
+			found = probed[i].direct_faster;
+	pthread_mutex_unlock(&probed_lock);
+	return found;
+}
+
+void phx_probe_record(dev_t st_dev, bool direct_faster)
+{
+	unsigned int i;
+
+	pthread_mutex_lock(&probed_lock);
+	for (i = 0; i < nprobed && probed[i].st_dev != st_dev; i++)
+		;
+	if (i < PHX_PROBED) {
+		probed[i].st_dev = st_dev;
+		probed[i].direct_faster = direct_faster;
+		if (i == nprobed)
+			nprobed++;
+	}
+	pthread_mutex_unlock(&probed_lock);
+}
+
+uint64_t phx_probe_len(const struct phx_engine *e)
+{
+	return phx_max((uint64_t)e->nslots * e->chunk, 16 * PHX_PAGE);
+}
+
+int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *out,
+		   bool *probe)
 {
 	const struct phx_settings *s = phx_settings();
 	bool is_read = j->io->op == PHX_OP_READ;
 	bool direct = s->direct != PHX_DIRECT_OFF;
+	uint64_t len = 0;
+	int faster;
 
-	(void)e;
+	if (probe)
+		*probe = false;
+	if (j->start < j->fde->size)
+		len = phx_min(j->end, j->fde->size) - j->start;
 	/* Hot: most of what will be read (up to end of file) is cached. */
 	if (direct && s->direct == PHX_DIRECT_AUTO && is_read &&
-	    s->hot_fraction <= 100 && j->start < j->fde->size &&
-	    phx_cached_percent(j->fde->user_fd, j->start,
-			       phx_min(j->end, j->fde->size) - j->start) >=
+	    s->hot_fraction <= 100 && len &&
+	    phx_cached_percent(j->fde->user_fd, j->start, len) >=
 		    s->hot_fraction)
 		direct = false;
 	if (direct && phx_fd_direct(j->fde) < 0) {
@@ -31,6 +86,18 @@ int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *out)
 				"fd %d cannot be opened with O_DIRECT (PHX_DIRECT=on): the file system refuses it",
 				j->fde->user_fd);
 		direct = false;
+	}
+	/* Cold, and both ways open: the faster on this file system. */
+	if (direct && s->direct == PHX_DIRECT_AUTO && is_read) {
+		faster = probe_lookup(j->fde->st_dev);
+		if (faster >= 0)
+			direct = faster;
+		else if (probe && len >= 4 * phx_probe_len(e) &&
+			 !phx_cached_percent(j->fde->user_fd, j->start,
+					     2 * phx_probe_len(e)) &&
+			 phx_fd_buffered(j->fde) >= 0)
+			*probe = true; /* both parts cold: a fair race */
+		phx_err_clear();
 	}
 	*out = direct;
 	return 0;

@@ -17,8 +17,10 @@
  *   staged    O_DIRECT reads of the block-aligned superset of the range,
  *             so any offset and length work without the page cache;
  *   buffered  page-cache reads (the file is mostly cached, O_DIRECT is
- *             refused, or PHX_DIRECT=off), punted to io_uring's workers so
- *             several copies out of the page cache run at once;
+ *             refused, the file system reads faster that way cold (a
+ *             probe, staged.c and job.c), or PHX_DIRECT=off), punted to
+ *             io_uring's workers so several copies out of the page cache
+ *             run at once;
  *   p2p       the device memory is mapped (phx.ko) and aligned segments go
  *             straight between the file and the mapping, no staging.
  * Unaligned edges of writes go through the page cache, the middle O_DIRECT.
@@ -31,40 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "engine_i.h"
 
 /* ---- engine lifetime ------------------------------------------------ */
-
-#define PHX_MPOL_PREFERRED 1
-
-/*
- * Allocate staging memory on the host node nearest the device, so the
- * device's DMA does not cross the socket interconnect.  Single-node
- * machines (and unknown nodes) take the default policy.
- */
-static void *staging_alloc(struct phx_device *dev, size_t len)
-{
-	unsigned long mask[16] = { 0 };
-	int node = dev->numa_node;
-	void *p;
-
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	if (node >= 0 && node < 1024 &&
-	    !access("/sys/devices/system/node/node1", F_OK)) {
-		mask[node / 64] = 1UL << (node % 64);
-		/* a preference, not a hard binding: best effort */
-		syscall(SYS_mbind, p, len, PHX_MPOL_PREFERRED, mask, 1024UL,
-			0U);
-	}
-	memset(p, 0, len); /* fault it in now, where the policy says */
-	return p;
-}
 
 void phx_engine_destroy(struct phx_engine *e)
 {
@@ -81,7 +53,10 @@ void phx_engine_destroy(struct phx_engine *e)
 		dev->ops->event_destroy(dev, e->slots[i].event);
 	if (e->uring_ok)
 		io_uring_queue_exit(&e->uring);
-	if (e->staging) {
+	if (e->staging && e->staging_lent) {
+		phx_staging_give(dev, e->staging, e->staging_len);
+		atomic_fetch_sub(&dev->staging, e->staging_len);
+	} else if (e->staging) {
 		if (e->pinned) {
 			dev->ops->host_unregister(dev, e->staging);
 			atomic_fetch_sub(&dev->pinned, e->staging_len);
@@ -220,7 +195,10 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	e->uring_ok = true;
 
 	e->staging_len = (size_t)(sh.nslots * sh.chunk);
-	e->staging = staging_alloc(dev, e->staging_len);
+	e->staging = phx_staging_take(dev, e->staging_len);
+	e->staging_lent = e->staging;
+	if (!e->staging)
+		e->staging = phx_staging_alloc(dev, e->staging_len);
 	if (!e->staging) {
 		ret = phx_err(ENOMEM,
 			      "%s: cannot allocate %zu bytes of staging memory",
@@ -241,7 +219,9 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	ret = phx_device_bind(dev);
 	if (ret)
 		goto out;
-	if (!dev->ops->host_register(dev, e->staging, e->staging_len)) {
+	if (e->staging_lent) {
+		e->pinned = true; /* with the block, counted there */
+	} else if (!dev->ops->host_register(dev, e->staging, e->staging_len)) {
 		e->pinned = true;
 		atomic_fetch_add(&dev->pinned, e->staging_len);
 	}

@@ -47,7 +47,7 @@ void phx_sink_seg(uint64_t file_off, uint64_t len, uint64_t chunk,
 static int sink_plan(struct phx_engine *e, struct phx_job *j)
 {
 	bool direct;
-	int ret = phx_job_direct(e, j, &direct);
+	int ret = phx_job_direct(e, j, &direct, NULL);
 
 	if (ret)
 		return ret;

@@ -13,6 +13,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine_i.h"
 
@@ -34,10 +35,10 @@ static int staged_plan(struct phx_engine *e, struct phx_job *j)
 	bool is_read = j->io->op == PHX_OP_READ;
 	uint64_t a_start = phx_align_down(j->start, PHX_PAGE);
 	uint64_t a_end = phx_align_up(j->end, PHX_PAGE);
-	bool direct;
+	bool direct, probe;
 	int ret;
 
-	ret = phx_job_direct(e, j, &direct);
+	ret = phx_job_direct(e, j, &direct, &probe);
 	if (ret)
 		return ret;
 
@@ -51,6 +52,16 @@ static int staged_plan(struct phx_engine *e, struct phx_job *j)
 		if (ret < 0)
 			return ret;
 		job_add_region(j, j->start, j->end, false);
+		goto out;
+	}
+	if (is_read && !j->p2p && probe) {
+		uint64_t p = phx_probe_len(e);
+
+		/* Each way on the same bytes' worth, then the faster. */
+		j->probe = true;
+		job_add_region(j, a_start, a_start + p, true);
+		job_add_region(j, a_start + p, a_start + 2 * p, false);
+		job_add_region(j, a_start + 2 * p, a_end, true);
 		goto out;
 	}
 	if (is_read && !j->p2p) {
@@ -136,9 +147,46 @@ static void slot_copy(struct phx_engine *e, struct phx_slot *sl, bool to_device)
 	e->copyq_tail[sl->sidx] = sl;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void staged_publish(struct phx_engine *e, struct phx_slot *sl)
 {
-	slot_copy(e, sl, sl->job->io->op == PHX_OP_READ);
+	struct phx_job *j = sl->job;
+
+	if (j->probe && sl->region < 2) {
+		j->probe_reads[sl->region]--;
+		j->probe_t1[sl->region] = now_ns();
+	}
+	slot_copy(e, sl, j->io->op == PHX_OP_READ);
+}
+
+/*
+ * Whether a probing @j must hold its next segment: its region's turn
+ * comes when the region before has no read in flight, so the two ways
+ * are timed apart.  At region 2, the faster way is chosen and kept.
+ */
+static bool probe_hold(struct phx_job *j)
+{
+	uint64_t d0, d1;
+
+	if (!j->probe || !j->cur)
+		return false;
+	if (j->probe_reads[j->cur - 1])
+		return true;
+	if (j->cur < 2)
+		return false;
+	d0 = j->probe_t1[0] - j->probe_t0[0];
+	d1 = j->probe_t1[1] - j->probe_t0[1];
+	j->region[2].direct = d0 <= d1;
+	phx_probe_record(j->fde->st_dev, d0 <= d1);
+	j->probe = false;
+	return false;
 }
 
 /* Give free slots to jobs with segments left, any slot to any job. */
@@ -155,9 +203,14 @@ static void staged_fill(struct phx_engine *e)
 		if (sl->state != PHX_SLOT_FREE)
 			continue;
 		j = phx_engine_next_job(e);
-		if (!j)
+		if (!j || probe_hold(j))
 			return;
 		r = &j->region[j->cur];
+		if (j->probe) {
+			if (!j->probe_reads[j->cur]++ && !j->probe_t0[j->cur])
+				j->probe_t0[j->cur] = now_ns();
+			sl->region = j->cur;
+		}
 		/* Segments end on chunk-aligned file offsets. */
 		seg_end = phx_min(r->to,
 				  phx_align_down(j->pos, e->chunk) + e->chunk);

@@ -364,8 +364,8 @@ static void cuda_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
 	cu.cuMemRelease(chunk);
 }
 
-static int cuda_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
-			  phx_chunk_t chunk)
+static int cuda_chunk_map_bare(struct phx_device *dev, phx_dptr_t at,
+			       uint64_t size, phx_chunk_t chunk)
 {
 	CUresult res;
 	int ret = cuda_bind(dev);
@@ -377,15 +377,38 @@ static int cuda_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 		return cu_fail(dev, res, 0, "cuMemMap(0x%llx, %llu)",
 			       (unsigned long long)at,
 			       (unsigned long long)size);
+	return 0;
+}
+
+/* One call for a range mapped from any number of chunks. */
+static int cuda_range_access(struct phx_device *dev, phx_dptr_t at,
+			     uint64_t size)
+{
+	CUresult res;
+	int ret = cuda_bind(dev);
+
+	if (ret)
+		return ret;
 	res = cu.cuMemSetAccess(at, size, cuda_priv(dev)->access,
 				(size_t)cuda_priv(dev)->naccess);
-	if (res != CUDA_SUCCESS) {
-		cu.cuMemUnmap(at, size);
+	if (res != CUDA_SUCCESS)
 		return cu_fail(dev, res, 0, "cuMemSetAccess(0x%llx, %llu)",
 			       (unsigned long long)at,
 			       (unsigned long long)size);
-	}
 	return 0;
+}
+
+static int cuda_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			  phx_chunk_t chunk)
+{
+	int ret = cuda_chunk_map_bare(dev, at, size, chunk);
+
+	if (!ret) {
+		ret = cuda_range_access(dev, at, size);
+		if (ret)
+			cu.cuMemUnmap(at, size);
+	}
+	return ret;
 }
 
 static void cuda_chunk_unmap(struct phx_device *dev, phx_dptr_t at,
@@ -482,6 +505,8 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.chunk_create = cuda_chunk_create,
 	.chunk_release = cuda_chunk_release,
 	.chunk_map = cuda_chunk_map,
+	.chunk_map_bare = cuda_chunk_map_bare,
+	.range_access = cuda_range_access,
 	.chunk_unmap = cuda_chunk_unmap,
 	.chunk_export = cuda_chunk_export,
 	.chunk_import = cuda_chunk_import,

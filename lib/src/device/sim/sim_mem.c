@@ -289,8 +289,9 @@ out:
 	return ret;
 }
 
-int phx_sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
-		      phx_chunk_t chunk)
+/* Map @chunk at @at with protection @prot (PROT_NONE: bare, see device.h). */
+static int chunk_map_prot(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			  phx_chunk_t chunk, int prot)
 {
 	struct sim_chunk *c = chunk_of(chunk);
 	void *p;
@@ -302,10 +303,31 @@ int phx_sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 			return ret;
 		c->placed = true;
 	}
-	p = mmap((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE,
-		 MAP_SHARED | MAP_FIXED, c->file->fd, (off_t)c->off);
+	p = mmap((void *)(uintptr_t)at, size, prot, MAP_SHARED | MAP_FIXED,
+		 c->file->fd, (off_t)c->off);
 	if (p == MAP_FAILED)
 		return phx_err(errno, "%s: mapping device memory: %s",
+			       dev->name, strerror(errno));
+	return 0;
+}
+
+int phx_sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+		      phx_chunk_t chunk)
+{
+	return chunk_map_prot(dev, at, size, chunk, PROT_READ | PROT_WRITE);
+}
+
+/* Mapped but not accessible, as on a GPU before cuMemSetAccess. */
+int phx_sim_chunk_map_bare(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			   phx_chunk_t chunk)
+{
+	return chunk_map_prot(dev, at, size, chunk, PROT_NONE);
+}
+
+int phx_sim_range_access(struct phx_device *dev, phx_dptr_t at, uint64_t size)
+{
+	if (mprotect((void *)(uintptr_t)at, size, PROT_READ | PROT_WRITE))
+		return phx_err(errno, "%s: making device memory accessible: %s",
 			       dev->name, strerror(errno));
 	return 0;
 }

@@ -18,6 +18,9 @@ void phx_sim_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
 			   uint64_t size);
 int phx_sim_chunk_map(struct phx_device *dev, phx_dptr_t at, uint64_t size,
 		      phx_chunk_t chunk);
+int phx_sim_chunk_map_bare(struct phx_device *dev, phx_dptr_t at, uint64_t size,
+			   phx_chunk_t chunk);
+int phx_sim_range_access(struct phx_device *dev, phx_dptr_t at, uint64_t size);
 int phx_sim_chunk_export(struct phx_device *dev, phx_chunk_t chunk,
 			 uint64_t size, int *fd);
 int phx_sim_chunk_import(struct phx_device *dev, int fd, uint64_t size,
