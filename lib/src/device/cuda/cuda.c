@@ -138,7 +138,9 @@ static void cuda_close(struct phx_device *dev)
 		cu.cuStreamDestroy_v2(cd->zero_stream);
 	if (cd->feed_mod && cu_bind_ctx(dev, cd->ctx) == 0)
 		cu.cuModuleUnload(cd->feed_mod);
-	cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
+	/* a child of fork() leaves the parent's context alone */
+	if (!cu_forked)
+		cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
 	free(cd);
 	dev->priv = NULL;
 }
