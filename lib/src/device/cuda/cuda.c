@@ -362,8 +362,9 @@ static void cuda_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
 {
 	(void)dev;
 	(void)size;
-	/* Releasing a handle needs no context. */
-	cu.cuMemRelease(chunk);
+	/* Releasing a handle needs no context; a child of fork() has none. */
+	if (!cu_forked)
+		cu.cuMemRelease(chunk);
 }
 
 static int cuda_chunk_map_bare(struct phx_device *dev, phx_dptr_t at,
