@@ -267,6 +267,48 @@ Test(device, cuda_in_a_forked_child_is_refused)
 	phx_device_close(dev);
 }
 
+/*
+ * A CUDA child that frees what it inherited (a finalizer after fork, say)
+ * and closes the device leaves the parent's buffer and device as they were:
+ * it makes no driver call on the parent's handles or context.
+ */
+Test(buf, a_forked_cuda_child_freeing_leaves_the_parents_buffer)
+{
+	size_t n = 6 * MiB + 1234;
+	unsigned char *data, *back;
+	struct phx_device *dev;
+	struct phx_buf *buf;
+	int status;
+	pid_t pid;
+
+	if (phx_default_kind(NULL) != PHX_DEVICE_CUDA)
+		cr_skip_test(
+			"CUDA only: closing sim in a forked child waits on its parent's stream threads");
+	data = xmalloc(n);
+	back = xmalloc(n);
+	fill_random(data, n, 23);
+	dev = open_default();
+	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 0, data, n), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		phx_buf_free(buf);
+		phx_device_close(dev);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "child ended with status %d", status);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, n), 0, "%s",
+		     phx_strerror_last());
+	cr_assert(!memcmp(back, data, n), "the parent's bytes are intact");
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	free(data);
+	free(back);
+}
+
 Test(device, missing_gpu_is_reported)
 {
 	struct phx_device_info info;

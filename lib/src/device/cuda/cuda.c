@@ -138,7 +138,9 @@ static void cuda_close(struct phx_device *dev)
 		cu.cuStreamDestroy_v2(cd->zero_stream);
 	if (cd->feed_mod && cu_bind_ctx(dev, cd->ctx) == 0)
 		cu.cuModuleUnload(cd->feed_mod);
-	cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
+	/* a child of fork() leaves the parent's context alone */
+	if (!cu_forked)
+		cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
 	free(cd);
 	dev->priv = NULL;
 }
@@ -360,8 +362,9 @@ static void cuda_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
 {
 	(void)dev;
 	(void)size;
-	/* Releasing a handle needs no context. */
-	cu.cuMemRelease(chunk);
+	/* Releasing a handle needs no context; a child of fork() has none. */
+	if (!cu_forked)
+		cu.cuMemRelease(chunk);
 }
 
 static int cuda_chunk_map_bare(struct phx_device *dev, phx_dptr_t at,
