@@ -42,15 +42,7 @@ wheels() {
 }
 # bench-safetensors.py with the peers' wheels on the path
 st="env PYTHONPATH=$site PHX_LIBRARY=.gpu/bin/libphoenix.so python3 scripts/bench-safetensors.py --dir /var/tmp"
-step() {
-	name=$1 limit=$2
-	shift 2
-	t0=$(date +%s)
-	timeout -k 10 "$limit" "$@" >"$logs/$name.log" 2>&1
-	rc=$?
-	echo "== $name rc=$rc $(($(date +%s) - t0))s"
-	[ $rc = 0 ] || status=1
-}
+. "$(dirname "$0")/gpu-step.sh"
 status=0
 for s in "$@"; do
 	case $s in

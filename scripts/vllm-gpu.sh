@@ -71,15 +71,7 @@ shift
 	first-call pytests
 mkdir -p "$logs" || exit 2
 
-step() {
-	name=$1 limit=$2
-	shift 2
-	t0=$(date +%s)
-	timeout -k 10 "$limit" "$@" >"$logs/$name.log" 2>&1
-	rc=$?
-	echo "== $name rc=$rc $(($(date +%s) - t0))s"
-	[ $rc = 0 ] || status=1
-}
+. "$here/scripts/gpu-step.sh"
 status=0
 for s in "$@"; do
 	case $s in
