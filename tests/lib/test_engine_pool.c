@@ -5,14 +5,6 @@
  */
 #include "util.h"
 
-static struct phx_engine_stats engines(struct phx_device *dev)
-{
-	struct phx_engine_stats st;
-
-	cr_assert_eq(phx_engine_stats_get(dev, &st), 0);
-	return st;
-}
-
 /* Read @n bytes of @fd through a batch of @depth in 4 pieces; check them. */
 static void batch_read(struct phx_device *dev, unsigned int depth, int fd,
 		       struct phx_buf *buf, const void *want, size_t n)
@@ -40,21 +32,21 @@ static void batch_read(struct phx_device *dev, unsigned int depth, int fd,
 
 Test(engine_pool, calls_and_batches_build_no_engine_after_the_first)
 {
-	struct phx_device *dev = open_default();
-	size_t n = 4 * MiB;
+	struct rig r =
+		rig_open(open_default(), dir_direct(), 4 * MiB, 5, false);
+	struct phx_device *dev = r.dev;
+	struct phx_buf *buf = r.buf;
+	unsigned char *data = r.data;
+	size_t n = r.n;
+	int in = r.fd, out = empty_file(dir_direct());
 	struct phx_engine_stats first, now;
 	struct phx_settings set;
-	unsigned char *data;
-	struct phx_buf *buf;
-	int in = make_file(dir_direct(), n, 5, false, (void **)&data);
-	int out = empty_file(dir_direct());
 	unsigned int i;
 
-	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
-	cr_assert_eq(engines(dev).built, 0, "opening builds no engine");
+	cr_assert_eq(engine_stats(dev).built, 0, "opening builds no engine");
 	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n, "%s",
 		     phx_strerror_last());
-	first = engines(dev);
+	first = engine_stats(dev);
 	cr_assert_eq(first.built, 1, "the first read builds one engine");
 	cr_assert_eq(first.idle, 1, "and gives it back");
 	cr_assert_gt(first.staging_bytes, 0);
@@ -64,7 +56,7 @@ Test(engine_pool, calls_and_batches_build_no_engine_after_the_first)
 		cr_assert_eq(phx_write(buf, 0, out, 0, n), (int64_t)n);
 		batch_read(dev, 0, in, buf, data, n);
 	}
-	now = engines(dev);
+	now = engine_stats(dev);
 	cr_assert_eq(now.built, first.built,
 		     "%llu engines built for 30 calls and batches",
 		     (unsigned long long)(now.built - first.built));
@@ -77,90 +69,54 @@ Test(engine_pool, calls_and_batches_build_no_engine_after_the_first)
 		   in, buf, data, n);
 	batch_read(dev, 0, in, buf, data, n);
 	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n);
-	now = engines(dev);
+	now = engine_stats(dev);
 	cr_assert_eq(now.built, first.built, "a re-cut builds nothing");
 	cr_assert_eq(now.staging_bytes, first.staging_bytes);
 
-	close(in);
 	close(out);
-	phx_buf_free(buf);
-	phx_device_close(dev);
-	free(data);
+	rig_close(&r);
 }
 
 /* A hang here is the failure: the time limit only turns it into one. */
 Test(engine_pool, batches_past_the_limit_neither_wait_nor_stay,
      .timeout = 120)
 {
-	struct phx_device *dev = open_default();
+	struct rig r = rig_open(open_default(), dir_direct(), MiB, 9, false);
 	struct phx_batch *b[6];
 	struct phx_engine_stats st;
 	uint64_t per;
-	size_t n = 1 * MiB;
-	unsigned char *data;
-	struct phx_buf *buf;
-	int in = make_file(dir_direct(), n, 9, false, (void **)&data);
-	unsigned int i;
 
-	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
 	/* One thread holding more batches than the pool lends must not hang. */
-	for (i = 0; i < 6; i++)
-		cr_assert_eq(phx_batch_create(dev, 0, 0, &b[i]), 0, "%s",
-			     phx_strerror_last());
-	st = engines(dev);
+	batches_create(r.dev, b, 6);
+	st = engine_stats(r.dev);
 	per = st.staging_bytes / 6;
 	cr_assert_eq(st.alive, 6);
 	cr_assert_eq(st.idle, 0);
 	/* Synchronous calls of the same thread do not wait for its batches. */
-	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n, "%s",
-		     phx_strerror_last());
-	assert_buf_eq(buf, 0, data, n);
-	for (i = 0; i < 6; i++)
-		phx_batch_destroy(b[i]);
-	st = engines(dev);
+	rig_read(&r);
+	batches_destroy(b, 6);
+	st = engine_stats(r.dev);
 	cr_assert_leq(st.alive, 4, "the pool keeps at most four engines");
 	cr_assert_eq(st.idle, st.alive);
 	cr_assert_eq(st.staging_bytes, st.alive * per,
 		     "the engines that left took their staging with them");
 
-	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n);
-	assert_buf_eq(buf, 0, data, n);
-	cr_assert_eq(engines(dev).built, 7, "the read used an idle engine");
-
-	close(in);
-	phx_buf_free(buf);
-	phx_device_close(dev);
-	free(data);
+	rig_read(&r);
+	cr_assert_eq(engine_stats(r.dev).built, 7,
+		     "the read used an idle engine");
+	rig_close(&r);
 }
 
 Test(engine_pool, synchronous_calls_do_not_wait_for_batches_held_idle)
 {
-	struct phx_device *dev = open_default();
+	struct rig r = rig_open(open_default(), dir_direct(), MiB, 11, false);
 	struct phx_batch *b[4];
-	size_t n = 1 * MiB;
-	unsigned char *data, *back = malloc(n);
-	struct phx_buf *buf;
-	int in = make_file(dir_direct(), n, 11, false, (void **)&data);
-	unsigned int i;
 
-	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
 	/* Batches kept for later hold every engine the pool counts... */
-	for (i = 0; i < 4; i++)
-		cr_assert_eq(phx_batch_create(dev, 0, 0, &b[i]), 0, "%s",
-			     phx_strerror_last());
+	batches_create(r.dev, b, 4);
 	/* ...and a synchronous read and a host copy still run (no hang). */
-	cr_assert_eq(phx_read(buf, 0, in, 0, n), (int64_t)n, "%s",
-		     phx_strerror_last());
-	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, n), 0, "%s",
-		     phx_strerror_last());
-	cr_assert_eq(memcmp(back, data, n), 0);
-	for (i = 0; i < 4; i++)
-		phx_batch_destroy(b[i]);
-	cr_assert_leq(engines(dev).alive, 4);
-
-	close(in);
-	phx_buf_free(buf);
-	phx_device_close(dev);
-	free(back);
-	free(data);
+	rig_read(&r);
+	batches_destroy(b, 4);
+	cr_assert_leq(engine_stats(r.dev).alive, 4);
+	rig_close(&r);
 }

@@ -8,14 +8,6 @@
 
 #include "util.h"
 
-static uint64_t built(struct phx_device *dev)
-{
-	struct phx_engine_stats st;
-
-	cr_assert_eq(phx_engine_stats_get(dev, &st), 0);
-	return st.built;
-}
-
 Test(hostcopy, pageable_memory_goes_through_the_pool_and_lands_right)
 {
 	struct phx_device *dev = open_default();
@@ -32,7 +24,7 @@ Test(hostcopy, pageable_memory_goes_through_the_pool_and_lands_right)
 	data = xmalloc(n);
 	back = xmalloc(n);
 	fill_random(data, n, 12);
-	cr_assert_eq(phx_buf_alloc(dev, n + 64, PHX_BUF_SPARSE, &buf), 0);
+	buf = buf_new(dev, n + 64, PHX_BUF_SPARSE);
 	for (i = 0; i < 5; i++) {
 		cr_assert_eq(phx_memcpy_to_buf(buf, 7, data, n), 0, "%s",
 			     phx_strerror_last());
@@ -42,7 +34,8 @@ Test(hostcopy, pageable_memory_goes_through_the_pool_and_lands_right)
 		cr_assert_arr_eq(back, data, n, "round %u", i);
 	}
 	if (phx_device_kind(dev) != PHX_DEVICE_KMOD)
-		cr_assert_eq(built(dev), 1, "ten copies, one engine");
+		cr_assert_eq(engine_stats(dev).built, 1,
+			     "ten copies, one engine");
 	phx_stats_get(dev, &st);
 	cr_assert_eq(st.bytes[PHX_PATH_MEMCPY], 10 * (uint64_t)n);
 
@@ -74,7 +67,8 @@ Test(hostcopy, pinned_memory_goes_straight_to_the_device)
 	cr_assert_eq(phx_memcpy_to_buf(buf, 0, p, n), 0);
 	cr_assert_eq(phx_memcpy_from_buf(p + n, buf, 0, n), 0);
 	cr_assert_arr_eq(p + n, p, n);
-	cr_assert_eq(built(dev), 0, "no staging for pinned memory");
+	cr_assert_eq(engine_stats(dev).built, 0,
+		     "no staging for pinned memory");
 	phx_host_unregister(dev, p);
 
 	/* Unregistered, the same memory takes the staged way. */
@@ -82,7 +76,7 @@ Test(hostcopy, pinned_memory_goes_straight_to_the_device)
 	cr_assert_eq(phx_memcpy_from_buf(p + n, buf, 0, n), 0);
 	cr_assert_arr_eq(p + n, p, n);
 	if (phx_device_kind(dev) != PHX_DEVICE_KMOD)
-		cr_assert_eq(built(dev), 1);
+		cr_assert_eq(engine_stats(dev).built, 1);
 
 	phx_buf_free(buf);
 	munmap(p, 2 * n);

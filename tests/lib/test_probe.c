@@ -8,15 +8,6 @@
  */
 #include "util.h"
 
-/* The probe's share of each way: the sync engine's staging. */
-static size_t probe_len(void)
-{
-	struct phx_settings set;
-
-	phx_settings_get(&set);
-	return set.staging_size / set.chunk_size * set.chunk_size;
-}
-
 struct moved {
 	uint64_t staged, buffered;
 };
@@ -45,31 +36,48 @@ static enum phx_path cold_read(struct phx_device *dev, struct phx_buf *buf,
 	return io.path;
 }
 
-Test(probe, the_first_cold_read_tries_both_ways_and_later_ones_keep_one)
+/* The rig's file read cold into its buffer; the path. */
+static enum phx_path rig_cold_read(struct rig *r)
+{
+	return cold_read(r->dev, r->buf, r->fd, r->data, r->n);
+}
+
+/*
+ * On the default device, a file of @probes probes' worth (a probe reads
+ * one staging budget each way) and @extra bytes more, cold in @dir.
+ */
+static struct rig probe_rig(const char *dir, size_t probes, size_t extra,
+			    uint64_t seed)
 {
 	struct phx_device *dev = open_default();
-	size_t n = 6 * probe_len() + 12345;
-	unsigned char *a, *b;
-	int fa = make_file(dir_direct(), n, 51, true, (void **)&a);
+
+	return rig_open(dev, dir, probes * staging_budget() + extra, seed,
+			true);
+}
+
+Test(probe, the_first_cold_read_tries_both_ways_and_later_ones_keep_one)
+{
+	struct rig r = probe_rig(dir_direct(), 6, 12345, 51);
+	struct phx_device *dev = r.dev;
+	size_t n = r.n;
+	unsigned char *b;
 	int fb = make_file(dir_direct(), n, 52, true, (void **)&b);
 	struct moved m0, m1, m2;
 	enum phx_path first, second;
-	struct phx_buf *buf;
 
-	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
 	m0 = moved(dev);
-	first = cold_read(dev, buf, fa, a, n);
+	first = rig_cold_read(&r);
 	m1 = moved(dev);
 	cr_assert(first == PHX_PATH_STAGED || first == PHX_PATH_BUFFERED,
 		  "path %s", phx_path_name(first));
-	cr_assert_geq(m1.staged - m0.staged, probe_len() / 2,
+	cr_assert_geq(m1.staged - m0.staged, staging_budget() / 2,
 		      "a probe's worth read O_DIRECT");
-	cr_assert_geq(m1.buffered - m0.buffered, probe_len() / 2,
+	cr_assert_geq(m1.buffered - m0.buffered, staging_budget() / 2,
 		      "and one through the page cache");
 	cr_assert_eq(m1.staged - m0.staged + m1.buffered - m0.buffered, n);
 
 	/* Another cold file there: the way found, nothing else. */
-	second = cold_read(dev, buf, fb, b, n);
+	second = cold_read(dev, r.buf, fb, b, n);
 	m2 = moved(dev);
 	cr_assert_eq(second, first, "%s, then %s", phx_path_name(first),
 		     phx_path_name(second));
@@ -78,53 +86,32 @@ Test(probe, the_first_cold_read_tries_both_ways_and_later_ones_keep_one)
 	else
 		cr_assert_eq(m2.buffered - m1.buffered, n);
 
-	phx_buf_free(buf);
-	close(fa);
 	close(fb);
-	phx_device_close(dev);
-	free(a);
 	free(b);
+	rig_close(&r);
 }
 
 Test(probe, a_short_cold_read_probes_nothing)
 {
-	struct phx_device *dev = open_default();
-	size_t n = 2 * probe_len() + 99;
-	unsigned char *a;
-	int fa = make_file(dir_direct(), n, 53, true, (void **)&a);
-	struct phx_buf *buf;
+	struct rig r = probe_rig(dir_direct(), 2, 99, 53);
 
-	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
-	cr_assert_eq(cold_read(dev, buf, fa, a, n), PHX_PATH_STAGED);
-	cr_assert_eq(moved(dev).buffered, 0);
-	phx_buf_free(buf);
-	close(fa);
-	phx_device_close(dev);
-	free(a);
+	cr_assert_eq(rig_cold_read(&r), PHX_PATH_STAGED);
+	cr_assert_eq(moved(r.dev).buffered, 0);
+	rig_close(&r);
 }
 
 static void forced(const char *value, enum phx_path want)
 {
-	struct phx_device *dev;
-	size_t n;
-	unsigned char *a;
-	struct phx_buf *buf;
+	struct rig r;
 	struct moved m;
-	int fa;
 
 	setenv("PHX_DIRECT", value, 1);
-	dev = open_default();
-	n = 6 * probe_len() + 1;
-	fa = make_file(dir_direct(), n, 54, true, (void **)&a);
-	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
-	cr_assert_eq(cold_read(dev, buf, fa, a, n), want);
-	m = moved(dev);
-	cr_assert_eq(want == PHX_PATH_STAGED ? m.staged : m.buffered, n,
+	r = probe_rig(dir_direct(), 6, 1, 54);
+	cr_assert_eq(rig_cold_read(&r), want);
+	m = moved(r.dev);
+	cr_assert_eq(want == PHX_PATH_STAGED ? m.staged : m.buffered, r.n,
 		     "PHX_DIRECT=%s: all of it one way", value);
-	phx_buf_free(buf);
-	close(fa);
-	phx_device_close(dev);
-	free(a);
+	rig_close(&r);
 }
 
 Test(probe, phx_direct_on_reads_o_direct_without_a_probe)
@@ -140,19 +127,10 @@ Test(probe, phx_direct_off_reads_the_page_cache_without_a_probe)
 /* tmpfs takes O_DIRECT on new kernels, not on old: right either way. */
 Test(probe, a_cold_read_on_tmpfs_is_right)
 {
-	struct phx_device *dev = open_default();
-	size_t n = 6 * probe_len() + 7;
-	unsigned char *a;
-	int fa = make_file(dir_tmpfs(), n, 55, true, (void **)&a);
-	struct phx_buf *buf;
-	enum phx_path p;
+	struct rig r = probe_rig(dir_tmpfs(), 6, 7, 55);
+	enum phx_path p = rig_cold_read(&r);
 
-	cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0);
-	p = cold_read(dev, buf, fa, a, n);
 	cr_assert(p == PHX_PATH_STAGED || p == PHX_PATH_BUFFERED, "path %s",
 		  phx_path_name(p));
-	phx_buf_free(buf);
-	close(fa);
-	phx_device_close(dev);
-	free(a);
+	rig_close(&r);
 }

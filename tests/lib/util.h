@@ -120,6 +120,61 @@ static inline struct phx_device *open_default(void)
 	return dev;
 }
 
+/* The staging budget in whole chunks: what a device pins at open. */
+static inline uint64_t staging_budget(void)
+{
+	struct phx_settings set;
+
+	phx_settings_get(&set);
+	return set.staging_size / set.chunk_size * set.chunk_size;
+}
+
+static inline struct phx_engine_stats engine_stats(struct phx_device *dev)
+{
+	struct phx_engine_stats st;
+
+	cr_assert_eq(phx_engine_stats_get(dev, &st), 0);
+	return st;
+}
+
+static inline struct phx_buf *buf_new(struct phx_device *dev, uint64_t size,
+				      unsigned int flags)
+{
+	struct phx_buf *buf = NULL;
+
+	cr_assert_eq(phx_buf_alloc(dev, size, flags, &buf), 0,
+		     "phx_buf_alloc: %s", phx_strerror_last());
+	return buf;
+}
+
+/* @n batches of the default depth on @dev, in @b. */
+static inline void batches_create(struct phx_device *dev, struct phx_batch **b,
+				  unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		cr_assert_eq(phx_batch_create(dev, 0, 0, &b[i]), 0, "%s",
+			     phx_strerror_last());
+}
+
+static inline void batches_destroy(struct phx_batch **b, unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		phx_batch_destroy(b[i]);
+}
+
+/* @fd opened once more, through /proc, with @flags; -1 where it fails. */
+static inline int reopen(int fd, int flags)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return open(path, flags);
+}
+
 /* Read back [off, off+len) of @buf and compare with @want. */
 static inline void assert_buf_eq(struct phx_buf *buf, uint64_t off,
 				 const void *want, size_t len)
@@ -136,6 +191,53 @@ static inline void assert_buf_eq(struct phx_buf *buf, uint64_t off,
 		cr_assert_fail("buffer differs at byte %zu of %zu", i, len);
 	}
 	free(got);
+}
+
+/*
+ * What most transfer tests start from: a device, a file of @n random
+ * bytes in @dir (@data holds them) and, from rig_open(), a buffer of @n
+ * bytes on the device.  rig_close() gives all of it back, the device too.
+ */
+struct rig {
+	struct phx_device *dev;
+	struct phx_buf *buf;
+	unsigned char *data;
+	size_t n;
+	int fd;
+};
+
+static inline struct rig rig_file(struct phx_device *dev, const char *dir,
+				  size_t n, uint64_t seed, bool cold)
+{
+	struct rig r = { .dev = dev, .n = n };
+
+	r.fd = make_file(dir, n, seed, cold, (void **)&r.data);
+	return r;
+}
+
+static inline struct rig rig_open(struct phx_device *dev, const char *dir,
+				  size_t n, uint64_t seed, bool cold)
+{
+	struct rig r = rig_file(dev, dir, n, seed, cold);
+
+	r.buf = buf_new(dev, n, 0);
+	return r;
+}
+
+/* The rig's whole file read into its buffer, checked. */
+static inline void rig_read(struct rig *r)
+{
+	cr_assert_eq(phx_read(r->buf, 0, r->fd, 0, r->n), (int64_t)r->n, "%s",
+		     phx_strerror_last());
+	assert_buf_eq(r->buf, 0, r->data, r->n);
+}
+
+static inline void rig_close(struct rig *r)
+{
+	phx_buf_free(r->buf);
+	close(r->fd);
+	phx_device_close(r->dev);
+	free(r->data);
 }
 
 #endif
