@@ -29,8 +29,7 @@ static void read_case(const char *dir, size_t len, uint64_t seed, bool cold,
 	int fd;
 
 	fd = make_file(dir, fsize, seed, cold, &data);
-	cr_assert_eq(phx_buf_alloc(dev, buf_off + len + 100, 0, &buf), 0,
-		     "alloc: %s", phx_strerror_last());
+	buf = buf_new(dev, buf_off + len + 100, 0);
 	struct phx_io io = {
 		.op = PHX_OP_READ,
 		.fd = fd,
@@ -110,8 +109,7 @@ static void write_case(const char *dir, size_t len, uint64_t seed)
 	int fd = empty_file(dir);
 
 	fill_random(data, len, seed);
-	cr_assert_eq(phx_buf_alloc(dev, buf_off + len, PHX_BUF_SPARSE, &buf),
-		     0);
+	buf = buf_new(dev, buf_off + len, PHX_BUF_SPARSE);
 	cr_assert_eq(phx_memcpy_to_buf(buf, buf_off, data, len), 0);
 	got = phx_write(buf, buf_off, fd, (int64_t)file_off, len);
 	cr_assert_eq(got, (int64_t)len, "write %zu at %zu: %lld: %s", len,
@@ -126,9 +124,8 @@ static void write_case(const char *dir, size_t len, uint64_t seed)
 		  "file content differs after writing %zu bytes", len);
 
 	/* round trip: read it back into another place of the buffer */
-	struct phx_buf *buf2;
+	struct phx_buf *buf2 = buf_new(dev, len, 0);
 
-	cr_assert_eq(phx_buf_alloc(dev, len, 0, &buf2), 0);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	got = phx_read(buf2, 0, fd, (int64_t)file_off, len);
 	cr_assert_eq(got, (int64_t)len);
@@ -156,25 +153,22 @@ Test(io, write_sizes_tmpfs)
 
 Test(io, random_offsets_round_trip)
 {
-	struct phx_device *dev = open_default();
-	size_t fsize = 3 * MiB + 777;
-	unsigned char *data, *back = xmalloc(fsize);
-	struct phx_buf *buf;
+	struct rig r =
+		rig_open(open_default(), dir_direct(), 3 * MiB + 777, 7, true);
+	size_t fsize = r.n;
+	unsigned char *back = xmalloc(fsize);
 	uint64_t s = 42;
-	int fd = make_file(dir_direct(), fsize, 7, true, (void **)&data);
 
-	cr_assert_eq(phx_buf_alloc(dev, fsize, 0, &buf), 0);
 	/* Fill the buffer with random pieces, each read at its own offset. */
 	for (int i = 0; i < 200; i++) {
 		size_t off = rnd_next(&s) % fsize;
 		size_t len = rnd_next(&s) % (fsize - off) % (300 * 1024) + 1;
 
-		cr_assert_eq(phx_read(buf, off, fd, (int64_t)off, len),
+		cr_assert_eq(phx_read(r.buf, off, r.fd, (int64_t)off, len),
 			     (int64_t)len, "piece %d: %s", i,
 			     phx_strerror_last());
 	}
-	cr_assert_eq(phx_read(buf, 0, fd, 0, fsize), (int64_t)fsize);
-	assert_buf_eq(buf, 0, data, fsize);
+	rig_read(&r);
 
 	/* Write it out in random pieces to a new file; compare. */
 	int out = empty_file(dir_direct());
@@ -183,51 +177,40 @@ Test(io, random_offsets_round_trip)
 		size_t len = phx_min_sz(rnd_next(&s) % (700 * 1024) + 1,
 					fsize - off);
 
-		cr_assert_eq(phx_write(buf, off, out, (int64_t)off, len),
+		cr_assert_eq(phx_write(r.buf, off, out, (int64_t)off, len),
 			     (int64_t)len);
 		off += len;
 	}
 	cr_assert_eq(pread(out, back, fsize, 0), (ssize_t)fsize);
-	cr_assert(!memcmp(back, data, fsize));
-	phx_buf_free(buf);
-	phx_device_close(dev);
-	close(fd);
+	cr_assert(!memcmp(back, r.data, fsize));
 	close(out);
-	free(data);
 	free(back);
+	rig_close(&r);
 }
 
 Test(io, o_direct_fd_from_caller)
 {
-	struct phx_device *dev = open_default();
-	size_t fsize = 2 * MiB + 99;
-	char path[4096];
-	void *data;
-	struct phx_buf *buf;
-	int fd = make_file(dir_direct(), fsize, 9, true, &data);
-
+	struct rig r =
+		rig_file(open_default(), dir_direct(), 2 * MiB + 99, 9, true);
+	size_t fsize = r.n;
 	/* The caller opened it O_DIRECT itself (as LMCache does). */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	int dfd = open(path, O_RDWR | O_DIRECT);
+	int dfd = reopen(r.fd, O_RDWR | O_DIRECT);
 
 	cr_assert_geq(dfd, 0);
-	cr_assert_eq(phx_buf_alloc(dev, fsize, 0, &buf), 0);
-	cr_assert_eq(phx_read(buf, 3, dfd, 5, fsize - 5), (int64_t)fsize - 5,
+	r.buf = buf_new(r.dev, fsize, 0);
+	cr_assert_eq(phx_read(r.buf, 3, dfd, 5, fsize - 5), (int64_t)fsize - 5,
 		     "%s", phx_strerror_last());
-	assert_buf_eq(buf, 3, (char *)data + 5, fsize - 5);
+	assert_buf_eq(r.buf, 3, r.data + 5, fsize - 5);
 	/* unaligned write through an O_DIRECT fd: edges need the page cache */
-	cr_assert_eq(phx_write(buf, 3, dfd, 11, 100000), 100000, "%s",
+	cr_assert_eq(phx_write(r.buf, 3, dfd, 11, 100000), 100000, "%s",
 		     phx_strerror_last());
 	char *back = xmalloc(100000);
 
-	cr_assert_eq(pread(fd, back, 100000, 11), 100000);
-	cr_assert(!memcmp(back, (char *)data + 5, 100000));
-	phx_buf_free(buf);
-	phx_device_close(dev);
+	cr_assert_eq(pread(r.fd, back, 100000, 11), 100000);
+	cr_assert(!memcmp(back, r.data + 5, 100000));
 	close(dfd);
-	close(fd);
 	free(back);
-	free(data);
+	rig_close(&r);
 }
 
 /* ---- errors --------------------------------------------------------- */
@@ -235,20 +218,16 @@ Test(io, o_direct_fd_from_caller)
 Test(io_errors, bad_fd)
 {
 	struct phx_device *dev = open_default();
-	struct phx_buf *buf;
+	struct phx_buf *buf = buf_new(dev, 4096, 0);
 
-	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
 	cr_assert_eq(phx_read(buf, 0, 12345, 0, 10), -EBADF);
 	cr_assert_str_not_empty(phx_strerror_last());
 	cr_assert_eq(phx_read(buf, 0, -1, 0, 10), -EBADF);
 
 	int wfd = open("/dev/null", O_WRONLY);
 	int fd = make_file(dir_direct(), 100, 1, false, NULL);
-	int rfd;
-	char path[64];
+	int rfd = reopen(fd, O_RDONLY);
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	rfd = open(path, O_RDONLY);
 	cr_assert_eq(phx_read(buf, 0, wfd, 0, 10), -EBADF,
 		     "reading a write-only fd");
 	cr_assert_eq(phx_write(buf, 0, rfd, 0, 10), -EBADF,
@@ -261,10 +240,9 @@ Test(io_errors, bad_fd)
 Test(io_errors, range_outside_buffer)
 {
 	struct phx_device *dev = open_default();
-	struct phx_buf *buf;
+	struct phx_buf *buf = buf_new(dev, 4096, 0);
 	int fd = make_file(dir_direct(), 8192, 1, false, NULL);
 
-	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
 	cr_assert_eq(phx_read(buf, 0, fd, 0, 4097), -ERANGE);
 	cr_assert_eq(phx_read(buf, 4000, fd, 0, 97), -ERANGE);
 	cr_assert_eq(phx_read(buf, UINT64_MAX, fd, 0, 2), -ERANGE);
@@ -283,11 +261,10 @@ Test(io_errors, range_outside_buffer)
 Test(io_errors, not_a_file)
 {
 	struct phx_device *dev = open_default();
-	struct phx_buf *buf;
+	struct phx_buf *buf = buf_new(dev, 4096, 0);
 	int p[2];
 
 	cr_assert_eq(pipe(p), 0);
-	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
 	cr_assert_eq(phx_read(buf, 0, p[0], 0, 10), -EINVAL);
 	cr_assert(strstr(phx_strerror_last(), "not a regular file"));
 	phx_buf_free(buf);
@@ -304,7 +281,7 @@ Test(io_errors, o_direct_refused)
 	dev = open_default();
 	/* procfs files cannot be opened O_DIRECT */
 	fd = open("/proc/self/status", O_RDONLY);
-	cr_assert_eq(phx_buf_alloc(dev, 4096, 0, &buf), 0);
+	buf = buf_new(dev, 4096, 0);
 	cr_assert_eq(phx_read(buf, 0, fd, 0, 100), -EINVAL);
 	cr_assert(strstr(phx_strerror_last(), "O_DIRECT"), "message: %s",
 		  phx_strerror_last());
@@ -316,11 +293,10 @@ Test(io_errors, write_fails_in_the_kernel)
 {
 	struct phx_device *dev = open_default();
 	struct rlimit rl = { MiB, MiB };
-	struct phx_buf *buf;
+	struct phx_buf *buf = buf_new(dev, 4 * MiB, 0);
 	int fd = empty_file(dir_direct());
 
 	/* The file size limit makes the kernel itself fail the write. */
-	cr_assert_eq(phx_buf_alloc(dev, 4 * MiB, 0, &buf), 0);
 	signal(SIGXFSZ, SIG_IGN);
 	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
 	cr_assert_eq(phx_write(buf, 0, fd, 2 * MiB, MiB), -EFBIG, "%s",
@@ -333,12 +309,10 @@ Test(io_errors, write_fails_in_the_kernel)
 Test(io, hot_file_shorter_than_the_request)
 {
 	struct phx_device *dev = open_default();
-	struct phx_buf *buf;
 	void *data;
 	int fd = make_file(dir_direct(), 300000, 71, false, &data);
-
 	/* ask for far more than the file holds: hotness is about the file */
-	cr_assert_eq(phx_buf_alloc(dev, 64 * MiB, 0, &buf), 0);
+	struct phx_buf *buf = buf_new(dev, 64 * MiB, 0);
 	struct phx_io io = {
 		.op = PHX_OP_READ, .fd = fd, .buf = buf, .len = 64 * MiB
 	};

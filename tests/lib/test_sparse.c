@@ -15,19 +15,24 @@ static unsigned int mapped_chunks(const struct phx_buf *buf)
 	return n;
 }
 
-static struct phx_buf *sparse_buf(struct phx_device *dev, uint64_t size)
+/* A sparse buffer of @size on the default device. */
+static struct phx_buf *sparse_buf(uint64_t size)
 {
-	struct phx_buf *buf;
+	return buf_new(open_default(), size, PHX_BUF_SPARSE);
+}
 
-	cr_assert_eq(phx_buf_alloc(dev, size, PHX_BUF_SPARSE, &buf), 0, "%s",
-		     phx_strerror_last());
-	return buf;
+/* Free @buf and close its device. */
+static void sparse_free(struct phx_buf *buf)
+{
+	struct phx_device *dev = phx_buf_device(buf);
+
+	phx_buf_free(buf);
+	phx_device_close(dev);
 }
 
 Test(sparse, hole_write_commits_what_it_touches)
 {
-	struct phx_device *dev = open_default();
-	struct phx_buf *buf = sparse_buf(dev, 256 * MiB);
+	struct phx_buf *buf = sparse_buf(256 * MiB);
 	uint64_t gran = buf->dev->granularity;
 	char data[4096], back[4096];
 
@@ -55,14 +60,12 @@ Test(sparse, hole_write_commits_what_it_touches)
 		     0);
 	memset(data, 0, sizeof(data));
 	cr_assert(!memcmp(back, data, sizeof(back)));
-	phx_buf_free(buf);
-	phx_device_close(dev);
+	sparse_free(buf);
 }
 
 Test(sparse, appends_keep_large_chunks)
 {
-	struct phx_device *dev = open_default();
-	struct phx_buf *buf = sparse_buf(dev, 0);
+	struct phx_buf *buf = sparse_buf(0);
 	uint64_t step = MiB, off;
 	unsigned int n;
 	char *data = xmalloc(step);
@@ -78,14 +81,12 @@ Test(sparse, appends_keep_large_chunks)
 	cr_assert_leq(n, 24, "appending 256 MiB made %u chunks", n);
 	cr_assert_leq(phx_buf_committed(buf), 256 * MiB);
 	free(data);
-	phx_buf_free(buf);
-	phx_device_close(dev);
+	sparse_free(buf);
 }
 
 Test(sparse, sequential_fill_of_a_hole_grows_geometrically)
 {
-	struct phx_device *dev = open_default();
-	struct phx_buf *buf = sparse_buf(dev, 256 * MiB);
+	struct phx_buf *buf = sparse_buf(256 * MiB);
 	uint64_t step = 256 << 10, off, start = 130 * MiB;
 	char *data = xmalloc(step);
 	unsigned int n;
@@ -97,14 +98,12 @@ Test(sparse, sequential_fill_of_a_hole_grows_geometrically)
 	cr_assert_leq(n, 16, "filling 48 MiB of a hole made %u chunks", n);
 	cr_assert_leq(phx_buf_committed(buf), 2 * 48 * MiB);
 	free(data);
-	phx_buf_free(buf);
-	phx_device_close(dev);
+	sparse_free(buf);
 }
 
 Test(sparse, next_data_reports_backed_ranges)
 {
-	struct phx_device *dev = open_default();
-	struct phx_buf *buf = sparse_buf(dev, 256 * MiB);
+	struct phx_buf *buf = sparse_buf(256 * MiB);
 	uint64_t gran = buf->dev->granularity, d, l;
 	char one = 1;
 
@@ -137,6 +136,5 @@ Test(sparse, next_data_reports_backed_ranges)
 	cr_assert_eq(phx_buf_next_data(buf, 150 * MiB, &d, &l), 0);
 	cr_assert_eq(d, 200 * MiB);
 	cr_assert_eq(l, 3);
-	phx_buf_free(buf);
-	phx_device_close(dev);
+	sparse_free(buf);
 }

@@ -42,6 +42,31 @@ static uint64_t counted(struct phx_device *dev)
 }
 
 /*
+ * Queue a transfer of @op between @fd and @buf on @st, taking its
+ * parameters from where they stay until the stream gets there.
+ */
+static void enqueue(struct phx_stream *st, enum phx_op op, int fd,
+		    struct phx_buf *buf, uint64_t *len, int64_t *foff,
+		    int64_t *boff, int64_t *done)
+{
+	cr_assert_eq(phx_io_enqueue(st, op, fd, phx_buf_dptr(buf), len, foff,
+				    boff, done),
+		     0, "%s", phx_strerror_last());
+}
+
+static void sync_all(struct phx_stream **st, int n)
+{
+	for (int s = 0; s < n; s++)
+		cr_assert_eq(phx_stream_sync(st[s]), 0);
+}
+
+static void destroy_all(struct phx_stream **st, int n)
+{
+	for (int s = 0; s < n; s++)
+		phx_stream_destroy(st[s]);
+}
+
+/*
  * One stream-ordered transfer, synchronized; returns bytes_done.  The
  * pipeline counts stream-ordered bytes like any others.
  */
@@ -53,9 +78,7 @@ static int64_t xfer(struct phx_stream *st, enum phx_op op, int fd,
 	uint64_t before = counted(dev);
 	int64_t done = -12345;
 
-	cr_assert_eq(phx_io_enqueue(st, op, fd, phx_buf_dptr(buf), &len, &foff,
-				    &boff, &done),
-		     0, "%s", phx_strerror_last());
+	enqueue(st, op, fd, buf, &len, &foff, &boff, &done);
 	cr_assert_eq(phx_stream_sync(st), 0);
 	if (done > 0)
 		cr_assert_eq(counted(dev) - before, (uint64_t)done,
@@ -135,12 +158,9 @@ Test(copy, o_direct_descriptor_at_odd_offsets)
 	struct phx_stream *st = fixed_stream(dev);
 	struct phx_buf *buf;
 	unsigned char *data;
-	char path[4096];
 	int fd = make_file(dir_direct(), 8 << 20, 82, true, (void **)&data);
-	int dfd;
+	int dfd = reopen(fd, O_RDONLY | O_DIRECT);
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	dfd = open(path, O_RDONLY | O_DIRECT);
 	if (dfd < 0)
 		cr_skip_test("no O_DIRECT in %s", dir_direct());
 	cr_assert_eq(phx_buf_alloc(dev, 8 << 20, 0, &buf), 0);
@@ -185,27 +205,19 @@ Test(copy, many_transfers_on_four_streams)
 			len[s][x] = PIECE;
 			foff[s][x] = (int64_t)at;
 			boff[s][x] = (int64_t)at;
-			cr_assert_eq(phx_io_enqueue(st[s], PHX_OP_WRITE, fd,
-						    phx_buf_dptr(src),
-						    &len[s][x], &foff[s][x],
-						    &boff[s][x], &wdone[s][x]),
-				     0, "%s", phx_strerror_last());
-			cr_assert_eq(phx_io_enqueue(st[s], PHX_OP_READ, fd,
-						    phx_buf_dptr(dst),
-						    &len[s][x], &foff[s][x],
-						    &boff[s][x], &rdone[s][x]),
-				     0, "%s", phx_strerror_last());
+			enqueue(st[s], PHX_OP_WRITE, fd, src, &len[s][x],
+				&foff[s][x], &boff[s][x], &wdone[s][x]);
+			enqueue(st[s], PHX_OP_READ, fd, dst, &len[s][x],
+				&foff[s][x], &boff[s][x], &rdone[s][x]);
 		}
-	for (int s = 0; s < NS; s++)
-		cr_assert_eq(phx_stream_sync(st[s]), 0);
+	sync_all(st, NS);
 	for (int s = 0; s < NS; s++)
 		for (int x = 0; x < NX; x++) {
 			cr_assert_eq(wdone[s][x], PIECE);
 			cr_assert_eq(rdone[s][x], PIECE);
 		}
 	assert_buf_eq(dst, 0, data, total);
-	for (int s = 0; s < NS; s++)
-		phx_stream_destroy(st[s]);
+	destroy_all(st, NS);
 	phx_buf_free(src);
 	phx_buf_free(dst);
 	phx_device_close(dev);
@@ -256,15 +268,10 @@ static void growing_rings(const char *rings)
 				foff[s][x] = (int64_t)at + round;
 				boff[s][x] = (int64_t)at;
 				done[s][x] = -12345;
-				cr_assert_eq(phx_io_enqueue(
-						     st[s], PHX_OP_READ, fd,
-						     phx_buf_dptr(dst),
-						     &len[s][x], &foff[s][x],
-						     &boff[s][x], &done[s][x]),
-					     0, "%s", phx_strerror_last());
+				enqueue(st[s], PHX_OP_READ, fd, dst, &len[s][x],
+					&foff[s][x], &boff[s][x], &done[s][x]);
 			}
-		for (int s = 0; s < NS; s++)
-			cr_assert_eq(phx_stream_sync(st[s]), 0);
+		sync_all(st, NS);
 		for (int x = 0; x < NX; x++)
 			for (int s = 0; s < NS; s++) {
 				cr_assert_eq(done[s][x], (int64_t)len[s][x],
@@ -275,8 +282,7 @@ static void growing_rings(const char *rings)
 					      data + foff[s][x], len[s][x]);
 			}
 	}
-	for (int s = 0; s < NS; s++)
-		phx_stream_destroy(st[s]);
+	destroy_all(st, NS);
 	phx_buf_free(dst);
 	phx_device_close(dev);
 	free(data);
@@ -326,20 +332,14 @@ static void reads_see_writes(const char *rings)
 	cr_assert_eq(phx_buf_alloc(dev, total, 0, &dst), 0);
 	cr_assert_eq(phx_buf_alloc(dev, glen, 0, &gbuf), 0);
 	cr_assert_eq(phx_memcpy_to_buf(src, 0, data, total), 0);
-	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, gate, phx_buf_dptr(gbuf),
-				    &glen, &goff, &goff, &gdone),
-		     0, "%s", phx_strerror_last());
+	enqueue(st, PHX_OP_READ, gate, gbuf, &glen, &goff, &goff, &gdone);
 	for (int x = 0; x < NX; x++) {
 		len[x] = PIECE;
 		off[x] = (int64_t)x * PIECE;
-		cr_assert_eq(phx_io_enqueue(st, PHX_OP_WRITE, fd,
-					    phx_buf_dptr(src), &len[x], &off[x],
-					    &off[x], &wdone[x]),
-			     0, "%s", phx_strerror_last());
-		cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd,
-					    phx_buf_dptr(dst), &len[x], &off[x],
-					    &off[x], &rdone[x]),
-			     0, "%s", phx_strerror_last());
+		enqueue(st, PHX_OP_WRITE, fd, src, &len[x], &off[x], &off[x],
+			&wdone[x]);
+		enqueue(st, PHX_OP_READ, fd, dst, &len[x], &off[x], &off[x],
+			&rdone[x]);
 	}
 	cr_assert_eq(phx_stream_sync(st), 0);
 	cr_assert_eq(gdone, (int64_t)glen);
@@ -389,9 +389,7 @@ Test(copy, read_past_end_of_file_is_short)
 	uint64_t len = 4 * MiB;
 	int64_t foff = 100, boff = 0, done = 0;
 
-	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, fd, phx_buf_dptr(buf),
-				    &len, &foff, &boff, &done),
-		     0);
+	enqueue(st, PHX_OP_READ, fd, buf, &len, &foff, &boff, &done);
 	cr_assert_eq(phx_stream_sync(st), 0);
 	cr_assert_eq(done, 3 * MiB - 100);
 	assert_buf_eq(buf, 0, data + 100, 3 * MiB - 100);
@@ -415,12 +413,9 @@ Test(copy, refused_transfer_reports_and_lets_the_stream_go)
 	struct phx_stream *st = fixed_stream(dev);
 	struct phx_buf *buf;
 	unsigned char *data;
-	char path[4096];
 	int fd = make_file(dir_tmpfs(), 5 * MiB, 85, false, (void **)&data);
-	int ro;
+	int ro = reopen(fd, O_RDONLY);
 
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	ro = open(path, O_RDONLY);
 	cr_assert_geq(ro, 0);
 	cr_assert_eq(phx_buf_alloc(dev, 5 * MiB, 0, &buf), 0);
 	cr_assert_eq(xfer(st, PHX_OP_WRITE, ro, buf, 5 * MiB, 0, 0), -EBADF);
