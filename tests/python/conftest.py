@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -10,6 +12,9 @@ import numpy as np
 import pytest
 
 import phxio
+
+BUILD = Path(os.environ.get("PHX_BUILD_DIR",
+                            Path(__file__).resolve().parents[2] / "build"))
 
 
 def scratch_dirs() -> list[Path]:
@@ -66,3 +71,28 @@ PREFIX = {"cuda": "gpu", "sim": "sim", "kmod": "phx"}
 
 def host_visible(dev: phxio.Device) -> bool:
     return dev.kind != "cuda"
+
+
+def phxfs_built() -> bool:
+    return (BUILD / "phx").is_file() and (BUILD / "phxfs").is_file()
+
+
+@contextlib.contextmanager
+def phxfs_mount(env: dict, prefix: str, check):
+    """phxfs (256 MiB) mounted by the build's phx on a new temporary
+    folder: yields its first device directory, unmounts after.  A failed
+    mount leaves no folder; check(result) sees the mount's result first
+    (and skips or fails the test where it failed)."""
+    phx = BUILD / "phx"
+    mp = Path(tempfile.mkdtemp(prefix=prefix))
+    r = subprocess.run([str(phx), "mount", "-o", "size=256M", str(mp)],
+                       env=env, capture_output=True, text=True)
+    if r.returncode:
+        mp.rmdir()
+    check(r)
+    try:
+        yield mp / sorted(os.listdir(mp))[0]
+    finally:
+        subprocess.run([str(phx), "umount", str(mp)], env=env,
+                       capture_output=True)
+        mp.rmdir()

@@ -4,41 +4,29 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import phxio
-from conftest import random_file
+from conftest import phxfs_built, phxfs_mount, random_file
 
-BUILD = Path(os.environ.get("PHX_BUILD_DIR",
-                            Path(__file__).resolve().parents[2] / "build"))
+
+def _mounted(r):
+    if r.returncode:
+        pytest.skip(f"phx mount failed: {r.stderr.strip()}")
 
 
 @pytest.fixture(scope="module")
 def mount():
-    phx = BUILD / "phx"
-    if not (phx.is_file() and (BUILD / "phxfs").is_file()):
+    if not phxfs_built():
         pytest.skip("phxfs is not built")
     if not os.path.exists("/dev/fuse"):
         pytest.skip("no /dev/fuse")
     env = dict(os.environ)
     env.setdefault("PHX_DEVICE", "sim")
-    mp = Path(tempfile.mkdtemp(prefix="phx-py-mnt-"))
-    r = subprocess.run([str(phx), "mount", "-o", "size=256M", str(mp)],
-                       env=env, capture_output=True, text=True)
-    if r.returncode:
-        mp.rmdir()
-        pytest.skip(f"phx mount failed: {r.stderr.strip()}")
-    try:
-        yield mp / sorted(os.listdir(mp))[0]
-    finally:
-        subprocess.run([str(phx), "umount", str(mp)], env=env,
-                       capture_output=True)
-        mp.rmdir()
+    with phxfs_mount(env, "phx-py-mnt-", _mounted) as d:
+        yield d
 
 
 def test_open_file_maps_in_place(mount, rng):

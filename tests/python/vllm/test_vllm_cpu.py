@@ -28,9 +28,9 @@ pytest.importorskip("vllm")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 import phxio  # noqa: E402
+from conftest import BUILD, phxfs_built, phxfs_mount  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-BUILD = Path(os.environ.get("PHX_BUILD_DIR", HERE.parents[2] / "build"))
 EMBED = "model.embed_tokens.weight"
 
 
@@ -139,22 +139,17 @@ def test_bad_option_is_one_clear_error(ckpt):
     assert "unknown option 'group_sise'" in str(e.value)
 
 
+def _mounted(r):
+    assert r.returncode == 0, f"phx mount: {r.stderr.strip()}"
+
+
 @pytest.fixture
 def mount():
-    phx = BUILD / "phx"
-    if not (phx.is_file() and (BUILD / "phxfs").is_file()):
+    if not phxfs_built():
         pytest.fail(f"phxfs is not built in {BUILD}: run make")
     env = dict(os.environ, PHX_DEVICE="sim")
-    mp = Path(tempfile.mkdtemp(prefix="phx-vllm-mnt-"))
-    r = subprocess.run([str(phx), "mount", "-o", "size=256M", str(mp)],
-                       env=env, capture_output=True, text=True)
-    assert r.returncode == 0, f"phx mount: {r.stderr.strip()}"
-    try:
-        yield mp / sorted(os.listdir(mp))[0]
-    finally:
-        subprocess.run([str(phx), "umount", str(mp)], env=env,
-                       capture_output=True)
-        mp.rmdir()
+    with phxfs_mount(env, "phx-vllm-mnt-", _mounted) as d:
+        yield d
 
 
 def test_staged_checkpoint_loads_from_device_memory(ckpt, reference, mount):
