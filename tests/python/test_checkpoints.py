@@ -3,6 +3,7 @@ filter, every error, and round trips through save_safetensors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -175,15 +176,23 @@ def held(dev) -> int:
     return dev.query().used
 
 
+@contextlib.contextmanager
+def refused(dev, exc, match=None):
+    """The block raises @exc (matching @match) and leaves @dev holding
+    what it held before; yields pytest.raises's ExceptionInfo."""
+    before = held(dev)
+    with pytest.raises(exc, match=match) as e:
+        yield e
+    assert held(dev) == before
+
+
 def test_missing_shard_names_file_and_tensor(dev, scratch, rng):
     sharded(scratch, rng, nshards=3, per=2, big=True)
     (scratch / "model-00002-of-00003.safetensors").unlink()
-    before = held(dev)
-    with pytest.raises(FileNotFoundError) as e:
+    with refused(dev, FileNotFoundError) as e:
         phxio.load_safetensors(scratch, framework="phxio")
     assert "model-00002-of-00003.safetensors" in str(e.value)
     assert "model.layers.2.w" in str(e.value)
-    assert held(dev) == before
 
 
 def test_name_listed_twice(dev, scratch, rng):
@@ -192,12 +201,10 @@ def test_name_listed_twice(dev, scratch, rng):
                       "y": ("int8", (3,))})
     write_checkpoint(scratch / "b.safetensors", rng,
                      {"z": ("float32", (4,)), "x": ("int8", (2,))})
-    before = held(dev)
-    with pytest.raises(phxio.SafetensorsError,
-                       match=r"'x' is listed twice: in .*a\.safetensors "
-                             r"and in .*b\.safetensors"):
+    with refused(dev, phxio.SafetensorsError,
+                 match=r"'x' is listed twice: in .*a\.safetensors "
+                       r"and in .*b\.safetensors"):
         phxio.load_safetensors(scratch, framework="phxio")
-    assert held(dev) == before
 
 
 def test_index_lists_tensor_not_in_shard(dev, scratch, rng):
@@ -205,23 +212,19 @@ def test_index_lists_tensor_not_in_shard(dev, scratch, rng):
     wmap["ghost"] = "model-00001-of-00002.safetensors"
     (scratch / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": wmap}))
-    before = held(dev)
-    with pytest.raises(phxio.SafetensorsError,
-                       match="00001-of-00002.safetensors: tensor 'ghost'"):
+    with refused(dev, phxio.SafetensorsError,
+                 match="00001-of-00002.safetensors: tensor 'ghost'"):
         phxio.load_safetensors(scratch, framework="phxio")
-    assert held(dev) == before
 
 
 def test_truncated_shard(dev, scratch, rng):
     sharded(scratch, rng, nshards=3, per=2, big=True)
     f = scratch / "model-00003-of-00003.safetensors"
     os.truncate(f, f.stat().st_size - 100)
-    before = held(dev)
-    with pytest.raises(phxio.SafetensorsError,
-                       match=r"00003-of-00003.safetensors: tensor "
-                             r"'model.layers.[45].w': truncated"):
+    with refused(dev, phxio.SafetensorsError,
+                 match=r"00003-of-00003.safetensors: tensor "
+                       r"'model.layers.[45].w': truncated"):
         phxio.load_safetensors(scratch, framework="phxio")
-    assert held(dev) == before
 
 
 def test_truncated_header(scratch):
@@ -237,13 +240,11 @@ def test_bad_header_in_second_file(dev, scratch, rng):
     write_checkpoint(scratch / "a.safetensors", rng,
                      {"x": ("float32", (256, 1024))})
     (scratch / "b.safetensors").write_bytes(struct.pack("<Q", 4) + b"nope")
-    before = held(dev)
-    with pytest.raises(phxio.SafetensorsError,
-                       match="b.safetensors: bad header: not JSON"):
+    with refused(dev, phxio.SafetensorsError,
+                 match="b.safetensors: bad header: not JSON"):
         phxio.load_safetensors([scratch / "a.safetensors",
                                   scratch / "b.safetensors"],
                                  framework="phxio")
-    assert held(dev) == before
 
 
 def test_bad_index(scratch):
@@ -437,11 +438,9 @@ def test_file_shrinking_during_the_load(dev, scratch, rng):
             os.truncate(victim, cut)
         return True
 
-    before = held(dev)
-    with pytest.raises(phxio.SafetensorsError,
-                       match=r"00002-of-00002.safetensors: tensor "
-                             r"'model.layers.\d.w': truncated: the file "
-                             r"ends at byte"):
+    with refused(dev, phxio.SafetensorsError,
+                 match=r"00002-of-00002.safetensors: tensor "
+                       r"'model.layers.\d.w': truncated: the file "
+                       r"ends at byte"):
         phxio.load_safetensors(scratch, framework="phxio",
                                  select=shrink)
-    assert held(dev) == before
