@@ -157,6 +157,19 @@ def cut(regs, pos: int, nbytes: int):
         done += seg
 
 
+def transfer(chunks, regs, call, raw_stream):
+    """GDSContext's calls for each (length, position, slab offset) of
+    @chunks: @call (read_async or write_async) once per region piece,
+    in order; returns (submission, piece length) for each."""
+    subs = []
+    for n, pos, off in chunks:
+        done = 0
+        for base, boff, seg in cut(regs, pos, n):
+            subs.append((call(base, seg, off + done, boff, raw_stream), seg))
+            done += seg
+    return subs
+
+
 def replay(torch, backend, handle, fd, raw_stream, stream, rng_seed):
     """One staging-buffer lifetime on @raw_stream; returns submissions."""
     g = torch.Generator(device="cuda").manual_seed(rng_seed)
@@ -180,18 +193,10 @@ def replay(torch, backend, handle, fd, raw_stream, stream, rng_seed):
             backend.register_buffer(r)
     with step("write_async, then read_async on the same stream"):
         with torch.cuda.stream(stream):
-            for n, pos, off in chunks:
-                done = 0
-                for base, boff, seg in cut(src_regs, pos, n):
-                    subs.append((handle.write_async(base, seg, off + done,
-                                                    boff, raw_stream), seg))
-                    done += seg
-            for n, pos, off in chunks:
-                done = 0
-                for base, boff, seg in cut(dst_regs, pos, n):
-                    subs.append((handle.read_async(base, seg, off + done,
-                                                   boff, raw_stream), seg))
-                    done += seg
+            subs += transfer(chunks, src_regs, handle.write_async,
+                             raw_stream)
+            subs += transfer(chunks, dst_regs, handle.read_async,
+                             raw_stream)
     with step("synchronize the stream (LMCache's wait)"):
         stream.synchronize()
     with step("check every bytes_done and the data"):
