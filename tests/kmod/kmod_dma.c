@@ -26,14 +26,61 @@ static char *direct_buf(uint64_t len)
 	return p;
 }
 
+/*
+ * @size bytes of device memory at @offset of the BAR, as a range file
+ * (in *@fd) and mapped; NULL (a failed check) where either fails.
+ */
+static char *fixed_map(int dev, uint64_t size, uint64_t offset, int *fd)
+{
+	char *p;
+
+	*fd = range_alloc(dev, size, offset, PHX_ALLOC_FIXED);
+	p = *fd >= 0 ? range_map(*fd, size) : NULL;
+	EXPECT(p, "alloc/mmap at %llu: %s", (unsigned long long)offset,
+	       strerror(errno));
+	return p;
+}
+
+/*
+ * The controller DMAed @size bytes at @offset of the BAR (check 3, the
+ * host looks); the mapping @p and its range file @fd go.
+ */
+static void dma_done(char *p, int fd, uint64_t size, uint64_t offset)
+{
+	printf("HOSTCHECK 3 dma %llu %llu\n",
+	       (unsigned long long)(bus + offset), (unsigned long long)size);
+	munmap(p, size);
+	close(fd);
+}
+
+static int open_direct(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECT);
+
+	EXPECT(fd >= 0, "open %s O_DIRECT: %s", path, strerror(errno));
+	return fd;
+}
+
+/*
+ * @size bytes at @offset of the BAR, mapped at @p, hold the pattern
+ * @seed of the file @name, as the host must find in the ivshmem file.
+ */
+static void holds_file(const char *name, char *p, uint64_t size,
+		       uint64_t offset, uint32_t seed)
+{
+	int64_t bad = pat_check(p, size, seed, 0);
+
+	EXPECT(bad < 0, "%s differs at %lld", name, (long long)bad);
+	printf("HOSTCHECK 2 bar %llu %llu pattern %u 0\n",
+	       (unsigned long long)offset, (unsigned long long)size, seed);
+}
+
 static void raw_read(int dev)
 {
 	char *p, *ref;
 	int fd, nv;
 
-	fd = range_alloc(dev, 8 * MIB, BAR_RAW_READ, PHX_ALLOC_FIXED);
-	p = fd >= 0 ? range_map(fd, 8 * MIB) : NULL;
-	EXPECT(p, "alloc/mmap at %llu: %s", BAR_RAW_READ, strerror(errno));
+	p = fixed_map(dev, 8 * MIB, BAR_RAW_READ, &fd);
 	if (!p)
 		return;
 	nv = open("/dev/nvme0n1", O_RDONLY | O_DIRECT);
@@ -52,10 +99,7 @@ static void raw_read(int dev)
 	free(ref);
 	printf("HOSTCHECK 2 bar %llu %llu disk %llu\n", BAR_RAW_READ, 8 * MIB,
 	       DISK_RAW_READ);
-	printf("HOSTCHECK 3 dma %llu %llu\n",
-	       (unsigned long long)bus + BAR_RAW_READ, 8 * MIB);
-	munmap(p, 8 * MIB);
-	close(fd);
+	dma_done(p, fd, 8 * MIB, BAR_RAW_READ);
 }
 
 static void raw_write(int dev)
@@ -63,9 +107,7 @@ static void raw_write(int dev)
 	char *p, *back;
 	int fd, nv;
 
-	fd = range_alloc(dev, MIB, BAR_DISK_WRITE, PHX_ALLOC_FIXED);
-	p = fd >= 0 ? range_map(fd, MIB) : NULL;
-	EXPECT(p, "alloc/mmap at %llu: %s", BAR_DISK_WRITE, strerror(errno));
+	p = fixed_map(dev, MIB, BAR_DISK_WRITE, &fd);
 	if (!p)
 		return;
 	pat_fill(p, MIB, SEED_DISK_WRITE, 0);
@@ -83,36 +125,23 @@ static void raw_write(int dev)
 	free(back);
 	printf("HOSTCHECK 2 disk %llu %llu pattern %d 0\n", DISK_WRITE, MIB,
 	       SEED_DISK_WRITE);
-	printf("HOSTCHECK 3 dma %llu %llu\n",
-	       (unsigned long long)bus + BAR_DISK_WRITE, MIB);
-	munmap(p, MIB);
-	close(fd);
+	dma_done(p, fd, MIB, BAR_DISK_WRITE);
 }
 
 static void file_read(int dev)
 {
-	int64_t bad;
 	char *p;
 	int fd, fa;
 
-	fd = range_alloc(dev, FILE_A_SIZE, BAR_FILE_A, PHX_ALLOC_FIXED);
-	p = fd >= 0 ? range_map(fd, FILE_A_SIZE) : NULL;
-	EXPECT(p, "alloc/mmap at %llu: %s", BAR_FILE_A, strerror(errno));
+	p = fixed_map(dev, FILE_A_SIZE, BAR_FILE_A, &fd);
 	if (!p)
 		return;
-	fa = open("/mnt/a.bin", O_RDONLY | O_DIRECT);
-	EXPECT(fa >= 0, "open /mnt/a.bin O_DIRECT: %s", strerror(errno));
+	fa = open_direct("/mnt/a.bin");
 	EXPECT(pread(fa, p, FILE_A_SIZE, 0) == (ssize_t)FILE_A_SIZE,
 	       "O_DIRECT pread of an ext4 file: %s", strerror(errno));
 	close(fa);
-	bad = pat_check(p, FILE_A_SIZE, SEED_FILE_A, 0);
-	EXPECT(bad < 0, "a.bin differs at %lld", (long long)bad);
-	printf("HOSTCHECK 2 bar %llu %llu pattern %d 0\n", BAR_FILE_A,
-	       FILE_A_SIZE, SEED_FILE_A);
-	printf("HOSTCHECK 3 dma %llu %llu\n",
-	       (unsigned long long)bus + BAR_FILE_A, FILE_A_SIZE);
-	munmap(p, FILE_A_SIZE);
-	close(fd);
+	holds_file("a.bin", p, FILE_A_SIZE, BAR_FILE_A, SEED_FILE_A);
+	dma_done(p, fd, FILE_A_SIZE, BAR_FILE_A);
 }
 
 static void uring_read(int dev)
@@ -120,17 +149,13 @@ static void uring_read(int dev)
 	const uint64_t piece = FILE_B_SIZE / URING_DEPTH;
 	struct io_uring ring;
 	struct io_uring_cqe *cqe;
-	int64_t bad;
 	char *p;
 	int fd, fb, i, ret;
 
-	fd = range_alloc(dev, FILE_B_SIZE, BAR_FILE_B, PHX_ALLOC_FIXED);
-	p = fd >= 0 ? range_map(fd, FILE_B_SIZE) : NULL;
-	EXPECT(p, "alloc/mmap at %llu: %s", BAR_FILE_B, strerror(errno));
+	p = fixed_map(dev, FILE_B_SIZE, BAR_FILE_B, &fd);
 	if (!p)
 		return;
-	fb = open("/mnt/b.bin", O_RDONLY | O_DIRECT);
-	EXPECT(fb >= 0, "open /mnt/b.bin O_DIRECT: %s", strerror(errno));
+	fb = open_direct("/mnt/b.bin");
 	ret = io_uring_queue_init(URING_DEPTH, &ring, 0);
 	EXPECT(!ret, "io_uring_queue_init: %s", strerror(-ret));
 	if (ret)
@@ -155,14 +180,8 @@ static void uring_read(int dev)
 	}
 	io_uring_queue_exit(&ring);
 	close(fb);
-	bad = pat_check(p, FILE_B_SIZE, SEED_FILE_B, 0);
-	EXPECT(bad < 0, "b.bin differs at %lld", (long long)bad);
-	printf("HOSTCHECK 2 bar %llu %llu pattern %d 0\n", BAR_FILE_B,
-	       FILE_B_SIZE, SEED_FILE_B);
-	printf("HOSTCHECK 3 dma %llu %llu\n",
-	       (unsigned long long)bus + BAR_FILE_B, FILE_B_SIZE);
-	munmap(p, FILE_B_SIZE);
-	close(fd);
+	holds_file("b.bin", p, FILE_B_SIZE, BAR_FILE_B, SEED_FILE_B);
+	dma_done(p, fd, FILE_B_SIZE, BAR_FILE_B);
 }
 
 int main(int argc, char **argv)

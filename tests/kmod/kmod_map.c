@@ -9,33 +9,55 @@
 
 #include "guest.h"
 
+/* A range file of 1 MiB at @offset of the BAR; -1 (a failed check). */
+static int fixed_range(int dev, uint64_t offset, uint32_t flags)
+{
+	int fd = range_alloc(dev, MIB, offset, PHX_ALLOC_FIXED | flags);
+
+	EXPECT(fd >= 0, "alloc at %llu: %s", (unsigned long long)offset,
+	       strerror(errno));
+	return fd;
+}
+
+static char *map_range(int fd)
+{
+	char *p = range_map(fd, MIB);
+
+	EXPECT(p, "mmap: %s", strerror(errno));
+	return p;
+}
+
+/* read_iter of the range file @fd brings the pattern @seed, else @what. */
+static void read_sees(int fd, uint32_t seed, const char *what)
+{
+	char *back = malloc(MIB);
+
+	EXPECT(pread(fd, back, MIB, 0) == (ssize_t)MIB, "pread: %s",
+	       strerror(errno));
+	EXPECT(pat_check(back, MIB, seed, 0) < 0, "%s", what);
+	free(back);
+}
+
 static void map_write(int dev)
 {
 	struct stat st;
-	char *p, *back;
+	char *p;
 	int fd;
 
-	fd = range_alloc(dev, MIB, BAR_MAP_WRITE, PHX_ALLOC_FIXED);
-	EXPECT(fd >= 0, "alloc at %llu: %s", BAR_MAP_WRITE, strerror(errno));
+	fd = fixed_range(dev, BAR_MAP_WRITE, 0);
 	if (fd < 0)
 		return;
 	EXPECT(!fstat(fd, &st) && S_ISREG(st.st_mode) &&
 		       (uint64_t)st.st_size == MIB,
 	       "range fd is not a regular file of 1 MiB (mode %o size %lld)",
 	       st.st_mode, (long long)st.st_size);
-	p = range_map(fd, MIB);
-	EXPECT(p, "mmap: %s", strerror(errno));
+	p = map_range(fd);
 	if (!p)
 		return;
 	pat_fill(p, MIB, SEED_MAP_WRITE, 0);
 	EXPECT(!msync(p, MIB, MS_SYNC), "msync: %s", strerror(errno));
-
-	back = malloc(MIB);
-	EXPECT(pread(fd, back, MIB, 0) == (ssize_t)MIB, "pread: %s",
-	       strerror(errno));
-	EXPECT(pat_check(back, MIB, SEED_MAP_WRITE, 0) < 0,
-	       "read_iter does not see the mapping's bytes");
-	free(back);
+	read_sees(fd, SEED_MAP_WRITE,
+		  "read_iter does not see the mapping's bytes");
 	printf("HOSTCHECK 1 bar %llu %llu pattern %d 0\n", BAR_MAP_WRITE, MIB,
 	       SEED_MAP_WRITE);
 	munmap(p, MIB);
@@ -44,28 +66,21 @@ static void map_write(int dev)
 
 static void host_prefill(int dev)
 {
-	char *p, *back;
 	int64_t bad;
+	char *p;
 	int fd;
 
-	fd = range_alloc(dev, MIB, BAR_HOST_PREFILL,
-			 PHX_ALLOC_FIXED | PHX_ALLOC_NOCLEAR);
-	EXPECT(fd >= 0, "alloc at %llu: %s", BAR_HOST_PREFILL, strerror(errno));
+	fd = fixed_range(dev, BAR_HOST_PREFILL, PHX_ALLOC_NOCLEAR);
 	if (fd < 0)
 		return;
-	p = range_map(fd, MIB);
-	EXPECT(p, "mmap: %s", strerror(errno));
+	p = map_range(fd);
 	if (!p)
 		return;
 	bad = pat_check(p, MIB, SEED_HOST_PREFILL, 0);
 	EXPECT(bad < 0, "host's bytes not seen through the mapping at %lld",
 	       (long long)bad);
-	back = malloc(MIB);
-	EXPECT(pread(fd, back, MIB, 0) == (ssize_t)MIB, "pread: %s",
-	       strerror(errno));
-	EXPECT(pat_check(back, MIB, SEED_HOST_PREFILL, 0) < 0,
-	       "host's bytes not seen through read_iter");
-	free(back);
+	read_sees(fd, SEED_HOST_PREFILL,
+		  "host's bytes not seen through read_iter");
 	munmap(p, MIB);
 	close(fd);
 }
@@ -75,8 +90,7 @@ static void file_write(int dev)
 	char *p, *buf;
 	int fd;
 
-	fd = range_alloc(dev, MIB, BAR_FILE_WRITE, PHX_ALLOC_FIXED);
-	EXPECT(fd >= 0, "alloc at %llu: %s", BAR_FILE_WRITE, strerror(errno));
+	fd = fixed_range(dev, BAR_FILE_WRITE, 0);
 	if (fd < 0)
 		return;
 	buf = malloc(MIB);

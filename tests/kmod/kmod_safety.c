@@ -349,20 +349,43 @@ static int reload_module(void)
 	return ret;
 }
 
+/* A holder (touch_after as holder()'s) that has mapped its range. */
+struct held {
+	pid_t pid;
+	int go, ready;
+};
+
+static struct held hold(int touch_after)
+{
+	struct held h;
+	char c = 0;
+
+	h.pid = holder(&h.go, &h.ready, touch_after);
+	EXPECT(h.pid > 0 && read(h.ready, &c, 1) == 1 && c == 'y',
+	       "holder did not map");
+	return h;
+}
+
+/* The holder woken and reaped; its wait status. */
+static int release(struct held *h)
+{
+	int status = -1;
+
+	EXPECT(write(h->go, "x", 1) == 1, "wake holder");
+	waitpid(h->pid, &status, 0);
+	close(h->go);
+	close(h->ready);
+	return status;
+}
+
 static void rmmod_with_mapping(void)
 {
-	int go, ready, status = -1;
-	char c = 0;
-	pid_t pid = holder(&go, &ready, 0);
+	struct held h = hold(0);
+	int status;
 
-	EXPECT(pid > 0 && read(ready, &c, 1) == 1 && c == 'y',
-	       "holder did not map");
 	EXPECT_ERR(syscall(SYS_delete_module, "phx", O_NONBLOCK), EWOULDBLOCK,
 		   "rmmod with a mapping alive");
-	EXPECT(write(go, "x", 1) == 1, "wake holder");
-	waitpid(pid, &status, 0);
-	close(go);
-	close(ready);
+	status = release(&h);
 	EXPECT(WIFEXITED(status) && !WEXITSTATUS(status), "holder failed");
 	EXPECT(!syscall(SYS_delete_module, "phx", O_NONBLOCK),
 	       "rmmod after the mapping went: %s", strerror(errno));
@@ -373,19 +396,13 @@ static void rmmod_with_mapping(void)
 
 static void unbind_with_mapping(void)
 {
-	int go, ready, status = -1;
-	char c = 0;
-	pid_t pid = holder(&go, &ready, 1);
+	struct held h = hold(1);
+	int status;
 
-	EXPECT(pid > 0 && read(ready, &c, 1) == 1 && c == 'y',
-	       "holder did not map");
 	EXPECT(!write_sysfs("/sys/bus/pci/drivers/phx/unbind", info.pci_name),
 	       "unbind: %s", strerror(errno));
 	EXPECT(access("/dev/phx0", F_OK) != 0, "/dev/phx0 still there");
-	EXPECT(write(go, "x", 1) == 1, "wake holder");
-	waitpid(pid, &status, 0);
-	close(go);
-	close(ready);
+	status = release(&h);
 	EXPECT(WIFEXITED(status) && !WEXITSTATUS(status),
 	       "holder after unbind: status %#x (4: no SIGBUS, 5: no ENODEV)",
 	       status);
