@@ -103,7 +103,7 @@ void measure_mem(struct bench *b, const char *argv0, const char *peer,
 		 bool ours)
 {
 	char cmd[8192], line[512], name[64], why[80];
-	struct peer p = { .name = peer, .ours = ours };
+	struct peer p = { .name = peer, .flags = ours ? OURS : 0 };
 	struct result *r;
 	uint64_t hwm, base, pinned;
 	double gbps;

@@ -19,8 +19,8 @@ struct result *new_result(const char *casename, const struct peer *p)
 	memset(r, 0, sizeof(*r));
 	r->casename = casename;
 	r->peer = p->name;
-	r->limit = p->limit;
-	r->ours = p->ours;
+	r->limit = p->flags & LIMIT;
+	r->ours = p->flags & OURS;
 	r->unit = "GB/s";
 	return r;
 }

@@ -63,7 +63,7 @@ static void clear_dest(struct bench *b, const struct peer *p)
 
 static void verify(struct bench *b, const struct peer *p)
 {
-	if (p->repeat) {
+	if (p->flags & REPEAT) {
 		for (uint64_t off = 0; off < b->size; off += PIECE) {
 			uint64_t n = piece_len(b->size, off, PIECE);
 
@@ -100,7 +100,7 @@ static void measure(struct bench *b, const char *casename, const struct peer *p,
 				 0 :
 				 dest_addr(b, p->dest);
 
-	if (p->cufile && cufile_load(b)) {
+	if ((p->flags & CUFILE) && cufile_load(b)) {
 		snprintf(r->note, sizeof(r->note), "n/a: %s", b->cufile_why);
 		printf("  %-16s %-34s %s\n", casename, p->name, r->note);
 		return;
@@ -125,110 +125,50 @@ static void measure(struct bench *b, const char *casename, const struct peer *p,
 			fflush(stdout);
 		}
 	}
-	if (p->ours)
+	if (p->flags & OURS)
 		snprintf(r->note, sizeof(r->note), "path %s", b->phx_path);
 	printf("\n");
 }
 
-static void measure_each(struct bench *b, const char *casename,
-			 const struct peer *const *peers, size_t n, bool cold,
-			 bool warmup)
+/*
+ * Every peer once, with the cases it runs in: each case measures its peers
+ * in the order of this table.
+ */
+static const struct peer peers[] = {
+	{ "pinned cuMemcpyHtoDAsync", peer_pinned_copy, TO_DBUF, HOT,
+	  LIMIT | REPEAT },
+	{ "buffered read (page cache)", peer_raw_buffered, TO_HOST, HOT, 0 },
+	{ "raw O_DIRECT io_uring QD32 4M", peer_raw_direct, TO_HOST, COLD,
+	  LIMIT },
+	{ "raw buffered read", peer_raw_buffered, TO_HOST, COLD, LIMIT },
+	{ "cuFile cuFileRead", peer_cufile_read, TO_DBUF, HOT | COLD, CUFILE },
+	{ "pread + cuMemcpyHtoD (pageable)", peer_pread_pageable, TO_DBUF,
+	  HOT | COLD, 0 },
+	{ "pread pinned + cuMemcpyHtoD", peer_pread_pinned, TO_DBUF, HOT | COLD,
+	  0 },
+	{ "libphoenix phx_read", peer_phx_read, TO_PBUF, HOT | COLD, OURS },
+	{ "libphoenix phx_io_enqueue (stream)", peer_phx_enqueue, TO_PBUF,
+	  HOT | COLD, 0 },
+	{ "libphoenix phx_io_enqueue (stream, late values)",
+	  peer_phx_enqueue_late, TO_PBUF, HOT, 0 },
+	{ "raw O_DIRECT io_uring QD32 4M", peer_raw_direct_write, FROM_HOST, WR,
+	  LIMIT },
+	{ "raw buffered write", peer_raw_buffered_write, FROM_HOST, WR, LIMIT },
+	{ "cuFile cuFileWrite", peer_cufile_write, FROM_DBUF, WR, CUFILE },
+	{ "cuMemcpyDtoH + pwrite", peer_copy_pwrite, FROM_DBUF, WR, 0 },
+	{ "libphoenix phx_write", peer_phx_write, FROM_PBUF, WR, OURS },
+	{ "libphoenix phx_io_enqueue write (stream)", peer_phx_enqueue_write,
+	  FROM_PBUF, WR, 0 },
+};
+
+/* The peers of case @which (HOT, COLD or WR), one after the other. */
+static void measure_case(struct bench *b, const char *casename,
+			 unsigned int which, bool cold, bool warmup)
 {
-	for (size_t i = 0; i < n; i++)
-		measure(b, casename, peers[i], cold, warmup);
+	for (size_t i = 0; i < ARRAY_LEN(peers); i++)
+		if (peers[i].cases & which)
+			measure(b, casename, &peers[i], cold, warmup);
 }
-
-/* ---- the peers of each case ------------------------------------------- */
-
-static const struct peer p_pinned_copy = { .name = "pinned cuMemcpyHtoDAsync",
-					   .run = peer_pinned_copy,
-					   .dest = TO_DBUF,
-					   .limit = true,
-					   .repeat = true };
-static const struct peer p_cached_read = { .name = "buffered read (page cache)",
-					   .run = peer_raw_buffered,
-					   .dest = TO_HOST };
-static const struct peer p_raw_direct = {
-	.name = "raw O_DIRECT io_uring QD32 4M",
-	.run = peer_raw_direct,
-	.dest = TO_HOST,
-	.limit = true
-};
-static const struct peer p_raw_buffered = { .name = "raw buffered read",
-					    .run = peer_raw_buffered,
-					    .dest = TO_HOST,
-					    .limit = true };
-static const struct peer p_cufile_read = { .name = "cuFile cuFileRead",
-					   .run = peer_cufile_read,
-					   .dest = TO_DBUF,
-					   .cufile = true };
-static const struct peer p_pread_pageable = {
-	.name = "pread + cuMemcpyHtoD (pageable)",
-	.run = peer_pread_pageable,
-	.dest = TO_DBUF
-};
-static const struct peer p_pread_pinned = {
-	.name = "pread pinned + cuMemcpyHtoD",
-	.run = peer_pread_pinned,
-	.dest = TO_DBUF
-};
-static const struct peer p_phx_read = { .name = "libphoenix phx_read",
-					.run = peer_phx_read,
-					.dest = TO_PBUF,
-					.ours = true };
-static const struct peer p_phx_stream = {
-	.name = "libphoenix phx_io_enqueue (stream)",
-	.run = peer_phx_enqueue,
-	.dest = TO_PBUF
-};
-static const struct peer p_phx_stream_late = {
-	.name = "libphoenix phx_io_enqueue (stream, late values)",
-	.run = peer_phx_enqueue_late,
-	.dest = TO_PBUF
-};
-
-static const struct peer *const hot[] = {
-	&p_pinned_copy,	 &p_cached_read, &p_cufile_read, &p_pread_pageable,
-	&p_pread_pinned, &p_phx_read,	 &p_phx_stream,	 &p_phx_stream_late,
-};
-static const struct peer *const cold[] = {
-	&p_raw_direct,	 &p_raw_buffered, &p_cufile_read, &p_pread_pageable,
-	&p_pread_pinned, &p_phx_read,	  &p_phx_stream,
-};
-
-static const struct peer p_raw_direct_write = {
-	.name = "raw O_DIRECT io_uring QD32 4M",
-	.run = peer_raw_direct_write,
-	.dest = FROM_HOST,
-	.limit = true
-};
-static const struct peer p_raw_buffered_write = {
-	.name = "raw buffered write",
-	.run = peer_raw_buffered_write,
-	.dest = FROM_HOST,
-	.limit = true
-};
-static const struct peer p_cufile_write = { .name = "cuFile cuFileWrite",
-					    .run = peer_cufile_write,
-					    .dest = FROM_DBUF,
-					    .cufile = true };
-static const struct peer p_copy_pwrite = { .name = "cuMemcpyDtoH + pwrite",
-					   .run = peer_copy_pwrite,
-					   .dest = FROM_DBUF };
-static const struct peer p_phx_write = { .name = "libphoenix phx_write",
-					 .run = peer_phx_write,
-					 .dest = FROM_PBUF,
-					 .ours = true };
-static const struct peer p_phx_stream_write = {
-	.name = "libphoenix phx_io_enqueue write (stream)",
-	.run = peer_phx_enqueue_write,
-	.dest = FROM_PBUF
-};
-
-static const struct peer *const wr[] = {
-	&p_raw_direct_write, &p_raw_buffered_write, &p_cufile_write,
-	&p_copy_pwrite,	     &p_phx_write,	    &p_phx_stream_write,
-};
 
 /* ---- setup ------------------------------------------------------------ */
 
@@ -362,10 +302,9 @@ int main(int argc, char **argv)
 	fill_expected(b, b->pinned, 0, PINNED);
 
 	printf("\nper-run GB/s:\n");
-	measure_each(b, "file->GPU hot", hot, ARRAY_LEN(hot), false, true);
+	measure_case(b, "file->GPU hot", HOT, false, true);
 	if (b->cold)
-		measure_each(b, "file->GPU cold", cold, ARRAY_LEN(cold), true,
-			     false);
+		measure_case(b, "file->GPU cold", COLD, true, false);
 
 	b->image = aligned_alloc(4096, b->size);
 	if (!b->image)
@@ -376,7 +315,7 @@ int main(int argc, char **argv)
 	check_device(b, "GPU buffer before writes", b->dbuf, b->size);
 	check_device(b, "libphoenix buffer before writes",
 		     phx_buf_dptr(b->pbuf), b->size);
-	measure_each(b, "GPU->file", wr, ARRAY_LEN(wr), false, true);
+	measure_case(b, "GPU->file", WR, false, true);
 	unlink(b->out);
 	free(b->image);
 

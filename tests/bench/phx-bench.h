@@ -54,14 +54,26 @@ struct bench {
 
 enum dest { TO_HOST, TO_DBUF, TO_PBUF, FROM_HOST, FROM_DBUF, FROM_PBUF };
 
+/* One peer: moves the file's bytes to or from @where (enum dest). */
+typedef void peer_fn(struct bench *b, uint64_t where);
+
+/* The cases a peer runs in (struct peer's cases). */
+enum { HOT = 1, COLD = 2, WR = 4 };
+
+/* What a peer is (struct peer's flags). */
+enum {
+	LIMIT = 1, /* the case's limit (or one candidate) */
+	CUFILE = 2, /* needs cuFile */
+	OURS = 4, /* libphoenix's figure, the x phx column */
+	REPEAT = 8, /* the first PINNED bytes of the file, over and over */
+};
+
 struct peer {
 	const char *name;
-	void (*run)(struct bench *b, uint64_t where);
+	peer_fn *run;
 	enum dest dest;
-	bool limit;
-	bool cufile;
-	bool ours;
-	bool repeat; /* the first PINNED bytes of the file, over and over */
+	unsigned int cases;
+	unsigned int flags;
 };
 
 struct result {
@@ -99,28 +111,20 @@ int open_or_die(const char *what, const char *path, int flags);
 void fsync_or_die(int fd, const char *what);
 
 /* phx-bench-disk.c: the disk's own rates, file <-> host */
-void peer_raw_direct(struct bench *b, uint64_t dst);
-void peer_raw_buffered(struct bench *b, uint64_t dst);
-void peer_raw_direct_write(struct bench *b, uint64_t src);
-void peer_raw_buffered_write(struct bench *b, uint64_t src);
+peer_fn peer_raw_direct, peer_raw_buffered, peer_raw_direct_write,
+	peer_raw_buffered_write;
 
 /* phx-bench-copy.c: host buffers and CUDA copies */
-void peer_pread_pageable(struct bench *b, uint64_t dst);
-void peer_pread_pinned(struct bench *b, uint64_t dst);
-void peer_pinned_copy(struct bench *b, uint64_t dst);
-void peer_copy_pwrite(struct bench *b, uint64_t src);
+peer_fn peer_pread_pageable, peer_pread_pinned, peer_pinned_copy,
+	peer_copy_pwrite;
 
 /* phx-bench-cufile.c */
 const char *cufile_load(struct bench *b);
-void peer_cufile_read(struct bench *b, uint64_t dst);
-void peer_cufile_write(struct bench *b, uint64_t src);
+peer_fn peer_cufile_read, peer_cufile_write;
 
 /* phx-bench-phx.c: libphoenix */
-void peer_phx_read(struct bench *b, uint64_t dst_off);
-void peer_phx_write(struct bench *b, uint64_t src_off);
-void peer_phx_enqueue(struct bench *b, uint64_t dst_off);
-void peer_phx_enqueue_late(struct bench *b, uint64_t dst_off);
-void peer_phx_enqueue_write(struct bench *b, uint64_t src_off);
+peer_fn peer_phx_read, peer_phx_write, peer_phx_enqueue, peer_phx_enqueue_late,
+	peer_phx_enqueue_write;
 
 /* phx-bench-report.c: the results and their table */
 struct result *new_result(const char *casename, const struct peer *p);
