@@ -292,23 +292,9 @@ static double run_cufile_batch(struct kv *k)
 			m++;
 			next++;
 		}
-		if (m) {
-			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
-			if (e.err) {
-				snprintf(k->note, sizeof(k->note),
-					 "cuFileBatchIOSubmit: %s",
-					 kb_cferr(e));
-				goto out_batch;
-			}
-			inflight += m;
-		}
-		nr = inflight;
-		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
-		if (e.err) {
-			snprintf(k->note, sizeof(k->note),
-				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
+		if (kb_batch_turn(batch, p, m, &inflight, ev, &nr, k->note,
+				  sizeof(k->note)))
 			goto out_batch;
-		}
 		for (unsigned int i = 0; i < nr; i++) {
 			int idx = (int)(uintptr_t)ev[i].cookie;
 
@@ -360,6 +346,15 @@ static const char *const kv_names[] = {
 	"phx_io_run, thread/stream",
 	"cuFile async",
 	"cuFile batch",
+};
+
+/* Each peer's timed run: seconds, or -1 with why in k->note. */
+static double (*const kv_runs[])(struct kv *k) = {
+	[KV_RAW] = run_raw,
+	[KV_PHXFILE] = run_phxfile,
+	[KV_PHX] = run_phx_sync,
+	[KV_CUFILE_ASYNC] = run_cufile_async,
+	[KV_CUFILE_BATCH] = run_cufile_batch,
 };
 
 /* Scribble over the write targets: a write that moves nothing shows. */
@@ -468,23 +463,7 @@ static struct kb_result *measure(struct kv *k, enum kv_peer p,
 
 		k->note[0] = 0;
 		prepare(k, p);
-		switch (p) {
-		case KV_RAW:
-			t = run_raw(k);
-			break;
-		case KV_PHXFILE:
-			t = run_phxfile(k);
-			break;
-		case KV_PHX:
-			t = run_phx_sync(k);
-			break;
-		case KV_CUFILE_ASYNC:
-			t = run_cufile_async(k);
-			break;
-		default:
-			t = run_cufile_batch(k);
-			break;
-		}
+		t = kv_runs[p](k);
 		if (t < 0) {
 			snprintf(r->note, sizeof(r->note), "%s", k->note);
 			r->n = 0;

@@ -233,23 +233,9 @@ static double run_cubatch(struct sm *s)
 			m++;
 			next++;
 		}
-		if (m) {
-			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
-			if (e.err) {
-				snprintf(s->note, sizeof(s->note),
-					 "cuFileBatchIOSubmit: %s",
-					 kb_cferr(e));
-				goto out;
-			}
-			inflight += m;
-		}
-		nr = inflight;
-		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
-		if (e.err) {
-			snprintf(s->note, sizeof(s->note),
-				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
+		if (kb_batch_turn(batch, p, m, &inflight, ev, &nr, s->note,
+				  sizeof(s->note)))
 			goto out;
-		}
 		for (unsigned int i = 0; i < nr; i++) {
 			uint64_t c = (uint64_t)(uintptr_t)ev[i].cookie;
 			unsigned int q = c & 0xffff;
