@@ -72,6 +72,20 @@ const char *kb_cferr(CUfileError_t e)
 	return bl_cufile_err(e, errno, buf, sizeof(buf));
 }
 
+void kb_batch_param(CUfileIOParams_t *p, void *fh, void *base, off_t dev_off,
+		    off_t file_off, size_t size, int opcode, void *cookie)
+{
+	memset(p, 0, sizeof(*p));
+	p->mode = 1; /* CUFILE_BATCH */
+	p->u.batch.devPtr_base = base;
+	p->u.batch.devPtr_offset = dev_off;
+	p->u.batch.file_offset = file_off;
+	p->u.batch.size = size;
+	p->fh = fh;
+	p->opcode = opcode;
+	p->cookie = cookie;
+}
+
 int kb_batch_turn(void *batch, CUfileIOParams_t *p, unsigned int m,
 		  unsigned int *inflight, CUfileIOEvents_t *ev,
 		  unsigned int *nr, char *note, size_t size)

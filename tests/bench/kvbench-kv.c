@@ -280,15 +280,10 @@ static double run_cufile_batch(struct kv *k)
 			int64_t off;
 
 			region_of(k, next * k->chunk, &base, &off);
-			memset(&p[m], 0, sizeof(p[m]));
-			p[m].mode = 1;
-			p[m].u.batch.devPtr_base = base;
-			p[m].u.batch.devPtr_offset = (off_t)off;
-			p[m].u.batch.file_offset = (off_t)k->offs[next];
-			p[m].u.batch.size = k->chunk;
-			p[m].fh = fh;
-			p[m].opcode = k->write ? 1 : 0;
-			p[m].cookie = (void *)(uintptr_t)next;
+			kb_batch_param(&p[m], fh, base, (off_t)off,
+				       (off_t)k->offs[next], k->chunk,
+				       k->write ? 1 : 0,
+				       (void *)(uintptr_t)next);
 			m++;
 			next++;
 		}

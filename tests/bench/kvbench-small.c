@@ -217,17 +217,11 @@ static double run_cubatch(struct sm *s)
 		while (nfree && next < s->n) {
 			unsigned int q = free_slots[--nfree];
 
-			memset(&p[m], 0, sizeof(p[m]));
-			p[m].mode = 1;
-			p[m].u.batch.devPtr_base =
-				(void *)(uintptr_t)s->dm.dptr;
-			p[m].u.batch.devPtr_offset = (off_t)(q * s->bs);
-			p[m].u.batch.file_offset = (off_t)s->reqs[next].off;
-			p[m].u.batch.size = s->bs;
-			p[m].fh = s->cufh;
-			p[m].opcode = 0;
-			p[m].cookie =
-				(void *)(uintptr_t)((uint64_t)next << 16 | q);
+			kb_batch_param(
+				&p[m], s->cufh, (void *)(uintptr_t)s->dm.dptr,
+				(off_t)(q * s->bs), (off_t)s->reqs[next].off,
+				s->bs, 0,
+				(void *)(uintptr_t)((uint64_t)next << 16 | q));
 			s->slot_of[next] = (int)q;
 			start[q] = bl_now();
 			m++;
