@@ -14,11 +14,10 @@
 # config-host.h the headers include).  Result: BUILD_DIR/fio/src/tree.
 # Cached: a second run does nothing.
 set -eu
-. "$(dirname "$0")/debsrc.sh"
+. "$(dirname "$0")/apt.sh"
 
 BUILD=${1:-build}
 DIR=$BUILD/fio
-APT=$DIR/apt
 SRC=$DIR/src
 TREE=$SRC/tree
 
@@ -32,7 +31,7 @@ fi
 upstream=${ver%-*}
 upstream=${upstream#*:}
 if ! ls "$SRC/fio_$upstream.orig.tar."* >/dev/null 2>&1; then
-	debsrc_fetch bookworm "fio=$ver" "$APT" "$SRC" || {
+	debsrc_fetch bookworm "fio=$ver" "$DIR" || {
 		echo "fio-src: cannot download the source of fio $ver from bookworm" >&2
 		exit 1
 	}

@@ -36,16 +36,10 @@ make --no-print-directory BUILD="$BUILD" all "$BUILD/tests/test-lib" \
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/lib"
 
-cc ${CFLAGS:--O2 -g} -std=gnu11 -pthread -Wall -Wextra -Werror \
-	-D_GNU_SOURCE -Ilib/include -o "$OUT/bin/phx-bench" \
-	tests/bench/phx-bench.c tests/bench/benchlib.c "$BUILD/libphoenix.a" \
-	"$URING_A" -ldl -pthread -lm ||
-	fail "building phx-bench failed"
-
 # The executables and libraries the suites and benchmarks use.  The
 # libraries go into bin/ too: the suites look for them beside phxfs.
-for f in tests/test-lib phxfs phx phx-cpubench phx-kvbench libphoenix.so \
-	libphxfile.so libphxfsctl.so libphxfio.so; do
+for f in tests/test-lib phxfs phx phx-bench phx-cpubench phx-kvbench \
+	libphoenix.so libphxfile.so libphxfsctl.so libphxfio.so; do
 	[ -f "$BUILD/$f" ] || fail "$BUILD/$f was not built"
 	cp "$BUILD/$f" "$OUT/bin/"
 done

@@ -12,6 +12,7 @@
 # installing an image on the build machine is not wanted.  Everything is
 # cached; a second run does nothing.
 set -eu
+. "$(dirname "$0")/apt.sh"
 
 BUILD=${1:-build}
 KVER=6.12.95+deb12
@@ -25,20 +26,8 @@ IMAGE=$DIR/image
 HOST_PKGS="qemu-system-x86 busybox-static dwarves e2fsprogs cpio xz-utils \
 kmod gcc-12 make libelf1 liburing-dev"
 
-missing=""
-for p in $HOST_PKGS; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-		missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-	if [ "$(id -u)" != 0 ]; then
-		echo "kmod: missing packages:$missing; run as root or install them" >&2
-		exit 1
-	fi
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
-	apt-get install -y -q --no-install-recommends $missing
-fi
+# shellcheck disable=SC2086
+apt_need kmod $HOST_PKGS
 
 PKGS="linux-headers-$KVER-$FLAVOUR linux-headers-$KVER-common \
 linux-kbuild-$KVER linux-image-$KVER-$FLAVOUR-unsigned"
@@ -50,17 +39,13 @@ have_debs() {
 }
 
 if ! have_debs; then
-	mkdir -p "$APT/lists/partial" "$APT/archives/partial" "$DEBS"
-	echo "deb http://deb.debian.org/debian bookworm-backports main" \
-		>"$APT/sources.list"
-	apt=$(cd "$APT" && pwd)
-	aptopts="-o Dir::Etc::SourceList=$apt/sources.list \
--o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$apt/lists \
--o Dir::Cache::Archives=$apt/archives -o APT::Sandbox::User=root"
+	mkdir -p "$DEBS"
+	apt_private "$APT" \
+		"deb http://deb.debian.org/debian bookworm-backports main"
 	# shellcheck disable=SC2086
-	apt-get -q $aptopts update
+	apt-get -q $apt_opts update
 	# shellcheck disable=SC2086
-	(cd "$DEBS" && apt-get -q $aptopts download $PKGS)
+	(cd "$DEBS" && apt-get -q $apt_opts download $PKGS)
 fi
 
 KDIR=$SYSROOT/usr/src/linux-headers-$KVER-$FLAVOUR

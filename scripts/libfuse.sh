@@ -15,35 +15,21 @@
 # BUILD_DIR/libfuse/prefix/{include,lib}.  Cached: a second run does
 # nothing.
 set -eu
-. "$(dirname "$0")/debsrc.sh"
+. "$(dirname "$0")/apt.sh"
 
 BUILD=${1:-build}
 DIR=$BUILD/libfuse
-APT=$DIR/apt
 SRC=$DIR/src
 PREFIX=$DIR/prefix
 
 STAMP=$PREFIX/.built-3.18
 [ -f "$STAMP" ] && exit 0
 
-missing=""
-for p in meson ninja-build dpkg-dev liburing-dev libnuma-dev; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
-		missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-	if [ "$(id -u)" != 0 ]; then
-		echo "libfuse: missing packages:$missing; run as root or install them" >&2
-		exit 1
-	fi
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
-	apt-get install -y -q --no-install-recommends $missing
-fi
+apt_need libfuse meson ninja-build dpkg-dev liburing-dev libnuma-dev
 
 if ! ls "$SRC"/fuse3_3.1[89]*.dsc >/dev/null 2>&1; then
 	rm -rf "$SRC" # an older version's
-	debsrc_fetch forky fuse3 "$APT" "$SRC" || {
+	debsrc_fetch forky fuse3 "$DIR" || {
 		echo "libfuse: cannot download the source of fuse3 from forky" >&2
 		exit 1
 	}

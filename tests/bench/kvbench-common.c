@@ -72,6 +72,44 @@ const char *kb_cferr(CUfileError_t e)
 	return bl_cufile_err(e, errno, buf, sizeof(buf));
 }
 
+void kb_batch_param(CUfileIOParams_t *p, void *fh, void *base, off_t dev_off,
+		    off_t file_off, size_t size, int opcode, void *cookie)
+{
+	memset(p, 0, sizeof(*p));
+	p->mode = 1; /* CUFILE_BATCH */
+	p->u.batch.devPtr_base = base;
+	p->u.batch.devPtr_offset = dev_off;
+	p->u.batch.file_offset = file_off;
+	p->u.batch.size = size;
+	p->fh = fh;
+	p->opcode = opcode;
+	p->cookie = cookie;
+}
+
+int kb_batch_turn(void *batch, CUfileIOParams_t *p, unsigned int m,
+		  unsigned int *inflight, CUfileIOEvents_t *ev,
+		  unsigned int *nr, char *note, size_t size)
+{
+	CUfileError_t e;
+
+	if (m) {
+		e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
+		if (e.err) {
+			snprintf(note, size, "cuFileBatchIOSubmit: %s",
+				 kb_cferr(e));
+			return -1;
+		}
+		*inflight += m;
+	}
+	*nr = *inflight;
+	e = blcf.cuFileBatchIOGetStatus(batch, 1, nr, ev, NULL);
+	if (e.err) {
+		snprintf(note, size, "cuFileBatchIOGetStatus: %s", kb_cferr(e));
+		return -1;
+	}
+	return 0;
+}
+
 void kb_load_phxfile(struct kb *b, const char *argv0)
 {
 	static const char *const names[] = {

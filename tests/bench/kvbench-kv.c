@@ -280,35 +280,16 @@ static double run_cufile_batch(struct kv *k)
 			int64_t off;
 
 			region_of(k, next * k->chunk, &base, &off);
-			memset(&p[m], 0, sizeof(p[m]));
-			p[m].mode = 1;
-			p[m].u.batch.devPtr_base = base;
-			p[m].u.batch.devPtr_offset = (off_t)off;
-			p[m].u.batch.file_offset = (off_t)k->offs[next];
-			p[m].u.batch.size = k->chunk;
-			p[m].fh = fh;
-			p[m].opcode = k->write ? 1 : 0;
-			p[m].cookie = (void *)(uintptr_t)next;
+			kb_batch_param(&p[m], fh, base, (off_t)off,
+				       (off_t)k->offs[next], k->chunk,
+				       k->write ? 1 : 0,
+				       (void *)(uintptr_t)next);
 			m++;
 			next++;
 		}
-		if (m) {
-			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
-			if (e.err) {
-				snprintf(k->note, sizeof(k->note),
-					 "cuFileBatchIOSubmit: %s",
-					 kb_cferr(e));
-				goto out_batch;
-			}
-			inflight += m;
-		}
-		nr = inflight;
-		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
-		if (e.err) {
-			snprintf(k->note, sizeof(k->note),
-				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
+		if (kb_batch_turn(batch, p, m, &inflight, ev, &nr, k->note,
+				  sizeof(k->note)))
 			goto out_batch;
-		}
 		for (unsigned int i = 0; i < nr; i++) {
 			int idx = (int)(uintptr_t)ev[i].cookie;
 
@@ -360,6 +341,15 @@ static const char *const kv_names[] = {
 	"phx_io_run, thread/stream",
 	"cuFile async",
 	"cuFile batch",
+};
+
+/* Each peer's timed run: seconds, or -1 with why in k->note. */
+static double (*const kv_runs[])(struct kv *k) = {
+	[KV_RAW] = run_raw,
+	[KV_PHXFILE] = run_phxfile,
+	[KV_PHX] = run_phx_sync,
+	[KV_CUFILE_ASYNC] = run_cufile_async,
+	[KV_CUFILE_BATCH] = run_cufile_batch,
 };
 
 /* Scribble over the write targets: a write that moves nothing shows. */
@@ -468,23 +458,7 @@ static struct kb_result *measure(struct kv *k, enum kv_peer p,
 
 		k->note[0] = 0;
 		prepare(k, p);
-		switch (p) {
-		case KV_RAW:
-			t = run_raw(k);
-			break;
-		case KV_PHXFILE:
-			t = run_phxfile(k);
-			break;
-		case KV_PHX:
-			t = run_phx_sync(k);
-			break;
-		case KV_CUFILE_ASYNC:
-			t = run_cufile_async(k);
-			break;
-		default:
-			t = run_cufile_batch(k);
-			break;
-		}
+		t = kv_runs[p](k);
 		if (t < 0) {
 			snprintf(r->note, sizeof(r->note), "%s", k->note);
 			r->n = 0;

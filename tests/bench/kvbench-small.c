@@ -217,39 +217,19 @@ static double run_cubatch(struct sm *s)
 		while (nfree && next < s->n) {
 			unsigned int q = free_slots[--nfree];
 
-			memset(&p[m], 0, sizeof(p[m]));
-			p[m].mode = 1;
-			p[m].u.batch.devPtr_base =
-				(void *)(uintptr_t)s->dm.dptr;
-			p[m].u.batch.devPtr_offset = (off_t)(q * s->bs);
-			p[m].u.batch.file_offset = (off_t)s->reqs[next].off;
-			p[m].u.batch.size = s->bs;
-			p[m].fh = s->cufh;
-			p[m].opcode = 0;
-			p[m].cookie =
-				(void *)(uintptr_t)((uint64_t)next << 16 | q);
+			kb_batch_param(
+				&p[m], s->cufh, (void *)(uintptr_t)s->dm.dptr,
+				(off_t)(q * s->bs), (off_t)s->reqs[next].off,
+				s->bs, 0,
+				(void *)(uintptr_t)((uint64_t)next << 16 | q));
 			s->slot_of[next] = (int)q;
 			start[q] = bl_now();
 			m++;
 			next++;
 		}
-		if (m) {
-			e = blcf.cuFileBatchIOSubmit(batch, m, p, 0);
-			if (e.err) {
-				snprintf(s->note, sizeof(s->note),
-					 "cuFileBatchIOSubmit: %s",
-					 kb_cferr(e));
-				goto out;
-			}
-			inflight += m;
-		}
-		nr = inflight;
-		e = blcf.cuFileBatchIOGetStatus(batch, 1, &nr, ev, NULL);
-		if (e.err) {
-			snprintf(s->note, sizeof(s->note),
-				 "cuFileBatchIOGetStatus: %s", kb_cferr(e));
+		if (kb_batch_turn(batch, p, m, &inflight, ev, &nr, s->note,
+				  sizeof(s->note)))
 			goto out;
-		}
 		for (unsigned int i = 0; i < nr; i++) {
 			uint64_t c = (uint64_t)(uintptr_t)ev[i].cookie;
 			unsigned int q = c & 0xffff;

@@ -70,6 +70,18 @@ void kb_thread_ctx(void);
 void kb_load_cufile(struct kb *b);
 /* cuFile's error @e and errno in words (one buffer: the main thread's). */
 const char *kb_cferr(CUfileError_t e);
+/* Request @p of a cuFile batch: @size bytes, @opcode 0 read, 1 write. */
+void kb_batch_param(CUfileIOParams_t *p, void *fh, void *base, off_t dev_off,
+		    off_t file_off, size_t size, int opcode, void *cookie);
+/*
+ * One turn of a cuFile batch: submit the @m requests at @p (none: only
+ * wait), then wait for at least one of the *@inflight; their events in
+ * @ev, *@nr of them, no longer in *@inflight's count until the caller
+ * says so.  0, or -1 with the failing call in @note.
+ */
+int kb_batch_turn(void *batch, CUfileIOParams_t *p, unsigned int m,
+		  unsigned int *inflight, CUfileIOEvents_t *ev,
+		  unsigned int *nr, char *note, size_t size);
 void kb_load_phxfile(struct kb *b, const char *argv0);
 
 void kb_dmem_alloc(struct kb *b, struct kb_dmem *m, uint64_t size);
