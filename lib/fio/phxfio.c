@@ -57,37 +57,32 @@ struct phxfio {
 	struct phx_io **events; /* completed by the last getevents */
 };
 
+/* An engine option stored in struct phxfio_options's @field. */
+#define PHXFIO_OPTION(opt, long_name, opt_type, field, text)            \
+	.name = (opt), .lname = (long_name), .type = (opt_type),        \
+	.off1 = offsetof(struct phxfio_options, field), .help = (text), \
+	.category = FIO_OPT_C_ENGINE, .group = FIO_OPT_G_INVALID
+
 static struct fio_option options[] = {
 	{
-		.name = "phx_device",
-		.lname = "Phoenix device",
-		.type = FIO_OPT_STR_STORE,
-		.off1 = offsetof(struct phxfio_options, device),
-		.help = "Device to move data into: gpu0, cuda:1, sim0 "
-			"(default: device 0 of the default kind)",
-		.category = FIO_OPT_C_ENGINE,
-		.group = FIO_OPT_G_INVALID,
+		PHXFIO_OPTION("phx_device", "Phoenix device", FIO_OPT_STR_STORE,
+			      device,
+			      "Device to move data into: gpu0, cuda:1, sim0 "
+			      "(default: device 0 of the default kind)"),
 	},
 	{
-		.name = "phx_mode",
-		.lname = "Phoenix transfer mode",
-		.type = FIO_OPT_STR_STORE,
-		.off1 = offsetof(struct phxfio_options, mode),
-		.help = "sync (phx_io_run), batch (default) or poll "
-			"(a batch that spins)",
-		.category = FIO_OPT_C_ENGINE,
-		.group = FIO_OPT_G_INVALID,
+		PHXFIO_OPTION("phx_mode", "Phoenix transfer mode",
+			      FIO_OPT_STR_STORE, mode,
+			      "sync (phx_io_run), batch (default) or poll "
+			      "(a batch that spins)"),
 	},
 	{
-		.name = "phx_hostcopy",
-		.lname = "Copy fio's buffers to and from device memory",
-		.type = FIO_OPT_BOOL,
-		.off1 = offsetof(struct phxfio_options, hostcopy),
-		.help = "Copy fio's buffer into device memory before a write "
-			"and back after a read (verify= needs it)",
+		PHXFIO_OPTION("phx_hostcopy",
+			      "Copy fio's buffers to and from device memory",
+			      FIO_OPT_BOOL, hostcopy,
+			      "Copy fio's buffer into device memory before a "
+			      "write and back after a read (verify= needs it)"),
 		.def = "0",
-		.category = FIO_OPT_C_ENGINE,
-		.group = FIO_OPT_G_INVALID,
 	},
 	{
 		.name = NULL,
@@ -275,16 +270,6 @@ static struct io_u *phxfio_event(struct thread_data *td, int event)
 	return p->events[event]->user_data;
 }
 
-static int phxfio_open_file(struct thread_data *td, struct fio_file *f)
-{
-	return generic_open_file(td, f);
-}
-
-static int phxfio_close_file(struct thread_data *td, struct fio_file *f)
-{
-	return generic_close_file(td, f);
-}
-
 __attribute__((visibility("default"))) struct ioengine_ops ioengine = {
 	.name = "phx",
 	.version = FIO_IOOPS_VERSION,
@@ -293,8 +278,8 @@ __attribute__((visibility("default"))) struct ioengine_ops ioengine = {
 	.getevents = phxfio_getevents,
 	.event = phxfio_event,
 	.cleanup = phxfio_cleanup,
-	.open_file = phxfio_open_file,
-	.close_file = phxfio_close_file,
+	.open_file = generic_open_file,
+	.close_file = generic_close_file,
 	.get_file_size = generic_get_file_size,
 	.options = options,
 	.option_struct_size = sizeof(struct phxfio_options),

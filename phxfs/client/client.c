@@ -379,27 +379,30 @@ static int parse_root_reserve(struct phxfs_status *st, const char *line)
 	return 0;
 }
 
-/* The limits' lines: XATTR, INODES, CTL, UNLISTED; 1 for another line. */
-static int parse_limits(struct phxfs_status *st, const char *line)
+/* The three numbers of a line (@fmt) into @v0..@v2; -EPROTO if not. */
+static int parse_three(const char *line, const char *fmt, uint64_t *v0,
+		       uint64_t *v1, uint64_t *v2)
 {
 	unsigned long long a, b, c;
 
-	if (!strncmp(line, "XATTR ", 6)) {
-		if (sscanf(line, "XATTR %llu %llu %llu", &a, &b, &c) != 3)
-			return -EPROTO;
-		st->xattr_bytes = a;
-		st->xattr_size = b;
-		st->xattr_file = c;
-		return 0;
-	}
-	if (!strncmp(line, "INODES ", 7)) {
-		if (sscanf(line, "INODES %llu %llu %llu", &a, &b, &c) != 3)
-			return -EPROTO;
-		st->inodes = a;
-		st->names = b;
-		st->nr_inodes = c;
-		return 0;
-	}
+	if (sscanf(line, fmt, &a, &b, &c) != 3)
+		return -EPROTO;
+	*v0 = a;
+	*v1 = b;
+	*v2 = c;
+	return 0;
+}
+
+/* The limits' lines: XATTR, INODES, CTL, UNLISTED; 1 for another line. */
+static int parse_limits(struct phxfs_status *st, const char *line)
+{
+	if (!strncmp(line, "XATTR ", 6))
+		return parse_three(line, "XATTR %llu %llu %llu",
+				   &st->xattr_bytes, &st->xattr_size,
+				   &st->xattr_file);
+	if (!strncmp(line, "INODES ", 7))
+		return parse_three(line, "INODES %llu %llu %llu", &st->inodes,
+				   &st->names, &st->nr_inodes);
 	if (!strncmp(line, "CTL ", 4))
 		return sscanf(line, "CTL %u %u %u", &st->ctl_conns,
 			      &st->ctl_conns_max, &st->ctl_conns_uid) == 3 ?

@@ -46,6 +46,16 @@ static int check_name(struct phxfs *fs, struct phxfs_inode *dir,
 	return 0;
 }
 
+/* @dir's entry @name, or NULL with *@err = -ENOENT; fs->lock held. */
+static struct phxfs_dentry *entry_in(struct phxfs *fs, struct phxfs_inode *dir,
+				     const char *name, int *err)
+{
+	struct phxfs_dentry *d = phxfs_dentry_find(fs, dir, name);
+
+	*err = d ? 0 : -ENOENT;
+	return d;
+}
+
 /* Fill @e for @inode and count the kernel's new reference; fs->lock held. */
 static void entry_of(struct phxfs *fs, struct phxfs_inode *inode,
 		     struct fuse_entry_param *e)
@@ -59,6 +69,14 @@ static void entry_of(struct phxfs *fs, struct phxfs_inode *inode,
 	inode->nlookup++;
 }
 
+static void reply_node(fuse_req_t req, int err, struct fuse_entry_param *e)
+{
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_entry(req, e);
+}
+
 static void phxfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct phxfs *fs = phxfs_fs(req);
@@ -69,25 +87,13 @@ static void phxfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	pthread_mutex_lock(&fs->lock);
 	dir = dir_of(fs, parent, &err);
-	if (err)
-		goto out_err;
-	if (strlen(name) > PHXFS_NAME_MAX) {
+	if (!err && strlen(name) > PHXFS_NAME_MAX)
 		err = -ENAMETOOLONG;
-		goto out_err;
-	}
-	d = phxfs_dentry_find(fs, dir, name);
-	if (!d) {
-		err = -ENOENT;
-		goto out_err;
-	}
-	entry_of(fs, d->inode, &e);
+	d = err ? NULL : entry_in(fs, dir, name, &err);
+	if (d)
+		entry_of(fs, d->inode, &e);
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_entry(req, &e);
-	return;
-
-out_err:
-	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, -err);
+	reply_node(req, err, &e);
 }
 
 static void forget_one(struct phxfs *fs, fuse_ino_t ino, uint64_t n)
@@ -169,14 +175,6 @@ out:
 	return err;
 }
 
-static void reply_node(fuse_req_t req, int err, struct fuse_entry_param *e)
-{
-	if (err)
-		fuse_reply_err(req, -err);
-	else
-		fuse_reply_entry(req, e);
-}
-
 static void phxfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 			mode_t mode, dev_t rdev)
 {
@@ -253,36 +251,30 @@ static void phxfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	dir = dir_of(fs, newparent, &err);
 	if (err || !inode) {
 		err = err ? err : -ENOENT;
-		goto out_err;
+		goto out;
 	}
 	err = check_name(fs, dir, newname);
 	if (err)
-		goto out_err;
+		goto out;
 	if (S_ISDIR(inode->mode)) {
 		err = -EPERM;
-		goto out_err;
+		goto out;
 	}
 	if (inode->dev != dir->dev) {
 		err = -EXDEV;
-		goto out_err;
+		goto out;
 	}
-	if (phxfs_dentry_find(fs, dir, newname)) {
-		err = -EEXIST;
-		goto out_err;
-	}
-	err = phxfs_dentry_add(fs, dir, newname, inode);
+	err = phxfs_dentry_find(fs, dir, newname) ?
+		      -EEXIST :
+		      phxfs_dentry_add(fs, dir, newname, inode);
 	if (err)
-		goto out_err;
+		goto out;
 	inode->nlink++;
 	phxfs_touch(&inode->ctime);
 	entry_of(fs, inode, &e);
+out:
 	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_entry(req, &e);
-	return;
-
-out_err:
-	pthread_mutex_unlock(&fs->lock);
-	fuse_reply_err(req, -err);
+	reply_node(req, err, &e);
 }
 
 /* Remove @name from @parent: a directory when @dir is set, else not one. */
@@ -296,13 +288,9 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 	pthread_mutex_lock(&fs->lock);
 	pdir = dir_of(fs, parent, &err);
+	d = err ? NULL : entry_in(fs, pdir, name, &err);
 	if (err)
 		goto out;
-	d = phxfs_dentry_find(fs, pdir, name);
-	if (!d) {
-		err = -ENOENT;
-		goto out;
-	}
 	inode = d->inode;
 	if (pdir == fs->root)
 		err = -EBUSY; /* a device directory */
@@ -414,11 +402,9 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	to = err ? NULL : dir_of(fs, newparent, &err);
 	if (err)
 		goto out;
-	sd = phxfs_dentry_find(fs, from, name);
-	if (!sd) {
-		err = -ENOENT;
+	sd = entry_in(fs, from, name, &err);
+	if (err)
 		goto out;
-	}
 	src = sd->inode;
 	err = from == fs->root ? -EBUSY : check_name(fs, to, newname);
 	if (err)

@@ -156,29 +156,23 @@ static void phxfs_open(fuse_req_t req, fuse_ino_t ino,
 		inode->nopen++;
 	pthread_mutex_unlock(&fs->lock);
 	if (err)
-		goto out_err;
-	if (S_ISREG(inode->mode)) {
+		goto out;
+	if (S_ISREG(inode->mode))
 		err = phxfs_open_file(fs, req, inode, fi);
-		if (err) {
-			pthread_mutex_lock(&fs->lock);
-			phxfs_inode_unref(fs, inode, 0, 1);
-			pthread_mutex_unlock(&fs->lock);
-			goto out_err;
-		}
-	} else if (handle_new(inode, fi)) {
+	else if (handle_new(inode, fi))
 		open_flags(fs, fi);
-	} else {
+	else
 		err = -ENOMEM;
+	if (err) {
 		pthread_mutex_lock(&fs->lock);
 		phxfs_inode_unref(fs, inode, 0, 1);
 		pthread_mutex_unlock(&fs->lock);
-		goto out_err;
 	}
-	fuse_reply_open(req, fi);
-	return;
-
-out_err:
-	fuse_reply_err(req, -err);
+out:
+	if (err)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_open(req, fi);
 }
 
 static void phxfs_release(fuse_req_t req, fuse_ino_t ino,

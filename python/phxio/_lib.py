@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable
 
 c_int = ctypes.c_int
 c_uint = ctypes.c_uint
@@ -197,27 +198,35 @@ def load_first(what: str, candidates: list[str], install: str,
         f"or set {env} to its path")
 
 
-_lib: Optional[ctypes.CDLL] = None
-_lib_lock = threading.Lock()
+def loaded_once(load: Callable[[], ctypes.CDLL]
+                ) -> Callable[[], ctypes.CDLL]:
+    """@load made a function that loads the library on its first call and
+    gives that library ever after (other threads wait for the first)."""
+    lock = threading.Lock()
+    loaded: list[ctypes.CDLL] = []
+
+    @functools.wraps(load)
+    def get() -> ctypes.CDLL:
+        if not loaded:
+            with lock:
+                if not loaded:
+                    loaded.append(load())
+        return loaded[0]
+
+    return get
 
 
+@loaded_once
 def lib() -> ctypes.CDLL:
     """The loaded libphoenix, with its prototypes declared."""
-    global _lib
-    if _lib is not None:
-        return _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
-        handle, cand = load_first("libphoenix", _candidates(),
-                                  "`make install-python`", "PHX_LIBRARY")
-        for name, (restype, argtypes) in _PROTOTYPES.items():
-            fn = getattr(handle, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
-        handle._phx_path = cand
-        _lib = handle
-        return handle
+    handle, cand = load_first("libphoenix", _candidates(),
+                              "`make install-python`", "PHX_LIBRARY")
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(handle, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    handle._phx_path = cand
+    return handle
 
 
 def lib_dir() -> str:

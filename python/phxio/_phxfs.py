@@ -13,20 +13,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from . import _core
-from ._lib import PhoenixError, check, lib, load_first
+from ._lib import PhoenixError, check, lib, load_first, loaded_once
 
 XATTR_HANDLE = "user.phx.handle"
 XATTR_DEVICE = "user.phx.device"
 XATTR_PATH = "user.phx.path"
-
-_ctl: Optional[ctypes.CDLL] = None
-_ctl_lock = threading.Lock()
-
 
 def _ctl_candidates() -> list[str]:
     env = os.environ.get("PHX_CTL_LIBRARY")
@@ -42,28 +37,22 @@ def _ctl_candidates() -> list[str]:
     return found
 
 
+@loaded_once
 def ctl() -> ctypes.CDLL:
     """The loaded libphxfsctl, with its prototypes declared."""
-    global _ctl
-    if _ctl is not None:
-        return _ctl
-    with _ctl_lock:
-        if _ctl is not None:
-            return _ctl
-        handle, _ = load_first("libphxfsctl", _ctl_candidates(),
-                               "`make install-phxfs`", "PHX_CTL_LIBRARY")
-        c = ctypes
-        handle.phxfs_open_handle.restype = c.c_int
-        handle.phxfs_open_handle.argtypes = [
-            c.c_char_p, c.c_char_p, c.c_size_t,
-            c.POINTER(c.c_uint64), c.c_char_p, c.c_size_t]
-        handle.phxfs_status_get.restype = c.c_int
-        handle.phxfs_status_get.argtypes = [
-            c.c_char_p, c.POINTER(c.POINTER(_Status))]
-        handle.phxfs_status_free.restype = None
-        handle.phxfs_status_free.argtypes = [c.POINTER(_Status)]
-        _ctl = handle
-        return handle
+    handle, _ = load_first("libphxfsctl", _ctl_candidates(),
+                           "`make install-phxfs`", "PHX_CTL_LIBRARY")
+    c = ctypes
+    handle.phxfs_open_handle.restype = c.c_int
+    handle.phxfs_open_handle.argtypes = [
+        c.c_char_p, c.c_char_p, c.c_size_t,
+        c.POINTER(c.c_uint64), c.c_char_p, c.c_size_t]
+    handle.phxfs_status_get.restype = c.c_int
+    handle.phxfs_status_get.argtypes = [
+        c.c_char_p, c.POINTER(c.POINTER(_Status))]
+    handle.phxfs_status_free.restype = None
+    handle.phxfs_status_free.argtypes = [c.POINTER(_Status)]
+    return handle
 
 
 class _StatusDev(ctypes.Structure):

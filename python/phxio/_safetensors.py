@@ -384,6 +384,17 @@ def _where(path: Any) -> str:
     return os.fspath(path)
 
 
+def _claim(owner: dict[str, str], tensors: list[TensorInfo],
+           path: str) -> None:
+    """Note @path in @owner as the file of each of @tensors; a tensor that
+    another file holds already is an error."""
+    for t in tensors:
+        if t.name in owner:
+            raise SafetensorsError(f"tensor {t.name!r} is listed twice: "
+                                   f"in {owner[t.name]} and in {path}")
+        owner[t.name] = path
+
+
 def _open(src: _Source, index: Optional[str],
           keep: Optional[Callable[[str], bool]], owner: dict[str, str],
           metadata: Optional[dict],
@@ -404,12 +415,7 @@ def _open(src: _Source, index: Optional[str],
         if metadata is not None:
             metadata.update(meta)
         names = {t.name for t in tensors}
-        for t in tensors:
-            if t.name in owner:
-                raise SafetensorsError(f"tensor {t.name!r} is listed "
-                                       f"twice: in {owner[t.name]} and "
-                                       f"in {src.path}")
-            owner[t.name] = src.path
+        _claim(owner, tensors, src.path)
         if src.listed is not None and not src.listed <= names:
             gone = sorted(src.listed - names)
             raise SafetensorsError(f"{src.path}: tensor {gone[0]!r}, which "

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Optional
 
 from . import _core
-from ._safetensors import (SafetensorsError, Selector, TensorInfo,
+from ._safetensors import (SafetensorsError, Selector, TensorInfo, _claim,
                            _selector, _sources, _staged_on, _where, load,
                            read_header)
 
@@ -52,12 +52,7 @@ def _files(path: Any, keep: Optional[Callable[[str], bool]]
             staged = _staged_on(fd)
         finally:
             os.close(fd)
-        for t in tensors:
-            if t.name in seen:
-                raise SafetensorsError(f"tensor {t.name!r} is listed twice: "
-                                       f"in {seen[t.name]} and in "
-                                       f"{src.path}")
-            seen[t.name] = src.path
+        _claim(seen, tensors, src.path)
         if keep is not None:
             tensors = [t for t in tensors if keep(t.name)]
         if tensors:

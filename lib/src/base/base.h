@@ -37,6 +37,27 @@ const struct phx_settings *phx_settings(void);
 char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
 
 /*
+ * A queue of nodes linked through their ->next, the first at @head and the
+ * last at @tail (both NULL when it is empty): phx_queue_push() puts @node
+ * last, phx_queue_pop() takes the first off (the queue must not be empty).
+ */
+#define phx_queue_push(head, tail, node)       \
+	do {                                   \
+		(node)->next = NULL;           \
+		if (tail)                      \
+			(tail)->next = (node); \
+		else                           \
+			(head) = (node);       \
+		(tail) = (node);               \
+	} while (0)
+#define phx_queue_pop(head, tail)      \
+	do {                           \
+		(head) = (head)->next; \
+		if (!(head))           \
+			(tail) = NULL; \
+	} while (0)
+
+/*
  * Limits named once.  PHX_PAGE: the host page, which is also the
  * alignment O_DIRECT asks of file offsets, lengths and memory.
  * PHX_MIN_SLOT: the smallest staging slot cut, and the least staging.

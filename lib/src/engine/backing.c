@@ -148,25 +148,34 @@ static int64_t backing_transfer(struct phx_device *dev, int fd, uint64_t off,
 	return io->result;
 }
 
+/* 0 where the file's capacity reaches @end, else -EFBIG. */
+static int backing_holds(struct phx_backing *bk, uint64_t end)
+{
+	uint64_t capacity;
+	bool mapped;
+	int ret = backing_query(bk, &capacity, &mapped);
+
+	if (!ret && end > capacity)
+		ret = phx_err(
+			EFBIG,
+			"%s: backing fd %d holds %llu bytes, not %llu; phx_backing_reserve() it first",
+			bk->dev->name, bk->fd, (unsigned long long)capacity,
+			(unsigned long long)end);
+	return ret;
+}
+
 /* Make the file at least @end bytes long, within its capacity. */
 static int backing_extend(struct phx_backing *bk, uint64_t end)
 {
-	uint64_t size, capacity;
-	bool mapped;
+	uint64_t size;
 	int ret;
 
 	ret = backing_size(bk, &size);
 	if (ret || size >= end)
 		return ret;
-	ret = backing_query(bk, &capacity, &mapped);
+	ret = backing_holds(bk, end);
 	if (ret)
 		return ret;
-	if (end > capacity)
-		return phx_err(
-			EFBIG,
-			"%s: backing fd %d holds %llu bytes, not %llu; phx_backing_reserve() it first",
-			bk->dev->name, bk->fd, (unsigned long long)capacity,
-			(unsigned long long)end);
 	if (ftruncate(bk->fd, (off_t)end))
 		return phx_err(errno, "%s: backing fd %d: ftruncate: %s",
 			       bk->dev->name, bk->fd, strerror(errno));
@@ -205,38 +214,37 @@ PHX_EXPORT int64_t phx_backing_io(struct phx_backing *bk, struct phx_io *io)
 	return backing_transfer(bk->dev, bk->fd, io->buf_off, io);
 }
 
-PHX_EXPORT int64_t phx_backing_read(struct phx_backing *bk, uint64_t off,
-				    void *dst, uint64_t len)
+/* Move @len bytes between the file at @off and host memory @host. */
+static int64_t backing_host_io(struct phx_backing *bk, enum phx_op op,
+			       uint64_t off, const void *host, uint64_t len)
 {
 	struct phx_io io = {
-		.op = PHX_OP_READ,
+		.op = op,
 		.fd = bk->fd,
 		.file_off = (int64_t)off,
-		.dptr = (phx_dptr_t)(uintptr_t)dst,
+		.dptr = (phx_dptr_t)(uintptr_t)host,
 		.len = len,
 	};
 
+	/* Host memory is an address the engine can move to on these devices */
+	return phx_io_run(bk->dev, &io);
+}
+
+PHX_EXPORT int64_t phx_backing_read(struct phx_backing *bk, uint64_t off,
+				    void *dst, uint64_t len)
+{
 	if (!len)
 		return 0;
 	if (off > INT64_MAX)
 		return phx_err(ERANGE, "%s: backing offset %llu is invalid",
 			       bk->dev->name, (unsigned long long)off);
-	/* Host memory is an address the engine can move to on these devices */
-	return phx_io_run(bk->dev, &io);
+	return backing_host_io(bk, PHX_OP_READ, off, dst, len);
 }
 
 PHX_EXPORT int phx_backing_write(struct phx_backing *bk, uint64_t off,
 				 const void *src, uint64_t len)
 {
-	struct phx_io io = {
-		.op = PHX_OP_WRITE,
-		.fd = bk->fd,
-		.file_off = (int64_t)off,
-		.dptr = (phx_dptr_t)(uintptr_t)src,
-		.len = len,
-	};
-	uint64_t capacity;
-	bool mapped;
+	int64_t done;
 	int ret;
 
 	if (!len)
@@ -245,21 +253,16 @@ PHX_EXPORT int phx_backing_write(struct phx_backing *bk, uint64_t off,
 		return phx_err(ERANGE, "%s: backing range %llu+%llu is invalid",
 			       bk->dev->name, (unsigned long long)off,
 			       (unsigned long long)len);
-	ret = backing_query(bk, &capacity, &mapped);
+	ret = backing_holds(bk, off + len);
 	if (ret)
 		return ret;
-	if (off + len > capacity)
-		return phx_err(
-			EFBIG,
-			"%s: backing fd %d holds %llu bytes, not %llu; phx_backing_reserve() it first",
-			bk->dev->name, bk->fd, (unsigned long long)capacity,
-			(unsigned long long)(off + len));
-	if (phx_io_run(bk->dev, &io) < 0)
-		return (int)io.result;
-	return io.result == (int64_t)len ?
+	done = backing_host_io(bk, PHX_OP_WRITE, off, src, len);
+	if (done < 0)
+		return (int)done;
+	return done == (int64_t)len ?
 		       0 :
 		       phx_err(EIO, "%s: backing fd %d took %lld of %llu bytes",
-			       bk->dev->name, bk->fd, (long long)io.result,
+			       bk->dev->name, bk->fd, (long long)done,
 			       (unsigned long long)len);
 }
 

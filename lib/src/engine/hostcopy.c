@@ -293,11 +293,21 @@ static int slots_drain(struct phx_engine *e)
 	return ret;
 }
 
+/* Count the @len bytes of a host copy that returned @ret, where it worked. */
+static int copy_counted(struct phx_device *dev, int ret, uint64_t len)
+{
+	if (!ret)
+		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
+	return ret;
+}
+
 /*
- * End a staged copy that returned @ret: wait for its slots, mark @e broken
- * when they failed, give @e back.  Returns the first error.
+ * End a staged copy of @len bytes that returned @ret: wait for its slots,
+ * mark @e broken when they failed, give @e back, count the bytes when it
+ * worked.  Returns the first error.
  */
-static int staged_end(struct phx_device *dev, struct phx_engine *e, int ret)
+static int staged_end(struct phx_device *dev, struct phx_engine *e, int ret,
+		      uint64_t len)
 {
 	int r = slots_drain(e);
 
@@ -306,7 +316,7 @@ static int staged_end(struct phx_device *dev, struct phx_engine *e, int ret)
 		e->broken = true;
 	}
 	phx_engine_put(dev, e);
-	return ret;
+	return copy_counted(dev, ret, len);
 }
 
 /*
@@ -344,7 +354,7 @@ static int staged_copy_in(struct phx_device *dev, phx_dptr_t dptr,
 			sl->state = PHX_SLOT_COPY;
 		done += n;
 	}
-	return staged_end(dev, e, ret);
+	return staged_end(dev, e, ret, len);
 }
 
 /* Device -> host, the mirror image: copies run ahead of the CPU's. */
@@ -385,7 +395,7 @@ static int staged_copy_out(struct phx_buf *buf, uint64_t off, char *dst,
 			memcpy(dst + sl->foff, sl->mem, sl->copied);
 		drained += sl->copied;
 	}
-	return staged_end(dev, e, ret);
+	return staged_end(dev, e, ret, len);
 }
 
 /* Start a synchronous copy: this thread on @dev, a pooled stream. */
@@ -410,9 +420,7 @@ static int copy_finish(struct phx_device *dev, void *stream, int ret,
 	if (!ret)
 		ret = sret;
 	stream_put(dev, stream);
-	if (!ret)
-		atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], memcpy_bytes);
-	return ret;
+	return copy_counted(dev, ret, memcpy_bytes);
 }
 
 PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
@@ -435,12 +443,8 @@ PHX_EXPORT int phx_memcpy_to_buf(struct phx_buf *buf, uint64_t off,
 	pthread_mutex_unlock(&buf->lock);
 	if (ret)
 		return ret;
-	if (host_staged(dev, src, len)) {
-		ret = staged_copy_in(dev, dptr + off, src, len);
-		if (!ret)
-			atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
-		return ret;
-	}
+	if (host_staged(dev, src, len))
+		return staged_copy_in(dev, dptr + off, src, len);
 	ret = stream_get(dev, &stream);
 	if (ret)
 		return ret;
@@ -460,11 +464,7 @@ PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
 		return ret;
 	if (host_staged(dev, dst, len)) {
 		ret = phx_device_bind(dev);
-		if (!ret)
-			ret = staged_copy_out(buf, off, dst, len);
-		if (!ret)
-			atomic_fetch_add(&dev->bytes[PHX_PATH_MEMCPY], len);
-		return ret;
+		return ret ? ret : staged_copy_out(buf, off, dst, len);
 	}
 	ret = copy_begin(dev, &stream);
 	if (ret)

@@ -342,12 +342,7 @@ static int phx_ring_enqueue(struct phx_stream *stream,
 	r->nsegs = (unsigned int)nsegs;
 	r->live = r->nsegs;
 	t->ring_seq += r->nsegs;
-	r->next = NULL;
-	if (t->ring_tail)
-		t->ring_tail->next = r;
-	else
-		t->ring_head = r;
-	t->ring_tail = r;
+	phx_queue_push(t->ring_head, t->ring_tail, r);
 	t->ring_queued++;
 	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->lock);
@@ -464,15 +459,8 @@ static bool phx_ring_pump_locked(struct phx_stream_thread *t)
 	 * waits for these slots.
 	 */
 	while ((r = t->ring_head) && t->nact < PHX_RING_WINDOW) {
-		t->ring_head = r->next;
-		if (!t->ring_head)
-			t->ring_tail = NULL;
-		r->next = NULL;
-		if (t->act_tail)
-			t->act_tail->next = r;
-		else
-			t->act_head = r;
-		t->act_tail = r;
+		phx_queue_pop(t->ring_head, t->ring_tail);
+		phx_queue_push(t->act_head, t->act_tail, r);
 		t->nact++;
 		moved = true;
 	}
@@ -516,9 +504,7 @@ static bool phx_ring_pump_locked(struct phx_stream_thread *t)
 	 * only once all of their ops are queued (or failed to be).
 	 */
 	while ((r = t->act_head) && r->finished && !r->queuing) {
-		t->act_head = r->next;
-		if (!t->act_head)
-			t->act_tail = NULL;
+		phx_queue_pop(t->act_head, t->act_tail);
 		t->nact--;
 		t->served = true;
 		if (r->op == PHX_OP_WRITE)

@@ -45,40 +45,42 @@
 
 #include "stream_i.h"
 
-PHX_EXPORT int phx_stream_create(struct phx_device *dev,
-				 struct phx_stream **out)
-{
-	struct phx_stream *s;
-	int ret;
-
-	ret = phx_device_bind(dev);
-	if (ret)
-		return ret;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return phx_err(ENOMEM, "out of host memory for a stream");
-	ret = dev->ops->stream_create(dev, &s->native);
-	if (ret) {
-		free(s);
-		return ret;
-	}
-	s->dev = dev;
-	s->owned = true;
-	*out = s;
-	return 0;
-}
-
-PHX_EXPORT int phx_stream_wrap(struct phx_device *dev, void *native,
-			       struct phx_stream **out)
+/* A stream on @native, which phx_stream_destroy() destroys when @owned. */
+static int stream_new(struct phx_device *dev, void *native, bool owned,
+		      struct phx_stream **out)
 {
 	struct phx_stream *s = calloc(1, sizeof(*s));
 
 	if (!s)
 		return phx_err(ENOMEM, "out of host memory for a stream");
 	s->dev = dev;
-	s->native = native ? native : dev->ops->stream_default(dev);
+	s->native = native;
+	s->owned = owned;
 	*out = s;
 	return 0;
+}
+
+PHX_EXPORT int phx_stream_create(struct phx_device *dev,
+				 struct phx_stream **out)
+{
+	void *native;
+	int ret = phx_device_bind(dev);
+
+	if (!ret)
+		ret = dev->ops->stream_create(dev, &native);
+	if (ret)
+		return ret;
+	ret = stream_new(dev, native, true, out);
+	if (ret)
+		dev->ops->stream_destroy(dev, native);
+	return ret;
+}
+
+PHX_EXPORT int phx_stream_wrap(struct phx_device *dev, void *native,
+			       struct phx_stream **out)
+{
+	return stream_new(dev, native ? native : dev->ops->stream_default(dev),
+			  false, out);
 }
 
 PHX_EXPORT int phx_stream_set_flags(struct phx_stream *s, unsigned int flags)

@@ -142,9 +142,7 @@ static void *pool_main(void *arg)
 		while (!w->stop) {
 			if (w->head) {
 				r = w->head;
-				w->head = r->next;
-				if (!w->head)
-					w->tail = NULL;
+				phx_queue_pop(w->head, w->tail);
 				break;
 			}
 			moved = pool_poll_locked(t, &r);
@@ -323,11 +321,7 @@ int phx_pool_reserve(struct phx_device *dev, struct phx_stream_pool *w)
 void phx_pool_queue_locked(struct phx_stream_pool *w, struct phx_stream_req *r)
 {
 	phx_assert_held(&w->lock);
-	if (w->tail)
-		w->tail->next = r;
-	else
-		w->head = r;
-	w->tail = r;
+	phx_queue_push(w->head, w->tail, r);
 	pthread_cond_signal(&w->work);
 }
 

@@ -145,6 +145,16 @@ static void cuda_close(struct phx_device *dev)
 	dev->priv = NULL;
 }
 
+/* What this GPU's allocations are: pinned device memory, exportable. */
+static void cu_alloc_prop(struct phx_cuda_dev *cd, CUmemAllocationProp *prop)
+{
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->requestedHandleTypes = cd->handle_type;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = cd->cudev;
+}
+
 static void cu_access_desc(struct phx_cuda_dev *cd, CUmemAccessDesc *desc)
 {
 	memset(desc, 0, sizeof(*desc));
@@ -230,11 +240,7 @@ static int cuda_open(struct phx_device *dev)
 	if (ret)
 		goto err_release;
 
-	memset(&prop, 0, sizeof(prop));
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.requestedHandleTypes = cd->handle_type;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = cd->cudev;
+	cu_alloc_prop(cd, &prop);
 	res = cu.cuMemGetAllocationGranularity(
 		&min_gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (res == CUDA_SUCCESS)
@@ -263,24 +269,31 @@ err_free:
 	return ret;
 }
 
+/* cu_fail() for @call on @size bytes; out of memory is @oom_err there. */
+static int cu_fail_sized(struct phx_device *dev, CUresult res, int oom_err,
+			 const char *call, uint64_t size)
+{
+	char sz[32];
+
+	phx_fmt_bytes(sz, sizeof(sz), size);
+	return cu_fail(dev, res, res == CUDA_ERROR_OUT_OF_MEMORY ? oom_err : 0,
+		       "%s(%s)", call, sz);
+}
+
 static int cuda_va_reserve(struct phx_device *dev, uint64_t size,
 			   phx_dptr_t *out)
 {
 	CUdeviceptr va;
 	CUresult res;
-	char sz[32];
 	int ret = cuda_bind(dev);
 
 	if (ret)
 		return ret;
 	res = cu.cuMemAddressReserve(&va, size, 0, 0, 0);
-	if (res != CUDA_SUCCESS) {
-		phx_fmt_bytes(sz, sizeof(sz), size);
-		/* Out of address space: the buffer is too large to reserve. */
-		return cu_fail(dev, res,
-			       res == CUDA_ERROR_OUT_OF_MEMORY ? EFBIG : 0,
-			       "cuMemAddressReserve(%s)", sz);
-	}
+	/* Out of address space: the buffer is too large to reserve. */
+	if (res != CUDA_SUCCESS)
+		return cu_fail_sized(dev, res, EFBIG, "cuMemAddressReserve",
+				     size);
 	*out = va;
 	return 0;
 }
@@ -333,21 +346,14 @@ static int cuda_chunk_create(struct phx_device *dev, uint64_t size,
 	CUmemGenericAllocationHandle h;
 	CUmemAllocationProp prop;
 	CUresult res;
-	char sz[32];
 	int ret = cuda_bind(dev);
 
 	if (ret)
 		return ret;
-	memset(&prop, 0, sizeof(prop));
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.requestedHandleTypes = cd->handle_type;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = cd->cudev;
+	cu_alloc_prop(cd, &prop);
 	res = cu.cuMemCreate(&h, size, &prop, 0);
-	if (res != CUDA_SUCCESS) {
-		phx_fmt_bytes(sz, sizeof(sz), size);
-		return cu_fail(dev, res, 0, "cuMemCreate(%s)", sz);
-	}
+	if (res != CUDA_SUCCESS)
+		return cu_fail_sized(dev, res, 0, "cuMemCreate", size);
 	ret = cu_zero_chunk(dev, h, size);
 	if (ret) {
 		cu.cuMemRelease(h);
@@ -470,19 +476,15 @@ static void *cuda_host_addr(struct phx_device *dev, phx_dptr_t va)
 static int cuda_host_register(struct phx_device *dev, void *p, size_t len)
 {
 	CUresult res;
-	char sz[32];
 	int ret = cuda_bind(dev);
 
 	if (ret)
 		return ret;
 	res = cu.cuMemHostRegister_v2(p, len, CU_MEMHOSTREGISTER_PORTABLE);
-	if (res != CUDA_SUCCESS) {
-		phx_fmt_bytes(sz, sizeof(sz), len);
-		/* Failing to pin is a host memory problem. */
-		return cu_fail(dev, res,
-			       res == CUDA_ERROR_OUT_OF_MEMORY ? ENOMEM : 0,
-			       "cuMemHostRegister(%s)", sz);
-	}
+	/* Failing to pin is a host memory problem. */
+	if (res != CUDA_SUCCESS)
+		return cu_fail_sized(dev, res, ENOMEM, "cuMemHostRegister",
+				     len);
 	return 0;
 }
 

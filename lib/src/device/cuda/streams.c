@@ -127,17 +127,15 @@ int phx_cuda_launch_host_fn(struct phx_device *dev, void *stream,
 int phx_cuda_host_map(struct phx_device *dev, void *p, size_t len,
 		      uint64_t *daddr)
 {
+	unsigned int flags =
+		CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
 	CUdeviceptr d;
 	CUresult res;
-	int ret = cuda_bind(dev);
+	int ret = cu_call(dev, cu.cuMemHostRegister_v2(p, len, flags),
+			  "cuMemHostRegister(mapped)");
 
 	if (ret)
 		return ret;
-	res = cu.cuMemHostRegister_v2(p, len,
-				      CU_MEMHOSTREGISTER_PORTABLE |
-					      CU_MEMHOSTREGISTER_DEVICEMAP);
-	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "cuMemHostRegister(mapped)");
 	res = cu.cuMemHostGetDevicePointer_v2(&d, p, 0);
 	if (res != CUDA_SUCCESS) {
 		cu.cuMemHostUnregister(p);

@@ -160,9 +160,7 @@ static void sim_run(struct sim_op *op)
 /* @op, the stream's head, is done; s->lock held. */
 static void sim_retire(struct sim_stream *s, struct sim_op *op)
 {
-	s->head = op->next;
-	if (!s->head)
-		s->tail = NULL;
+	phx_queue_pop(s->head, s->tail);
 	s->completed++;
 	s->running = false;
 	pthread_cond_broadcast(&s->done);
@@ -220,17 +218,12 @@ static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
 	if (!op)
 		return phx_err(ENOMEM, "sim: out of host memory for a copy");
 	*op = *tmpl;
-	op->next = NULL;
 	pthread_mutex_lock(&s->lock);
 	while (s->submitted - s->completed >= SIM_STREAM_DEPTH) {
 		pthread_cond_signal(&s->work); /* a waited stream's too */
 		pthread_cond_wait(&s->done, &s->lock);
 	}
-	if (s->tail)
-		s->tail->next = op;
-	else
-		s->head = op;
-	s->tail = op;
+	phx_queue_push(s->head, s->tail, op);
 	s->submitted++;
 	/*
 	 * On a waited stream the thread that queued a copy carries it out

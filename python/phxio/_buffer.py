@@ -1,0 +1,262 @@
+"""Device memory: Buffer, what libphoenix allocates, and DeviceArray, a
+typed window of one that torch, CuPy and NumPy view without a copy."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from . import _dlpack
+from . import _lib
+from ._device import Device, _Native
+from ._dtypes import DType, dtype_of
+from ._lib import PhoenixError, check, lib
+
+if TYPE_CHECKING:
+    from ._transfer import PathOrFd
+
+
+class Buffer:
+    """Device memory owned by libphoenix.
+
+    It exports DLPack (``torch.from_dlpack(buf)``, ``numpy.from_dlpack(buf)``
+    on sim) and, on CUDA, ``__cuda_array_interface__``: a flat uint8 array.
+    ``buf[a:b]`` and ``buf.view(dtype, shape, offset)`` give typed windows.
+    """
+
+    def __init__(self, dev: Device, size: int, sparse: bool = False) -> None:
+        h = ctypes.c_void_p()
+        flags = _lib.PHX_BUF_SPARSE if sparse else 0
+        check(lib().phx_buf_alloc(dev.handle, size, flags, ctypes.byref(h)),
+              f"allocating {size} bytes on {dev.name}")
+        self._own(dev, h.value)
+
+    @classmethod
+    def _adopt(cls, dev: Device, handle: int) -> "Buffer":
+        """Wrap a phx_buf made elsewhere (phx_buf_recv); frees it when
+        collected."""
+        self = cls.__new__(cls)
+        self._own(dev, handle)
+        return self
+
+    def _own(self, dev: Device, handle: int) -> None:
+        # The finalizer holds the native device, so the memory is freed
+        # before the device closes, whichever of the two goes first.
+        self.device = dev
+        self._handle: Optional[int] = handle
+        self._finalizer = weakref.finalize(self, _free_buf, handle, lib(),
+                                           dev._native)
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None or not self._finalizer.alive:
+            raise PhoenixError(9, "buffer is freed")
+        return self._handle
+
+    @property
+    def size(self) -> int:
+        return lib().phx_buf_size(self.handle)
+
+    nbytes = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def committed(self) -> int:
+        return lib().phx_buf_committed(self.handle)
+
+    @property
+    def dptr(self) -> int:
+        """The device address (valid until resize or free)."""
+        return lib().phx_buf_dptr(self.handle)
+
+    @property
+    def host_address(self) -> Optional[int]:
+        """A host pointer to the memory (sim and kmod), else None."""
+        return lib().phx_buf_host_view(self.handle) or None
+
+    def resize(self, size: int) -> None:
+        """Grow or shrink, keeping contents; the address may change."""
+        check(lib().phx_buf_resize(self.handle, size))
+
+    def free(self) -> None:
+        """Release the memory now (views made from it become invalid)."""
+        if self._handle is not None:
+            self._handle = None
+            self._finalizer()
+
+    def __enter__(self) -> "Buffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.free()
+
+    # host copies
+    def copy_from_host(self, data: Any, offset: int = 0) -> None:
+        """Copy a bytes-like object into the buffer at @offset."""
+        mv = memoryview(data).cast("B")
+        n = mv.nbytes
+        if mv.readonly:
+            src = ctypes.c_char_p(bytes(mv))
+            addr = ctypes.cast(src, ctypes.c_void_p).value
+        else:
+            src = (ctypes.c_char * n).from_buffer(mv)
+            addr = ctypes.addressof(src)
+        check(lib().phx_memcpy_to_buf(self.handle, offset, addr, n))
+
+    def to_bytes(self, offset: int = 0, size: Optional[int] = None) -> bytes:
+        """Copy [offset, offset + size) back into host memory."""
+        if size is None:
+            size = self.size - offset
+        out = ctypes.create_string_buffer(size)
+        check(lib().phx_memcpy_from_buf(out, self.handle, offset, size))
+        return out.raw
+
+    # typed windows
+    def view(self, dtype: Any, shape: Sequence[int], offset: int = 0
+             ) -> "DeviceArray":
+        """A typed, C-contiguous window of the buffer."""
+        return DeviceArray(self, offset, dtype_of(dtype), tuple(shape))
+
+    def __getitem__(self, key: slice) -> "DeviceArray":
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("Buffer supports contiguous byte slices only")
+        start, stop, _ = key.indices(self.size)
+        return self.view("U8", (max(stop - start, 0),), start)
+
+    def numpy(self) -> Any:
+        """The whole buffer as a NumPy uint8 array (sim and kmod only)."""
+        return self.view("U8", (self.size,)).numpy()
+
+    # transfers
+    def read(self, src: PathOrFd, file_offset: int = 0, offset: int = 0,
+             size: Optional[int] = None) -> int:
+        """Read from a file into the buffer at @offset; bytes read."""
+        from ._transfer import read_into
+
+        return read_into(src, self[offset:offset + size if size is not None
+                                   else None], file_offset)
+
+    def write(self, dst: PathOrFd, file_offset: int = 0, offset: int = 0,
+              size: Optional[int] = None) -> int:
+        """Write the buffer from @offset to a file; bytes written."""
+        from ._transfer import write_from
+
+        return write_from(dst, self[offset:offset + size if size is not None
+                                    else None], file_offset)
+
+    # interchange
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.device.dlpack_device
+
+    def __dlpack__(self, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: Any = None) -> Any:
+        return self[:].__dlpack__(stream=stream, max_version=max_version,
+                                  dl_device=dl_device, copy=copy)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return self[:].__cuda_array_interface__
+
+    def __repr__(self) -> str:
+        state = "freed" if self._handle is None else f"{self.size} bytes"
+        return f"<phxio.Buffer {state} on {self.device.name}>"
+
+
+def _free_buf(handle: int, cdll: Any, dev: _Native) -> None:
+    cdll.phx_buf_free(handle)
+
+
+class DeviceArray:
+    """A typed, C-contiguous array in device memory (a window of a Buffer).
+
+    Exposes DLPack and, on CUDA, ``__cuda_array_interface__``; on sim also
+    ``__array_interface__`` so ``numpy.asarray`` views it without a copy.
+    """
+
+    def __init__(self, owner: Buffer, offset: int, dtype: DType,
+                 shape: tuple[int, ...]) -> None:
+        nbytes = dtype.nbytes(shape)
+        if offset < 0 or offset + nbytes > owner.size:
+            raise ValueError(f"view of {nbytes} bytes at {offset} is outside "
+                             f"the {owner.size}-byte buffer")
+        self.owner = owner
+        self.offset = offset
+        self.dtype = dtype
+        self.shape = shape
+        self.nbytes = nbytes
+
+    @property
+    def device(self) -> Device:
+        return self.owner.device
+
+    @property
+    def dptr(self) -> int:
+        return self.owner.dptr + self.offset
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.device.dlpack_device
+
+    def __dlpack__(self, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: Any = None) -> Any:
+        if copy:
+            raise BufferError("phxio arrays export without copying only")
+        if dl_device is not None and tuple(dl_device) != \
+                self.__dlpack_device__():
+            raise BufferError(f"array lives on {self.device.name}")
+        if self.dtype.dlpack is None:
+            raise BufferError(f"DLPack has no type for {self.dtype.name}")
+        if self.device.kind == "cuda":
+            addr = self.dptr
+        else:
+            addr = self.owner.host_address
+            if addr is None:
+                raise BufferError(f"{self.device.name} memory is not "
+                                  "host-visible")
+            addr += self.offset
+        return _dlpack.export(self, addr, self.__dlpack_device__(),
+                              self.dtype.dlpack, self.dtype.dl_shape(
+                                  self.shape), max_version)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.device.kind != "cuda":
+            raise AttributeError("__cuda_array_interface__: "
+                                 f"{self.device.name} is not a CUDA device")
+        return {"shape": self.shape, "typestr": self.dtype.typestr_or_void,
+                "data": (self.dptr, False), "version": 3, "strides": None}
+
+    @property
+    def __array_interface__(self) -> dict:
+        addr = None if self.device.kind == "cuda" else self.owner.host_address
+        if addr is None:
+            raise AttributeError("__array_interface__: "
+                                 f"{self.device.name} memory is not "
+                                 "host-visible")
+        shape, typestr, descr = self.dtype.numpy_layout(self.shape)
+        out = {"shape": shape, "typestr": typestr,
+               "data": (addr + self.offset, False), "version": 3,
+               "strides": None}
+        if descr is not None:
+            out["descr"] = descr
+        return out
+
+    def numpy(self) -> Any:
+        """A NumPy view (sim/kmod); BF16 and F8 need ml_dtypes, else raw."""
+        import numpy
+
+        arr = numpy.asarray(self)
+        want = self.dtype.numpy_dtype()
+        return arr if arr.dtype == want else arr.view(want)
+
+    def torch(self) -> Any:
+        """A torch tensor viewing the same memory (no copy)."""
+        from ._torch import as_tensor
+
+        return as_tensor(self)
+
+    def __repr__(self) -> str:
+        return (f"<phxio.DeviceArray {self.dtype.name}{list(self.shape)} "
+                f"on {self.device.name}>")
