@@ -161,8 +161,9 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	inode->rdev = rdev;
 	if (link)
 		inode->symlink = strdup(link);
-	err = link && !inode->symlink ? -ENOMEM :
-					-phxfs_dentry_add(fs, dir, name, inode);
+	err = link && !inode->symlink ?
+		      -ENOMEM :
+		      phxfs_dentry_add(fs, dir, name, inode);
 	if (err) {
 		inode->nlink = 0;
 		phxfs_inode_unref(fs, inode, 0, 0);

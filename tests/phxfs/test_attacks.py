@@ -9,6 +9,7 @@ in the suite's mount (direct I/O, or io_uring in that run) and again with
 time: the daemon's answers and the ends of connections are the
 completions; time-outs only guard against a hang.
 """
+import errno
 import grp
 import os
 import pwd
@@ -400,6 +401,24 @@ def _metadata(mode):
     assert read(d + "/root-file") == b"root's"
     write(d + "/root-file", b"root's again")
     assert read(d + "/root-file") == b"root's again"
+    # names count as inodes do: with inodes to spare but every name
+    # taken by hard links, a new file, directory or symlink is ENOSPC
+    T.cleanup()
+    d, _ = T.fresh("meta")
+    write(d + "/target", b"linked")
+    n = 0
+    try:
+        while n < 4000:
+            os.link(d + "/target", "%s/l%04d" % (d, n))
+            n += 1
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    assert 1900 < n < 2000, n
+    expect_errno(errno.ENOSPC, os.open, d + "/new",
+                 os.O_CREAT | os.O_WRONLY)
+    expect_errno(errno.ENOSPC, os.mkdir, d + "/newdir")
+    expect_errno(errno.ENOSPC, os.symlink, "target", d + "/newlink")
+    assert read(d + "/l0000") == b"linked"
 
 
 # ---- 5. root's reserve ----------------------------------------------------
