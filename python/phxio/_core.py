@@ -2,14 +2,14 @@
 memory (_buffer.py) and transfers (_transfer.py)."""
 
 from ._buffer import Buffer, DeviceArray
-from ._device import (_WRAPPED_STREAMS, Device, DeviceInfo, Stream,
-                      default_kind, device, devices, version)
-from ._transfer import (PathOrFd, Transfer, _inflight, _target, read_batch,
-                        read_into, run_ios, write_batch, write_from)
+from ._device import (Device, DeviceInfo, Stream, default_kind, device,
+                      devices, version)
+from ._transfer import (PathOrFd, Transfer, _target, read_batch, read_into,
+                        run_ios, write_batch, write_from)
 
 __all__ = [
     "Buffer", "Device", "DeviceArray", "DeviceInfo", "PathOrFd", "Stream",
-    "Transfer", "_WRAPPED_STREAMS", "_inflight", "_target", "default_kind",
+    "Transfer", "_target", "default_kind",
     "device", "devices", "read_batch", "read_into", "run_ios",
     "version", "write_batch", "write_from",
 ]

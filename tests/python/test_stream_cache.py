@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 import phxio
-from phxio import _core
+from phxio import _device, _transfer
 from conftest import random_file
 
 
@@ -33,10 +33,10 @@ def test_closed_wrapper_is_replaced(dev):
 
 
 def test_wrappers_are_bounded(dev):
-    streams = [dev.stream() for _ in range(_core._WRAPPED_STREAMS + 8)]
+    streams = [dev.stream() for _ in range(_device._WRAPPED_STREAMS + 8)]
     for s in streams:
         dev.stream_of(s.native)
-    assert len(dev._streams) == _core._WRAPPED_STREAMS
+    assert len(dev._streams) == _device._WRAPPED_STREAMS
     # the oldest were let go of: their wrappers are destroyed
     gc.collect()
     assert streams[0].native not in dev._streams
@@ -68,7 +68,7 @@ def test_dropped_transfer_keeps_its_target_until_done(dev, scratch, rng):
     out = dev.alloc(2 << 20)
     assert phxio.read_into(scratch / "f", out, stream=s).wait() == len(data)
     assert out.to_bytes() == data
-    assert not [tr for tr in _core._inflight if tr.stream.native == s.native]
+    assert not [tr for tr in _transfer._inflight if tr.stream.native == s.native]
 
 
 def test_shared_device_reopens_after_close():
