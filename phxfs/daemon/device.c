@@ -58,6 +58,13 @@ static int dev_add(struct phxfs *fs, const struct phx_device_info *info)
 	ret = phxfs_dentry_add(fs, fs->root, d->name, d->root);
 	if (ret)
 		goto out_close;
+	/*
+	 * The staging the open started pinning is part of what the daemon
+	 * holds at rest: have it before the first request, so the first
+	 * phx cp does not wait for it and the daemon's memory does not grow
+	 * under a user's requests.  Without it transfers pin their own.
+	 */
+	phx_device_prepare(d->dev);
 	fs->ndevs++;
 	return 0;
 
