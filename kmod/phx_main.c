@@ -157,12 +157,14 @@ static void phx_bar_release(struct phx_range *range)
 static int phx_bar_trim(struct phx_range *range, unsigned long keep)
 {
 #ifdef CONFIG_PCI_P2PDMA
+	lockdep_assert_held_write(&range->phx->lock);
 	/* pci_free_p2pmem() drops one reference per call: no partial frees. */
 	return -EOPNOTSUPP;
 #else
 	struct phx_dev *phx = range->phx;
 	u64 size = (u64)(range->nr_pages - keep) << PAGE_SHIFT;
 
+	lockdep_assert_held_write(&phx->lock);
 	gen_pool_free(phx->pool,
 		      phx->phys + range->offset + ((u64)keep << PAGE_SHIFT),
 		      size);
@@ -182,6 +184,7 @@ static s64 phx_bar_take(struct phx_dev *phx, const struct phx_ioc_alloc *arg)
 #ifdef CONFIG_PCI_P2PDMA
 	void *addr;
 
+	lockdep_assert_held(&phx->lock);
 	/* The P2PDMA allocator has no placement control. */
 	if (arg->flags & PHX_ALLOC_FIXED)
 		return -EOPNOTSUPP;
@@ -193,6 +196,7 @@ static s64 phx_bar_take(struct phx_dev *phx, const struct phx_ioc_alloc *arg)
 	struct genpool_data_fixed fixed = { .offset = arg->offset };
 	unsigned long addr;
 
+	lockdep_assert_held(&phx->lock);
 	if (arg->flags & PHX_ALLOC_FIXED) {
 		addr = gen_pool_alloc_algo(phx->pool, arg->size,
 					   gen_pool_fixed_alloc, &fixed);
@@ -313,9 +317,8 @@ static const struct file_operations phx_dev_fops = {
 	.owner = THIS_MODULE,
 	.open = phx_dev_open,
 	.release = phx_dev_file_release,
-	.unlocked_ioctl = phx_dev_ioctl,
-	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = noop_llseek,
+	PHX_IOCTL_OPS(phx_dev_ioctl)
 };
 
 /**

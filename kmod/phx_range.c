@@ -43,6 +43,7 @@ static struct phx_range *phx_file_range(struct file *file)
 /* Bytes a reader or a fault may reach: the file's size.  Under phx->lock. */
 static u64 phx_range_end(const struct phx_range *range)
 {
+	lockdep_assert_held(&range->phx->lock);
 	if (range->grow)
 		return i_size_read(range->inode);
 	return phx_range_size(range);
@@ -51,6 +52,7 @@ static u64 phx_range_end(const struct phx_range *range)
 /* Clear [@from, @to) of @range's memory; phx->lock held. */
 static void phx_range_clear(struct phx_range *range, u64 from, u64 to)
 {
+	lockdep_assert_held(&range->phx->lock);
 	while (from < to) {
 		size_t off = offset_in_page(from);
 		size_t len = min_t(u64, PAGE_SIZE - off, to - from);
@@ -70,6 +72,7 @@ static void phx_range_set_size(struct phx_range *range, u64 old, u64 size)
 {
 	struct inode *inode = range->inode;
 
+	lockdep_assert_held_write(&range->phx->lock);
 	if (size < old) {
 		i_size_write(inode, size);
 		unmap_mapping_range(inode->i_mapping, PAGE_ALIGN(size), 0, 1);
@@ -87,12 +90,15 @@ static void phx_range_set_size(struct phx_range *range, u64 old, u64 size)
  * A ZONE_DEVICE page of type MEMORY_DEVICE_GENERIC idles with a reference
  * count of one; mappings and I/O pins (GUP) add to it.
  *
+ * Context: @range->phx->ranges_lock held.
+ *
  * Return: true while a page of @range is mapped or pinned.
  */
 bool phx_range_pinned(const struct phx_range *range)
 {
 	unsigned long i;
 
+	lockdep_assert_held(&range->phx->ranges_lock);
 	for (i = 0; i < range->nr_pages; i++)
 		if (page_ref_count(range->pages[i]) > 1)
 			return true;
@@ -263,6 +269,7 @@ static ssize_t phx_range_copy_in(struct phx_range *range, struct iov_iter *from,
 	loff_t pos = *ppos;
 	ssize_t done = 0;
 
+	lockdep_assert_held(&range->phx->lock);
 	while (iov_iter_count(from) && pos < end) {
 		size_t off = offset_in_page(pos);
 		size_t len = min_t(u64, PAGE_SIZE - off, end - pos);
@@ -555,8 +562,7 @@ static const struct file_operations phx_range_fops = {
 	.splice_read = copy_splice_read,
 	.splice_write = iter_file_splice_write,
 	.fsync = noop_fsync,
-	.unlocked_ioctl = phx_range_ioctl,
-	.compat_ioctl = compat_ptr_ioctl,
+	PHX_IOCTL_OPS(phx_range_ioctl)
 };
 
 /* Wrap @range in a new file; @range is consumed in every case. */

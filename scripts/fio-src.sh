@@ -16,9 +16,7 @@
 set -eu
 . "$(dirname "$0")/apt.sh"
 
-BUILD=${1:-build}
-DIR=$BUILD/fio
-SRC=$DIR/src
+debsrc_dirs fio "${1:-build}"
 TREE=$SRC/tree
 
 [ -f "$TREE/.configured" ] && exit 0

@@ -17,9 +17,7 @@
 set -eu
 . "$(dirname "$0")/apt.sh"
 
-BUILD=${1:-build}
-DIR=$BUILD/libfuse
-SRC=$DIR/src
+debsrc_dirs libfuse "${1:-build}"
 PREFIX=$DIR/prefix
 
 STAMP=$PREFIX/.built-3.18

@@ -74,23 +74,33 @@ int bl_opt_runs(const char *s)
 	return n < 1 || n > BL_MAX_RUNS ? -1 : n;
 }
 
-const char *bl_load_syms(void *lib, void *table, const char *const *names,
-			 size_t n)
+void *bl_dl_load(const char *const *libs, size_t nlibs, void *table,
+		 const char *const *names, size_t n, const char **missing)
 {
+	void *lib = NULL;
+
+	for (size_t i = 0; !lib && i < nlibs; i++)
+		lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+	if (!lib)
+		return NULL;
+	*missing = NULL;
 	for (size_t i = 0; i < n; i++) {
 		void *sym = dlsym(lib, names[i]);
 
-		if (!sym)
-			return names[i];
+		if (!sym) {
+			*missing = names[i];
+			break;
+		}
 		memcpy((char *)table + i * sizeof(void *), &sym, sizeof(sym));
 	}
-	return NULL;
+	return lib;
 }
 
 /* ---- the CUDA driver ---------------------------------------------------- */
 
 const char *bl_cuda_load(void)
 {
+	static const char *const lib = "libcuda.so.1";
 	static const char *const names[] = {
 		"cuInit",
 		"cuDriverGetVersion",
@@ -113,16 +123,13 @@ const char *bl_cuda_load(void)
 		"cuStreamSynchronize",
 	};
 	const char *missing;
-	void *lib;
 
 	_Static_assert(ARRAY_LEN(names) == sizeof(blcu) / sizeof(void *),
 		       "one name per CUDA entry point");
-	lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!lib)
+	if (!bl_dl_load(&lib, 1, &blcu, names, ARRAY_LEN(names), &missing))
 		return dlerror();
-	missing = bl_load_syms(lib, &blcu, names, ARRAY_LEN(names));
 	if (missing)
-		bl_die("libcuda.so.1 lacks %s: the driver is too old", missing);
+		bl_die("%s lacks %s: the driver is too old", lib, missing);
 	return NULL;
 }
 
@@ -167,15 +174,12 @@ const char *bl_cufile_load(void)
 	};
 	static char why[160];
 	const char *missing;
-	void *lib = NULL;
 
 	_Static_assert(ARRAY_LEN(names) == sizeof(blcf) / sizeof(void *),
 		       "one name per cuFile entry point");
-	for (size_t i = 0; !lib && i < ARRAY_LEN(libs); i++)
-		lib = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
-	if (!lib)
+	if (!bl_dl_load(libs, ARRAY_LEN(libs), &blcf, names, ARRAY_LEN(names),
+			&missing))
 		return "libcufile.so not found";
-	missing = bl_load_syms(lib, &blcf, names, ARRAY_LEN(names));
 	if (missing) {
 		snprintf(why, sizeof(why), "libcufile.so lacks %s", missing);
 		return why;

@@ -180,11 +180,13 @@ const char *bl_cufile_err(CUfileError_t e, int errnum, char *buf, size_t n);
 const char *bl_cufile_ret(ssize_t ret, int errnum, char *buf, size_t n);
 
 /*
- * Resolve @n names of @lib into the function-pointer table at @table.
- * Returns NULL, or the first name @lib lacks.
+ * Open the first of the @nlibs libraries @libs that loads and resolve
+ * its @n names @names into the function-pointer table at @table.
+ * Returns the library, with *@missing NULL or the first name it lacks;
+ * NULL when none loads (dlerror() says why the last did not).
  */
-const char *bl_load_syms(void *lib, void *table, const char *const *names,
-			 size_t n);
+void *bl_dl_load(const char *const *libs, size_t nlibs, void *table,
+		 const char *const *names, size_t n, const char **missing);
 
 /* ---- the data file ------------------------------------------------------ */
 

@@ -4,7 +4,6 @@
  * libraries, device memory every peer can address, the data file, raw
  * io_uring, and the results table.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -122,7 +121,6 @@ void kb_load_phxfile(struct kb *b, const char *argv0)
 	static char path[4096], why[4200];
 	const char *env = getenv("PHX_PHXFILE_LIBRARY"), *missing;
 	const char *slash = strrchr(argv0, '/');
-	void *lib;
 
 	_Static_assert(sizeof(names) / sizeof(names[0]) ==
 			       sizeof(kbpf) / sizeof(void *),
@@ -133,15 +131,13 @@ void kb_load_phxfile(struct kb *b, const char *argv0)
 		snprintf(path, sizeof(path), "%.*slibphxfile.so",
 			 slash ? (int)(slash - argv0 + 1) : 0, argv0);
 	b->phxfile_path = path;
-	lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!lib) {
+	if (!bl_dl_load(&b->phxfile_path, 1, &kbpf, names,
+			sizeof(names) / sizeof(names[0]), &missing)) {
 		snprintf(why, sizeof(why),
 			 "%s does not load (set PHX_PHXFILE_LIBRARY)", path);
 		b->phxfile_why = why;
 		return;
 	}
-	missing = bl_load_syms(lib, &kbpf, names,
-			       sizeof(names) / sizeof(names[0]));
 	if (missing) {
 		snprintf(why, sizeof(why), "%s lacks %s", path, missing);
 		b->phxfile_why = why;

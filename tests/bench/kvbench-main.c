@@ -75,6 +75,31 @@ static int parse_list(const char *s, bool sizes, uint64_t *out, int max)
 	return n;
 }
 
+/*
+ * Option -@opt's list @arg of up to @max (8 at most) counts, 1 to @limit
+ * each, into @out; returns how many.  A list that does not parse is
+ * refused with @what, the name of its counts, and @eg, an example; a
+ * count over @limit with @over, the name of one.
+ */
+static int parse_counts(int opt, const char *arg, int max, int limit,
+			const char *what, const char *eg, const char *over,
+			int *out)
+{
+	uint64_t list[8];
+	int n = parse_list(arg, false, list, max);
+
+	if (n <= 0)
+		bl_die("bad -%c %s: up to %d %s, 1 to %d, comma separated (%s)",
+		       opt, arg, max, what, limit, eg);
+	for (int i = 0; i < n; i++) {
+		if (list[i] > (uint64_t)limit)
+			bl_die("bad -%c %s: %" PRIu64 " %s, at most %d", opt,
+			       arg, list[i], over, limit);
+		out[i] = (int)list[i];
+	}
+	return n;
+}
+
 static void print_versions(struct kb *b, const char *mode)
 {
 	struct utsname u;
@@ -141,32 +166,14 @@ int main(int argc, char **argv)
 			kv.nsizes = sm.nsizes = n;
 			break;
 		case 'q':
-			n = parse_list(optarg, false, list, 8);
-			if (n <= 0)
-				bl_die("bad -q %s: up to 8 queue depths, 1 to %d, comma separated (1,32,128)",
-				       optarg, KB_MAX_QD);
-			for (int i = 0; i < n; i++) {
-				if (list[i] > KB_MAX_QD)
-					bl_die("queue depth %" PRIu64
-					       " is over %d",
-					       list[i], KB_MAX_QD);
-				sm.qds[i] = (unsigned int)list[i];
-			}
-			sm.nqds = n;
+			sm.nqds = parse_counts('q', optarg, 8, KB_MAX_QD,
+					       "queue depths", "1,32,128",
+					       "queued", sm.qds);
 			break;
 		case 'n':
-			n = parse_list(optarg, false, list, 4);
-			if (n <= 0)
-				bl_die("bad -n %s: up to 4 stream counts, 1 to %d, comma separated (1,4)",
-				       optarg, KV_MAX_STREAMS);
-			for (int i = 0; i < n; i++) {
-				if (list[i] > KV_MAX_STREAMS)
-					bl_die("bad -n %s: %" PRIu64
-					       " streams, at most %d",
-					       optarg, list[i], KV_MAX_STREAMS);
-				kv.streams[i] = (int)list[i];
-			}
-			kv.nstreams = n;
+			kv.nstreams = parse_counts(
+				'n', optarg, 4, KV_MAX_STREAMS, "stream counts",
+				"1,4", "streams", kv.streams);
 			break;
 		case 'o':
 			if (parse_list(optarg, false, list, 1) != 1 ||

@@ -269,13 +269,38 @@ static void stack_cufile(struct kb *b, struct child_out *o, bool cuda)
 	close(fd);
 }
 
+/*
+ * The first (@first) or the next read step of the libphxfile stack: a
+ * stream-ordered read of 4 KiB at @foff into @m16 + @boff on the default
+ * stream, and its wait; *@done receives its bytes.
+ */
+static void phxfile_read(struct child_out *o, bool first, void *fh,
+			 uint64_t m16, int64_t foff, int64_t boff,
+			 int64_t *done)
+{
+	size_t len = 4096;
+	double t;
+	int ret;
+
+	t = child_call(first ? "first phxFileReadAsync + stream wait" :
+			       "second phxFileReadAsync + stream wait");
+	ret = kbpf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
+			     done, NULL);
+	if (!ret)
+		ret = kbpf.StreamDeregister(NULL);
+	o->t[first ? ST_FIRST : ST_NEXT] = bl_now() - t;
+	if (ret || *done != 4096)
+		child_fail("%sphxFileReadAsync: %s, bytes_done %" PRId64,
+			   first ? "first " : "", ret ? strerror(-ret) : "0",
+			   *done);
+}
+
 /* Steps of the libphxfile stack, in the order LMCache calls it. */
 static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 			  const char *argv0)
 {
 	uint64_t m16 = mem_alloc(cuda, 16 * MiB), m1g = mem_alloc(cuda, GiB);
-	size_t len = 4096;
-	int64_t foff = 0, boff = 0, done = -1;
+	int64_t done = -1;
 	void *fh = NULL;
 	double t;
 	int fd, ret;
@@ -309,28 +334,9 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	o->t[ST_HANDLE] = bl_now() - t;
 	if (ret)
 		child_fail("phxFileHandleRegister: %s", strerror(-ret));
-	/* a stream-ordered read on the default stream, and its wait */
-	t = child_call("first phxFileReadAsync + stream wait");
-	ret = kbpf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
-			     &done, NULL);
-	if (!ret)
-		ret = kbpf.StreamDeregister(NULL);
-	o->t[ST_FIRST] = bl_now() - t;
-	if (ret || done != 4096)
-		child_fail("first phxFileReadAsync: %s, bytes_done %" PRId64,
-			   ret ? strerror(-ret) : "0", done);
+	phxfile_read(o, true, fh, m16, 0, 0, &done);
 	check_first(cuda, m16, "phxFileReadAsync");
-	foff = 1 * MiB;
-	boff = 4096;
-	t = child_call("second phxFileReadAsync + stream wait");
-	ret = kbpf.ReadAsync(fh, (void *)(uintptr_t)m16, &len, &foff, &boff,
-			     &done, NULL);
-	if (!ret)
-		ret = kbpf.StreamDeregister(NULL);
-	o->t[ST_NEXT] = bl_now() - t;
-	if (ret || done != 4096)
-		child_fail("phxFileReadAsync: %s, bytes_done %" PRId64,
-			   ret ? strerror(-ret) : "0", done);
+	phxfile_read(o, false, fh, m16, 1 * MiB, 4096, &done);
 	cur->closing = true;
 	t = child_call("phxFile deregistration and close");
 	kbpf.BufDeregister((void *)(uintptr_t)m16);

@@ -369,7 +369,7 @@ static void print_side_by_side(sm_table res, const struct kb_opts *o)
 
 			snprintf(size, sizeof(size), "%" PRIu64 "K",
 				 o->sizes[si] / KiB);
-			printf("%-5s %4u", size, o->qds[qi]);
+			printf("%-5s %4d", size, o->qds[qi]);
 			for (int p = 0; p < SM_PEERS; p++) {
 				struct kb_result *r = row[p];
 				char cell[64], ratio[16] = "";
@@ -422,7 +422,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 		for (int qi = 0; qi < o->nqds; qi++) {
 			char group[48];
 
-			s.qd = o->qds[qi];
+			s.qd = (unsigned int)o->qds[qi];
 			if (s.qd > KB_MAX_QD || s.qd * s.bs > KB_HOST)
 				bl_die("queue depth %u of %" PRIu64
 				       " KiB is too much",

@@ -143,7 +143,7 @@ void kb_results_reset(void);
 struct kb_opts {
 	uint64_t sizes[8];
 	int nsizes;
-	unsigned int qds[8];
+	int qds[8];
 	int nqds;
 	int streams[4];
 	int nstreams;
