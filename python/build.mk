@@ -73,6 +73,6 @@ wheel: $(LIB_SO) $(PHXFILE_SO) $(PHXFSCTL_SO)
 # saying so.
 .PHONY: test-vllm
 test-vllm: wheel
-	@sh tests/python/vllm/run.sh $(BUILD)
+	@sh tests/python/vllm_cpu/run.sh $(BUILD)
 
 TESTS += test-vllm

@@ -21,4 +21,4 @@ mkdir -p "$PHX_TEST_DIR"
 export PHX_BUILD_DIR PHX_TEST_DIR
 cd "$here/.."
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs \
-	vllm/test_vllm_cpu.py test_weights.py "$@"
+	vllm_cpu/test_vllm_cpu.py test_weights.py "$@"
