@@ -268,11 +268,13 @@ Test(device, cuda_in_a_forked_child_is_refused)
 }
 
 /*
- * A CUDA child that frees what it inherited (a finalizer after fork, say)
- * and closes the device leaves the parent's buffer and device as they were:
- * it makes no driver call on the parent's handles or context.
+ * A child that frees what it inherited (a finalizer after fork, say) and
+ * closes the device leaves the parent's buffer and device as they were:
+ * on CUDA it makes no driver call on the parent's handles or context; on
+ * sim it neither waits for the parent's stream threads nor gives the
+ * parent's memory back.
  */
-Test(buf, a_forked_cuda_child_freeing_leaves_the_parents_buffer)
+Test(buf, a_forked_child_freeing_leaves_the_parents_buffer)
 {
 	size_t n = 6 * MiB + 1234;
 	unsigned char *data, *back;
@@ -281,9 +283,6 @@ Test(buf, a_forked_cuda_child_freeing_leaves_the_parents_buffer)
 	int status;
 	pid_t pid;
 
-	if (phx_default_kind(NULL) != PHX_DEVICE_CUDA)
-		cr_skip_test(
-			"CUDA only: closing sim in a forked child waits on its parent's stream threads");
 	data = xmalloc(n);
 	back = xmalloc(n);
 	fill_random(data, n, 23);

@@ -60,6 +60,7 @@ struct sim_stream {
 	bool stop;
 	/* stream_create_waited: copies are left for the waiting thread */
 	bool waited;
+	pid_t owner; /* the process whose thread serves the stream */
 };
 
 struct sim_event {
@@ -275,6 +276,7 @@ static int sim_stream_new(bool waited, struct sim_stream **out)
 	pthread_cond_init(&s->work, NULL);
 	pthread_cond_init(&s->done, NULL);
 	s->waited = waited;
+	s->owner = getpid();
 	ret = pthread_create(&s->thread, NULL, sim_stream_main, s);
 	if (ret) {
 		free(s);
@@ -285,8 +287,29 @@ static int sim_stream_new(bool waited, struct sim_stream **out)
 	return 0;
 }
 
+/*
+ * A child of fork() has a copy of its parent's stream but not the thread
+ * that serves it, and the lock and conditions as the parent's threads left
+ * them (a condition may count the thread as its waiter): there the copy is
+ * only memory to give back.
+ */
+static bool sim_stream_inherited(const struct sim_stream *s)
+{
+	return s->owner != getpid();
+}
+
 static void sim_stream_free(struct sim_stream *s)
 {
+	struct sim_op *op;
+
+	if (sim_stream_inherited(s)) {
+		while ((op = s->head)) {
+			phx_queue_pop(s->head, s->tail);
+			free(op);
+		}
+		free(s);
+		return;
+	}
 	pthread_mutex_lock(&s->lock);
 	s->stop = true;
 	pthread_cond_signal(&s->work);

@@ -43,6 +43,12 @@ struct sim_file {
 	uint64_t size;
 	dev_t st_dev; /* imported: which file it is */
 	ino_t st_ino;
+	/*
+	 * The process that made it: a child of fork() shares the file with
+	 * it, as a GPU's memory stays its parent's, so the child's release
+	 * of an inherited chunk must not punch the parent's bytes away.
+	 */
+	pid_t owner;
 };
 
 /* Reservations of all simulated devices, so an address finds its device. */
@@ -115,6 +121,7 @@ static int file_new(struct phx_device *dev, uint64_t size,
 
 	if (!f)
 		return phx_err(ENOMEM, "sim: out of host memory");
+	f->owner = getpid();
 	f->fd = memfd_create("phx-sim", MFD_CLOEXEC);
 	if (f->fd < 0) {
 		err = errno;
@@ -213,7 +220,7 @@ void phx_sim_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
 
 	if (c->file && c->placed) {
 		pthread_mutex_lock(&ranges_lock);
-		punch = !c->file->shared;
+		punch = !c->file->shared && c->file->owner == getpid();
 		pthread_mutex_unlock(&ranges_lock);
 		/* where the hole cannot be made, no new chunk may come */
 		if (punch &&
