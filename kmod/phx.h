@@ -110,14 +110,6 @@ struct phx_range {
 	void *priv;
 };
 
-/*
- * The ioctl methods of a file_operations: every ioctl of the module takes a
- * pointer, so 32-bit callers go through the same handler.
- */
-#define PHX_IOCTL_OPS(fn)		\
-	.unlocked_ioctl = (fn),		\
-	.compat_ioctl = compat_ptr_ioctl,
-
 static inline u64 phx_range_size(const struct phx_range *range)
 {
 	return (u64)range->nr_pages << PAGE_SHIFT;

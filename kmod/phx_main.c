@@ -317,8 +317,9 @@ static const struct file_operations phx_dev_fops = {
 	.owner = THIS_MODULE,
 	.open = phx_dev_open,
 	.release = phx_dev_file_release,
+	.unlocked_ioctl = phx_dev_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = noop_llseek,
-	PHX_IOCTL_OPS(phx_dev_ioctl)
 };
 
 /**

@@ -562,7 +562,8 @@ static const struct file_operations phx_range_fops = {
 	.splice_read = copy_splice_read,
 	.splice_write = iter_file_splice_write,
 	.fsync = noop_fsync,
-	PHX_IOCTL_OPS(phx_range_ioctl)
+	.unlocked_ioctl = phx_range_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
 };
 
 /* Wrap @range in a new file; @range is consumed in every case. */

@@ -10,9 +10,6 @@
 # configuration is never read or changed; sets apt_opts, the options that
 # make apt-get use it.
 #
-# debsrc_dirs NAME BUILD: where a script keeps NAME's source under the build
-# tree BUILD: sets DIR to BUILD/NAME (for debsrc_fetch) and SRC to DIR/src.
-#
 # debsrc_fetch SUITE SPEC DIR: download the source package SPEC (a name, or
 # name=version) of SUITE into DIR/src through a private apt under DIR/apt.
 #
@@ -45,12 +42,6 @@ apt_private() {
 	apt_opts="-o Dir::Etc::SourceList=$_apt/sources.list \
 -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$_apt/lists \
 -o Dir::Cache::Archives=$_apt/archives -o APT::Sandbox::User=root"
-}
-
-debsrc_dirs() {
-	DIR=$2/$1
-	# shellcheck disable=SC2034 # the sourcing script's
-	SRC=$DIR/src
 }
 
 debsrc_fetch() {

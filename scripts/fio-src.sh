@@ -16,7 +16,9 @@
 set -eu
 . "$(dirname "$0")/apt.sh"
 
-debsrc_dirs fio "${1:-build}"
+BUILD=${1:-build}
+DIR=$BUILD/fio
+SRC=$DIR/src
 TREE=$SRC/tree
 
 [ -f "$TREE/.configured" ] && exit 0

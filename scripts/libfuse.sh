@@ -17,7 +17,9 @@
 set -eu
 . "$(dirname "$0")/apt.sh"
 
-debsrc_dirs libfuse "${1:-build}"
+BUILD=${1:-build}
+DIR=$BUILD/libfuse
+SRC=$DIR/src
 PREFIX=$DIR/prefix
 
 STAMP=$PREFIX/.built-3.18
