@@ -73,8 +73,7 @@ typedef void phx_feed_play_fn(struct phx_feed_ctl *ctl, unsigned char *buf);
 typedef uint64_t phx_chunk_t;
 
 struct phx_backend_ops {
-	const char *name; /* "cuda", "sim", "kmod" */
-	const char *dir_prefix; /* "gpu", "sim", "phx": names devices */
+	/* its words: phx_kind_name(), phx_kind_prefix() */
 	enum phx_device_kind kind;
 
 	/*

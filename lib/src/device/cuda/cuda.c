@@ -495,8 +495,6 @@ static void cuda_host_unregister(struct phx_device *dev, void *p)
 }
 
 const struct phx_backend_ops phx_cuda_ops = {
-	.name = "cuda",
-	.dir_prefix = "gpu",
 	.kind = PHX_DEVICE_CUDA,
 	.probe = cu_probe,
 	.query = cuda_query,

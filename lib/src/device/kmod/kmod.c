@@ -322,8 +322,6 @@ static int kmod_stream_write_value(struct phx_device *dev, void *stream,
 }
 
 const struct phx_backend_ops phx_kmod_ops = {
-	.name = "kmod",
-	.dir_prefix = "phx",
 	.kind = PHX_DEVICE_KMOD,
 	.probe = kmod_probe,
 	.query = kmod_query,

@@ -551,8 +551,6 @@ static int sim_feed_launch(struct phx_device *dev, void *stream,
 }
 
 const struct phx_backend_ops phx_sim_ops = {
-	.name = "sim",
-	.dir_prefix = "sim",
 	.kind = PHX_DEVICE_SIM,
 	.probe = sim_probe,
 	.query = sim_query,
