@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* test_batch.c - many transfers at once on one io_uring. */
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "util.h"
+#include "buf.h"
 
 static void small_random_reads(unsigned int flags, bool cold)
 {
@@ -25,10 +27,13 @@ static void small_random_reads(unsigned int flags, bool cold)
 		size_t len = rnd_next(&s) % slot + 1;
 
 		ios[i] = (struct phx_io){
-			.op = PHX_OP_READ, .fd = fd,
+			.op = PHX_OP_READ,
+			.fd = fd,
 			.file_off = (int64_t)(rnd_next(&s) % (fsize - len)),
-			.buf = buf, .buf_off = i * slot + rnd_next(&s) % 7,
-			.len = len, .user_data = (void *)i,
+			.buf = buf,
+			.buf_off = i * slot + rnd_next(&s) % 7,
+			.len = len,
+			.user_data = (void *)i,
 		};
 		if (ios[i].buf_off + len > (i + 1) * slot)
 			ios[i].buf_off = i * slot;
@@ -82,7 +87,8 @@ Test(batch, mixed_reads_and_writes_to_raw_addresses)
 	struct phx_io rd[3];
 
 	for (int i = 0; i < 3; i++)
-		rd[i] = (struct phx_io){ .op = PHX_OP_READ, .fd = in,
+		rd[i] = (struct phx_io){ .op = PHX_OP_READ,
+					 .fd = in,
 					 .file_off = (int64_t)(i * MiB),
 					 .dptr = phx_buf_dptr(buf) + i * MiB,
 					 .len = MiB };
@@ -90,8 +96,9 @@ Test(batch, mixed_reads_and_writes_to_raw_addresses)
 	cr_assert_eq(phx_batch_wait(b, 3, NULL, 0, -1), 3);
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(rd[i].result, (int64_t)MiB);
-	struct phx_io wr = { .op = PHX_OP_WRITE, .fd = out, .buf = buf,
-			     .len = n };
+	struct phx_io wr = {
+		.op = PHX_OP_WRITE, .fd = out, .buf = buf, .len = n
+	};
 
 	cr_assert_eq(phx_batch_submit(b, &wr, 1), 1);
 	cr_assert_eq(phx_batch_wait(b, 1, NULL, 0, -1), 1);
@@ -120,13 +127,16 @@ Test(batch, error_mid_batch_others_complete)
 	signal(SIGXFSZ, SIG_IGN);
 	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
 	for (int i = 0; i < 8; i++)
-		ios[i] = (struct phx_io){ .op = PHX_OP_WRITE, .fd = out,
+		ios[i] = (struct phx_io){ .op = PHX_OP_WRITE,
+					  .fd = out,
 					  .file_off = (int64_t)(i * MiB / 2),
-					  .buf = buf, .buf_off = i * MiB / 2,
+					  .buf = buf,
+					  .buf_off = i * MiB / 2,
 					  .len = MiB / 2 };
 	ios[4].file_off = 6 * MiB; /* beyond the file size limit */
-	ios[8] = (struct phx_io){ .op = PHX_OP_READ, .fd = 9999, .buf = buf,
-				  .len = 10 };
+	ios[8] = (struct phx_io){
+		.op = PHX_OP_READ, .fd = 9999, .buf = buf, .len = 10
+	};
 	cr_assert_eq(phx_batch_submit(b, ios, 9), 9);
 	cr_assert_eq(phx_batch_wait(b, 9, NULL, 0, -1), 9);
 	for (int i = 0; i < 8; i++)
@@ -151,5 +161,46 @@ Test(batch, wait_timeout_returns)
 	cr_assert_eq(phx_batch_wait(b, 1, NULL, 0, 10), 0,
 		     "nothing submitted: nothing completes");
 	phx_batch_destroy(b);
+	phx_device_close(dev);
+}
+
+/*
+ * The backend's batch of host-to-device copies: pieces of pinned host
+ * memory to scattered places of a buffer, one of them adjacent to the
+ * next, all in one call on one stream.
+ */
+Test(batch, backend_copies_a_batch_host_to_device)
+{
+	struct phx_device *dev = open_default();
+	size_t len = 2 * MiB;
+	unsigned char *host = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct phx_htod c[100];
+	struct phx_buf *buf;
+	void *stream;
+	uint64_t s = 5;
+
+	cr_assert_neq(host, MAP_FAILED);
+	fill_random(host, len, 71);
+	cr_assert_eq(phx_buf_alloc(dev, 8 * MiB, 0, &buf), 0);
+	cr_assert_eq(dev->ops->host_register(dev, host, len), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(dev->ops->stream_create(dev, &stream), 0);
+	for (unsigned int i = 0; i < 100; i++)
+		c[i] = (struct phx_htod){
+			.dst = buf->dptr + i * 80 * 1024 + rnd_next(&s) % 1000,
+			.src = host + i * 20 * 1024 + rnd_next(&s) % 1000,
+			.len = 1 + rnd_next(&s) % (16 * 1024),
+		};
+	c[51].dst = c[50].dst + c[50].len;
+	cr_assert_eq(dev->ops->copy_htod_batch(dev, c, 100, stream), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(dev->ops->stream_sync(dev, stream), 0);
+	for (unsigned int i = 0; i < 100; i++)
+		assert_buf_eq(buf, c[i].dst - buf->dptr, c[i].src, c[i].len);
+	dev->ops->stream_destroy(dev, stream);
+	dev->ops->host_unregister(dev, host);
+	phx_buf_free(buf);
+	munmap(host, len);
 	phx_device_close(dev);
 }
