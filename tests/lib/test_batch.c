@@ -165,6 +165,54 @@ Test(batch, wait_timeout_returns)
 }
 
 /*
+ * Queued entries start only with the next submit or wait: a submit of
+ * nothing starts them, a wait starts the next ones; a bad entry queued
+ * completes with its own error.
+ */
+Test(batch, queued_entries_start_with_the_next_submit_or_wait)
+{
+	struct phx_device *dev = open_default();
+	struct phx_io ios[17];
+	struct phx_buf *buf;
+	struct phx_batch *b;
+	unsigned char *data;
+	int fd = make_file(dir_direct(), 4 * MiB, 67, true, (void **)&data);
+
+	cr_assert_eq(phx_buf_alloc(dev, 4 * MiB, 0, &buf), 0);
+	cr_assert_eq(phx_batch_create(dev, 8, 0, &b), 0);
+	for (int i = 0; i < 16; i++)
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = fd,
+			.buf = buf,
+			.file_off = (int64_t)((15 - i) * 256 * 1024 + 5),
+			.buf_off = (uint64_t)i * 256 * 1024,
+			.len = 4096 + 7 * i,
+		};
+	ios[16] = (struct phx_io){
+		.op = PHX_OP_READ, .fd = 9999, .buf = buf, .len = 10
+	};
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(phx_batch_queue(b, &ios[i], 1), 1);
+	cr_assert_eq(phx_batch_submit(b, NULL, 0), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_batch_wait(b, 8, NULL, 0, -1), 8);
+	cr_assert_eq(phx_batch_queue(b, &ios[8], 9), 9);
+	cr_assert_eq(phx_batch_wait(b, 9, NULL, 0, -1), 9);
+	for (int i = 0; i < 16; i++) {
+		cr_assert_eq(ios[i].result, (int64_t)ios[i].len, "entry %d", i);
+		assert_buf_eq(buf, ios[i].buf_off, data + ios[i].file_off,
+			      ios[i].len);
+	}
+	cr_assert_eq(ios[16].result, -EBADF);
+	phx_batch_destroy(b);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+/*
  * The backend's batch of host-to-device copies: pieces of pinned host
  * memory to scattered places of a buffer, one of them adjacent to the
  * next, all in one call on one stream.
