@@ -165,6 +165,147 @@ Test(batch, wait_timeout_returns)
 }
 
 /*
+ * KV-cache blocks, fio's randread: @n reads of 4 KiB (every eighth of
+ * another small size at an odd offset) from random places of a cold
+ * file, @qd in flight at all times, each completed one's successor queued
+ * and all of a round's started by the wait, as phx-kvbench's small mode
+ * drives them.  Many complete in one round, so their device copies go
+ * out together; every entry lands its own bytes.
+ */
+static void deep_small_reads(unsigned int qd, unsigned int flags)
+{
+	struct phx_device *dev = open_default();
+	size_t fsize = 64 * MiB, n = 3000, slot = 8192;
+	struct phx_io *ios = calloc(n, sizeof(*ios)), **done;
+	unsigned char *data, *back = xmalloc(n * slot);
+	struct phx_batch *b;
+	struct phx_buf *buf;
+	uint64_t s = 2027;
+	size_t next = 0, got = 0, i;
+	int fd = make_file(dir_direct(), fsize, 57, true, (void **)&data);
+
+	done = calloc(qd, sizeof(*done));
+	cr_assert(ios && done);
+	cr_assert_eq(phx_buf_alloc(dev, n * slot, 0, &buf), 0);
+	cr_assert_eq(phx_batch_create(dev, qd, flags, &b), 0, "%s",
+		     phx_strerror_last());
+	for (i = 0; i < n; i++) {
+		size_t len = 4096;
+		uint64_t off = rnd_next(&s) % (fsize / 4096) * 4096;
+
+		if (i % 8 == 7) {
+			len = rnd_next(&s) % slot + 1;
+			off = rnd_next(&s) % (fsize - len);
+		}
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = fd,
+			.file_off = (int64_t)off,
+			.buf = buf,
+			.buf_off = i * slot,
+			.len = len,
+		};
+	}
+	for (; next < qd; next++)
+		cr_assert_eq(phx_batch_queue(b, &ios[next], 1), 1, "%s",
+			     phx_strerror_last());
+	while (got < n) {
+		int k = phx_batch_wait(b, 1, done, qd, -1);
+
+		cr_assert_gt(k, 0, "wait: %d %s", k, phx_strerror_last());
+		for (int j = 0; j < k; j++) {
+			cr_assert_eq(done[j]->result, (int64_t)done[j]->len,
+				     "entry %zu: %lld", (size_t)(done[j] - ios),
+				     (long long)done[j]->result);
+			if (next < n)
+				cr_assert_eq(
+					phx_batch_queue(b, &ios[next++], 1), 1);
+		}
+		got += (size_t)k;
+	}
+	cr_assert_eq(phx_batch_wait(b, 0, NULL, 0, 0), 0, "nothing left");
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, n * slot), 0);
+	for (i = 0; i < n; i++)
+		cr_assert(!memcmp(back + i * slot, data + ios[i].file_off,
+				  ios[i].len),
+			  "entry %zu: %llu bytes at %lld differ", i,
+			  (unsigned long long)ios[i].len,
+			  (long long)ios[i].file_off);
+	phx_batch_destroy(b);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(ios);
+	free(done);
+	free(back);
+	free(data);
+}
+
+Test(batch, small_reads_at_depth_32_land_their_bytes)
+{
+	deep_small_reads(32, 0);
+}
+
+Test(batch, small_reads_at_depth_128_land_their_bytes)
+{
+	deep_small_reads(128, 0);
+}
+
+Test(batch, small_reads_at_depth_128_polled_land_their_bytes)
+{
+	deep_small_reads(128, PHX_BATCH_POLL);
+}
+
+/*
+ * Transfers a few slots long from the page cache: their segments take
+ * adjacent slots and go to adjacent device memory, so those whose reads
+ * complete in one round go out as one copy (the first, at 0, takes every
+ * slot of the batch in turn, whole ones).
+ */
+Test(batch, transfers_over_adjacent_slots_land_their_bytes)
+{
+	struct phx_device *dev = open_default();
+	size_t fsize = 8 * MiB, n = 64, span = 300 * 1024;
+	struct phx_io ios[64];
+	unsigned char *data, *back = xmalloc(n * span);
+	struct phx_batch *b;
+	struct phx_buf *buf;
+	uint64_t s = 99;
+	int fd = make_file(dir_direct(), fsize, 61, false, (void **)&data);
+
+	cr_assert_eq(phx_buf_alloc(dev, n * span, 0, &buf), 0);
+	cr_assert_eq(phx_batch_create(dev, 16, 0, &b), 0);
+	for (size_t i = 0; i < n; i++) {
+		size_t len = span - rnd_next(&s) % 4096;
+
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = fd,
+			.buf = buf,
+			.file_off = (int64_t)(rnd_next(&s) % (fsize - len)),
+			.buf_off = i * span,
+			.len = len,
+		};
+	}
+	ios[0].file_off = 0;
+	cr_assert_eq(phx_batch_submit(b, ios, (unsigned int)n), (int)n);
+	cr_assert_eq(phx_batch_wait(b, (unsigned int)n, NULL, 0, -1), (int)n);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, n * span), 0);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(ios[i].result, (int64_t)ios[i].len);
+		cr_assert(!memcmp(back + i * span, data + ios[i].file_off,
+				  ios[i].len),
+			  "entry %zu differs", i);
+	}
+	phx_batch_destroy(b);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(back);
+	free(data);
+}
+
+/*
  * Queued entries start only with the next submit or wait: a submit of
  * nothing starts them, a wait starts the next ones; a bad entry queued
  * completes with its own error.
