@@ -83,9 +83,10 @@ int phx_stream_set_flags(struct phx_stream *stream, unsigned int flags);
  * @bytes_done: written with the bytes moved or a negative errno when the
  *	    transfer completes.
  *
- * All pointers must stay valid until then.  Returns 0 when queued.  Blocks
- * while the driver's queue for @stream is full (CUDA takes about a
- * thousand operations on a stream), as any launch on that stream would.
+ * All pointers must stay valid, and @fd open, until then.  Returns 0 when
+ * queued.  Blocks while the driver's queue for @stream is full (CUDA
+ * takes about a thousand operations on a stream), as any launch on that
+ * stream would.
  *
  * How the stream is held while a worker thread moves the bytes
  * (PHX_STREAM_WAIT): "copy" (the default on CUDA and the simulated

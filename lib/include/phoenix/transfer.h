@@ -117,13 +117,30 @@ int phx_batch_create(struct phx_device *dev, unsigned int depth,
 		     unsigned int flags, struct phx_batch **out);
 
 /**
- * phx_batch_submit() - start @n transfers.
+ * phx_batch_submit() - start @n transfers, and those queued before.
  *
- * The array must stay valid until each entry completed (phx_batch_wait()
- * returns it).  Returns @n or a negative errno if nothing was started.
+ * The array must stay valid, and each entry's fd open, until the entry
+ * completed (phx_batch_wait() returns it).  @n may be 0 (@ios NULL): it
+ * starts what phx_batch_queue() queued.  Transfers complete soonest when
+ * the thread that started them waits for them.  Returns @n or a negative
+ * errno if nothing was started.
  */
 int phx_batch_submit(struct phx_batch *batch, struct phx_io *ios,
 		     unsigned int n);
+
+/**
+ * phx_batch_queue() - queue @n transfers, to start with the others queued
+ * at the next phx_batch_submit() or phx_batch_wait() on the batch.
+ *
+ * For entries that come one at a time (a completed one's successor, fio's
+ * queue hook): what is queued between two of those calls goes to the
+ * kernel in one system call.  The entries are checked now; one that
+ * cannot run completes with its error, as in phx_batch_submit().  Same
+ * rules for the array and the fds.  Returns @n or a negative errno if
+ * nothing was queued.
+ */
+int phx_batch_queue(struct phx_batch *batch, struct phx_io *ios,
+		    unsigned int n);
 
 /**
  * phx_batch_wait() - drive the batch until @min entries have completed.
@@ -131,9 +148,10 @@ int phx_batch_submit(struct phx_batch *batch, struct phx_io *ios,
  * @max: capacity of @done.
  * @timeout_ms: -1 waits for ever, 0 only collects what is done.
  *
- * Each completed entry has result and path set; a failed entry does not
- * stop the others.  Returns the number of entries completed by this call
- * (at most @max when @done is set), or a negative errno.
+ * It starts what phx_batch_queue() queued first.  Each completed entry
+ * has result and path set; a failed entry does not stop the others.
+ * Returns the number of entries completed by this call (at most @max when
+ * @done is set), or a negative errno.
  */
 int phx_batch_wait(struct phx_batch *batch, unsigned int min,
 		   struct phx_io **done, unsigned int max, int timeout_ms);
