@@ -34,6 +34,16 @@
  */
 #define PHX_BATCH_COPY_MAX (256u << 10)
 
+/*
+ * A synchronous read served by the page cache (staged.c) re-cuts its
+ * engine's staging into slots of PHX_HOT_CHUNK: the page-cache copies run
+ * on io_uring's workers one slot each, so more, smaller slots are more
+ * CPUs copying at once, and a slot reaches the copy engine sooner.  An
+ * io_uring has room for PHX_MAX_SLOTS slots, twice as many entries.
+ */
+#define PHX_HOT_CHUNK (1u << 20)
+#define PHX_MAX_SLOTS 128u
+
 /* A file a job reads or writes, shared by the jobs on it while active. */
 struct phx_fd {
 	int user_fd;

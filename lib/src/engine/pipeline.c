@@ -223,8 +223,8 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	TAILQ_INIT(&e->issue);
 	STAILQ_INIT(&e->done);
 
-	/* Room for batches of up to 64 slots to re-cut it without a new io_uring. */
-	e->uring_entries = phx_max(sh.nslots, 64u) * 2;
+	/* Room for any cut of up to PHX_MAX_SLOTS without a new io_uring. */
+	e->uring_entries = phx_max(sh.nslots, PHX_MAX_SLOTS) * 2;
 	ret = engine_uring_init(e);
 	if (ret) {
 		ret = phx_err(
