@@ -12,6 +12,30 @@ static const size_t sizes[] = {
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 /*
+ * Read @len bytes of @fd at @file_off into @buf at @buf_off; check the
+ * count and the bytes against @data (the file's); return the data path.
+ */
+static enum phx_path read_checked(struct phx_device *dev, int fd,
+				  size_t file_off, struct phx_buf *buf,
+				  size_t buf_off, size_t len, const void *data)
+{
+	struct phx_io io = {
+		.op = PHX_OP_READ,
+		.fd = fd,
+		.file_off = (int64_t)file_off,
+		.buf = buf,
+		.buf_off = buf_off,
+		.len = len,
+	};
+	int64_t got = phx_io_run(dev, &io);
+
+	cr_assert_eq(got, (int64_t)len, "read %zu at %zu: got %lld: %s", len,
+		     file_off, (long long)got, phx_strerror_last());
+	assert_buf_eq(buf, buf_off, (const char *)data + file_off, len);
+	return io.path;
+}
+
+/*
  * Read @len bytes at a random file offset into a random buffer offset;
  * check the bytes, the count (short at EOF) and the data path.
  */
@@ -31,17 +55,10 @@ static void read_case(const char *dir, size_t len, uint64_t seed, bool cold,
 	fd = make_file(dir, fsize, seed, cold, &data);
 	buf = buf_new(dev, buf_off + len + 100, 0);
 	struct phx_io io = {
-		.op = PHX_OP_READ,
-		.fd = fd,
-		.file_off = (int64_t)file_off,
-		.buf = buf,
-		.buf_off = buf_off,
-		.len = len,
+		.op = PHX_OP_READ, .fd = fd, .buf = buf, .buf_off = buf_off
 	};
-	got = phx_io_run(dev, &io);
-	cr_assert_eq(got, (int64_t)len, "read %zu at %zu: got %lld: %s", len,
-		     file_off, (long long)got, phx_strerror_last());
-	assert_buf_eq(buf, buf_off, (char *)data + file_off, len);
+
+	io.path = read_checked(dev, fd, file_off, buf, buf_off, len, data);
 	if (len && want_path == PHX_PATH_NONE)
 		cr_expect(io.path == PHX_PATH_STAGED ||
 				  io.path == PHX_PATH_BUFFERED,
@@ -349,14 +366,7 @@ Test(io, hot_and_cold_reads_share_one_engine)
 	for (unsigned int i = 0; i < 3; i++) {
 		/* a new buffer each time: none holds the last read's bytes */
 		struct phx_buf *buf = buf_new(dev, buf_off + len, 0);
-		struct phx_io io = {
-			.op = PHX_OP_READ,
-			.fd = fd,
-			.file_off = (int64_t)file_off,
-			.buf = buf,
-			.buf_off = buf_off,
-			.len = len,
-		};
+		enum phx_path path;
 
 		if (want[i] == PHX_PATH_STAGED) {
 			fsync(fd);
@@ -368,11 +378,9 @@ Test(io, hot_and_cold_reads_share_one_engine)
 				     (ssize_t)(file_off + len));
 			free(back);
 		}
-		cr_assert_eq(phx_io_run(dev, &io), (int64_t)len, "read %u: %s",
-			     i, phx_strerror_last());
-		cr_expect_eq(io.path, want[i], "read %u: path %s", i,
-			     phx_path_name(io.path));
-		assert_buf_eq(buf, buf_off, (char *)data + file_off, len);
+		path = read_checked(dev, fd, file_off, buf, buf_off, len, data);
+		cr_expect_eq(path, want[i], "read %u: path %s", i,
+			     phx_path_name(path));
 		phx_buf_free(buf);
 		if (!i)
 			built = engine_stats(dev).built;
