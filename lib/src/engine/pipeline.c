@@ -171,16 +171,6 @@ int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 	return 0;
 }
 
-#ifndef IORING_SETUP_COOP_TASKRUN
-#define IORING_SETUP_COOP_TASKRUN (1U << 8)
-#endif
-#ifndef IORING_SETUP_TASKRUN_FLAG
-#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
-#endif
-#ifndef IORING_SQ_TASKRUN
-#define IORING_SQ_TASKRUN (1U << 2)
-#endif
-
 /*
  * The engine's io_uring.  A read's completion is task work of the thread
  * that submitted it; by default the kernel interrupts that thread for it

@@ -253,11 +253,7 @@ static void staged_flush(struct phx_engine *e)
 	for (next = sl; next; next = next->copy_next)
 		e->htod[n++] = next->htod;
 	n = htod_merge(e->htod, n);
-	if (n == 1)
-		ret = dev->ops->copy_htod(dev, e->htod[0].dst, e->htod[0].src,
-					  e->htod[0].len, stream);
-	else
-		ret = dev->ops->copy_htod_batch(dev, e->htod, n, stream);
+	ret = dev->ops->copy_htod_batch(dev, e->htod, n, stream);
 	if (!ret)
 		ret = dev->ops->event_record(dev, last->event, stream);
 	for (; sl; sl = next) {

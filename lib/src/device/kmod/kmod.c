@@ -263,8 +263,8 @@ static int kmod_copy_htod_batch(struct phx_device *dev,
 				void *stream)
 {
 	for (unsigned int i = 0; i < n; i++)
-		memcpy((void *)(uintptr_t)copies[i].dst, copies[i].src,
-		       copies[i].len);
+		kmod_copy_htod(dev, copies[i].dst, copies[i].src, copies[i].len,
+			       stream);
 	return 0;
 }
 
