@@ -23,12 +23,14 @@ safetensors.torch.save_file and phx_write of the same bytes (into a new
 file, and into one sized first as the save sizes its files), each
 followed by fsync, the files read back and compared.  Prints one table
 of ratios.  --save-sim compares the save with phx_write on the simulated
-device, without a GPU (it and --overhead are in bench_safetensors_sim.py).
+device, without a GPU, and --first-sim a fresh process's first load with
+its later ones there (they and --overhead are in bench_safetensors_sim.py).
 
     python3 scripts/bench-safetensors.py --dir /var/tmp
     python3 scripts/bench-safetensors.py --cases sharded,save --repeat 3
     python3 scripts/bench-safetensors.py --overhead   # sim device, no GPU
     python3 scripts/bench-safetensors.py --save-sim   # sim device, no GPU
+    python3 scripts/bench-safetensors.py --first-sim  # sim device, no GPU
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ import threading
 import time
 from pathlib import Path
 
-from bench_safetensors_sim import (fsync, overhead, rate, read_through_cache,
-                                   save_sim, write_sized)
+from bench_safetensors_sim import (first_child, first_sim, fsync, overhead,
+                                   rate, read_through_cache, save_sim,
+                                   write_sized)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
@@ -421,6 +424,11 @@ def main() -> int:
     ap.add_argument("--save-sim", action="store_true",
                     help="save_safetensors against phx_write on the "
                     "simulated device (--size-gib, default 1 here)")
+    ap.add_argument("--first-sim", action="store_true",
+                    help="a fresh process's first load against its later "
+                    "ones on the simulated device (--size-gib, default 0.5 "
+                    "here)")
+    ap.add_argument("--first-child", help=argparse.SUPPRESS)
     ap.add_argument("--make", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
@@ -430,6 +438,10 @@ def main() -> int:
         return overhead(args)
     if args.save_sim:
         return save_sim(args)
+    if args.first_sim:
+        return first_sim(args)
+    if args.first_child:
+        return first_child(args.first_child)
     if args.make:
         (make_single(Path(args.make[1]), args.size_gib)
          if args.make[0] == "single" else make_sharded(Path(args.make[1])))

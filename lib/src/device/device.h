@@ -258,8 +258,9 @@ struct phx_backend_ops {
 			   phx_dptr_t buf, phx_feed_play_fn *play);
 	/*
 	 * Load the copy kernel now, where loading can wait for the GPU:
-	 * the stream layer calls it when a device opens in kernel mode.
-	 * NULL where nothing needs loading.
+	 * when a device opens in kernel or copy mode, the stream layer has
+	 * the device's set-up thread call it, before any stream-ordered
+	 * transfer is queued.  NULL where nothing needs loading.
 	 */
 	int (*feed_load)(struct phx_device *dev);
 };
