@@ -434,6 +434,7 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 	struct phx_engine *e = b->engine;
 	struct timespec t0, now;
 	unsigned int n = 0;
+	bool stepped = false;
 	int ret;
 
 	ret = phx_device_bind(b->dev);
@@ -452,7 +453,10 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 		}
 		if (n >= min || !phx_engine_busy(e) || (done && n >= max))
 			break;
-		if (timeout_ms >= 0) {
+		/* 0: one round of the pipeline that does not wait, then go */
+		if (!timeout_ms && stepped)
+			break;
+		if (timeout_ms > 0) {
 			clock_gettime(CLOCK_MONOTONIC, &now);
 			if ((now.tv_sec - t0.tv_sec) * 1000 +
 				    (now.tv_nsec - t0.tv_nsec) / 1000000 >=
@@ -462,6 +466,7 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 		ret = phx_engine_step(e, timeout_ms != 0);
 		if (ret)
 			return ret;
+		stepped = true;
 	}
 	return (int)n;
 }
