@@ -21,7 +21,9 @@ every tensor of every loader is compared bit for bit with
 safetensors.torch.load_file's.  Saving: phxio.save_safetensors against
 safetensors.torch.save_file and phx_write of the same bytes (into a new
 file, and into one sized first as the save sizes its files), each
-followed by fsync, the files read back and compared.  Prints one table
+followed by fsync, the files read back and compared; the writers run in
+rounds, one run of each per round (a child each), so that the disk's
+drift falls on all of them alike.  Prints one table
 of ratios.  --save-sim compares the save with phx_write on the simulated
 device, without a GPU, and --first-sim a fresh process's first load with
 its later ones there (they and --overhead are in bench_safetensors_sim.py).
@@ -393,9 +395,9 @@ def child_save(name: str, files: list[str], args) -> dict:
 
 # ---- the parent: one child per measurement ----------------------------------
 
-def child(extra: list[str], args) -> dict:
+def child(extra: list[str], args, repeat: int = 0) -> dict:
     cmd = [sys.executable, __file__, "--dir", args.dir, "--repeat",
-           str(args.repeat), "--device", args.device, "--size-gib",
+           str(repeat or args.repeat), "--device", args.device, "--size-gib",
            str(args.size_gib)] + extra
     try:
         r = subprocess.run(cmd, capture_output=True, text=True,
@@ -473,9 +475,15 @@ def main() -> int:
     if "save" in cases and case_files("sharded", args):
         files = case_files("sharded", args)
         results = {}
+        # in rounds, one run of each writer per round: the disk's rate
+        # drifts more between minutes than the writers differ
+        for _ in range(args.repeat):
+            for name in SAVERS:
+                r = child(["--child", "save", name, "--files"] + files, args,
+                          repeat=1)
+                results[name] = merge_runs(results.get(name), r)
         for name in SAVERS:
-            r = child(["--child", "save", name, "--files"] + files, args)
-            results[name] = r
+            r = results[name]
             print(f"  save {name:24} {summary(r, r.get('bytes', 0))}",
                   flush=True)
         rows.append(("save", None, results))
@@ -487,6 +495,20 @@ def main() -> int:
         for d in ("phx-bench-llama", "phx-bench-save"):
             shutil.rmtree(base / d, ignore_errors=True)
     return 0
+
+
+def merge_runs(acc, r: dict) -> dict:
+    """One writer's rounds in one result: the times of all, the largest
+    RSS, the first error or difference."""
+    if acc is None:
+        return r
+    if "error" in acc or "error" in r:
+        return acc if "error" in acc else r
+    acc["hot"] = acc.get("hot", []) + r.get("hot", [])
+    acc["rss"] = max(acc.get("rss", 0), r.get("rss", 0))
+    if r.get("diff") and not acc.get("diff"):
+        acc["diff"] = r["diff"]
+    return acc
 
 
 def summary(r: dict, nbytes: int) -> str:
