@@ -6,7 +6,9 @@ Cases: a single file of random bytes in mixed dtypes (--size-gib, default
 4) and a checkpoint written by transformers' save_pretrained (Llama-style,
 about 1.6 GB in shards of at most 400 MB).  Loaders, each in its own
 process (so its peak host RSS is its own): safetensors.torch.load_file,
-phxio.load_safetensors (one worker, the default, and four),
+phxio.load_safetensors (one worker, the default, and four; and one
+whose first load comes after the device's set-up, to tell the first
+load's set-up from the rest),
 fastsafetensors (GDS on and off), runai-model-streamer's
 SafetensorsStreamer and instanttensor's safe_open;
 the ones not installed are reported and skipped.  Limits measured in the
@@ -21,14 +23,18 @@ every tensor of every loader is compared bit for bit with
 safetensors.torch.load_file's.  Saving: phxio.save_safetensors against
 safetensors.torch.save_file and phx_write of the same bytes (into a new
 file, and into one sized first as the save sizes its files), each
-followed by fsync, the files read back and compared.  Prints one table
+followed by fsync, the files read back and compared; the writers run in
+rounds, one run of each per round (a child each), so that the disk's
+drift falls on all of them alike.  Prints one table
 of ratios.  --save-sim compares the save with phx_write on the simulated
-device, without a GPU (it and --overhead are in bench_safetensors_sim.py).
+device, without a GPU, and --first-sim a fresh process's first load with
+its later ones there (they and --overhead are in bench_safetensors_sim.py).
 
     python3 scripts/bench-safetensors.py --dir /var/tmp
     python3 scripts/bench-safetensors.py --cases sharded,save --repeat 3
     python3 scripts/bench-safetensors.py --overhead   # sim device, no GPU
     python3 scripts/bench-safetensors.py --save-sim   # sim device, no GPU
+    python3 scripts/bench-safetensors.py --first-sim  # sim device, no GPU
 """
 
 from __future__ import annotations
@@ -46,13 +52,14 @@ import threading
 import time
 from pathlib import Path
 
-from bench_safetensors_sim import (fsync, overhead, rate, read_through_cache,
-                                   save_sim, write_sized)
+from bench_safetensors_sim import (first_child, first_sim, fsync, overhead,
+                                   rate, read_through_cache, save_sim,
+                                   write_sized)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
-LOADERS = ["safetensors", "phxio", "phxio-4threads",
+LOADERS = ["safetensors", "phxio", "phxio-setup-apart", "phxio-4threads",
            "fastsafetensors-nogds",
            "fastsafetensors-gds", "runai-streamer", "instanttensor"]
 SAVERS = ["phxio.save_safetensors", "safetensors.save_file", "phx_write",
@@ -266,6 +273,12 @@ def child_load(name: str, files: list[str], args) -> dict:
         fn = loader(name, files, args.device)
     except ImportError as exc:
         return {"name": name, "skip": f"not installed ({exc})"}
+    if name == "phxio-setup-apart":
+        # the first load with the device's set-up (staging, engine)
+        # done before it: what of the first load's cost is set-up
+        import phxio
+
+        phxio.device(args.device).prepare()
     res["first"] = timed(fn, files, False)
     for case in ("cold", "hot"):
         res[case] = [timed(fn, files, case == "cold")
@@ -390,9 +403,9 @@ def child_save(name: str, files: list[str], args) -> dict:
 
 # ---- the parent: one child per measurement ----------------------------------
 
-def child(extra: list[str], args) -> dict:
+def child(extra: list[str], args, repeat: int = 0) -> dict:
     cmd = [sys.executable, __file__, "--dir", args.dir, "--repeat",
-           str(args.repeat), "--device", args.device, "--size-gib",
+           str(repeat or args.repeat), "--device", args.device, "--size-gib",
            str(args.size_gib)] + extra
     try:
         r = subprocess.run(cmd, capture_output=True, text=True,
@@ -421,6 +434,11 @@ def main() -> int:
     ap.add_argument("--save-sim", action="store_true",
                     help="save_safetensors against phx_write on the "
                     "simulated device (--size-gib, default 1 here)")
+    ap.add_argument("--first-sim", action="store_true",
+                    help="a fresh process's first load against its later "
+                    "ones on the simulated device (--size-gib, default 0.5 "
+                    "here)")
+    ap.add_argument("--first-child", help=argparse.SUPPRESS)
     ap.add_argument("--make", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
@@ -430,6 +448,10 @@ def main() -> int:
         return overhead(args)
     if args.save_sim:
         return save_sim(args)
+    if args.first_sim:
+        return first_sim(args)
+    if args.first_child:
+        return first_child(args.first_child)
     if args.make:
         (make_single(Path(args.make[1]), args.size_gib)
          if args.make[0] == "single" else make_sharded(Path(args.make[1])))
@@ -461,9 +483,15 @@ def main() -> int:
     if "save" in cases and case_files("sharded", args):
         files = case_files("sharded", args)
         results = {}
+        # in rounds, one run of each writer per round: the disk's rate
+        # drifts more between minutes than the writers differ
+        for _ in range(args.repeat):
+            for name in SAVERS:
+                r = child(["--child", "save", name, "--files"] + files, args,
+                          repeat=1)
+                results[name] = merge_runs(results.get(name), r)
         for name in SAVERS:
-            r = child(["--child", "save", name, "--files"] + files, args)
-            results[name] = r
+            r = results[name]
             print(f"  save {name:24} {summary(r, r.get('bytes', 0))}",
                   flush=True)
         rows.append(("save", None, results))
@@ -475,6 +503,20 @@ def main() -> int:
         for d in ("phx-bench-llama", "phx-bench-save"):
             shutil.rmtree(base / d, ignore_errors=True)
     return 0
+
+
+def merge_runs(acc, r: dict) -> dict:
+    """One writer's rounds in one result: the times of all, the largest
+    RSS, the first error or difference."""
+    if acc is None:
+        return r
+    if "error" in acc or "error" in r:
+        return acc if "error" in acc else r
+    acc["hot"] = acc.get("hot", []) + r.get("hot", [])
+    acc["rss"] = max(acc.get("rss", 0), r.get("rss", 0))
+    if r.get("diff") and not acc.get("diff"):
+        acc["diff"] = r["diff"]
+    return acc
 
 
 def summary(r: dict, nbytes: int) -> str:
@@ -528,9 +570,17 @@ def table(rows, args, versions) -> None:
                       f"| {vs_lim:.2f}x | {vs_us:.2f}x | "
                       f"{r.get('rss', 0) / (1 << 20):.0f} | {ok} |")
     for case, nbytes, results in rows:
-        if case != "save" and results.get("phxio", {}).get("first"):
-            print(f"phxio first load in its process ({case}): "
-                  f"{nbytes / results['phxio']['first'] / 1e9:.2f} GB/s")
+        for name, how in (("phxio", ""),
+                          ("phxio-setup-apart", ", the device opened and "
+                           "its set-up done before it")):
+            r = results.get(name, {})
+            if case == "save" or not r.get("first"):
+                continue
+            later = statistics.median(r["hot"]) if r.get("hot") else 0
+            vs = f", {later / r['first']:.2f}x the later hot loads" \
+                if later else ""
+            print(f"phxio first load in its process ({case}{how}): "
+                  f"{nbytes / r['first'] / 1e9:.2f} GB/s{vs}")
     print("raw cold = best of O_DIRECT (8 threads) and one buffered "
           "reader; limits: hot phx_read, cold raw, save phx_write")
 

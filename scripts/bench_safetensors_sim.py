@@ -1,13 +1,16 @@
 """The simulated-device modes of bench-safetensors.py, which need no GPU:
---overhead (what a load_safetensors call costs beyond moving its bytes)
-and --save-sim (save_safetensors against phx_write); and the timing and
-file helpers the script shares with them."""
+--overhead (what a load_safetensors call costs beyond moving its bytes),
+--save-sim (save_safetensors against phx_write) and --first-sim (the
+first load of a fresh process against its later ones); and the timing
+and file helpers the script shares with them."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -198,6 +201,106 @@ def save_sim(args) -> int:
         print(f"| {name} | {med:.2f} | {lo:.2f}-{hi:.2f} | "
               f"{med / lim:.2f}x |")
     return 1 if bad else 0
+
+
+def first_sim(args) -> int:
+    """The first load_safetensors of a fresh process against the later
+    loads of the same files in that process, on sim0, hot: what a
+    process's first call builds that the later ones reuse.  One file of
+    mixed tensors and the same bytes as four shards with an index; each
+    process opens the device inside its first timed load, as a loader
+    does, after importing phxio.  Then the same with the device opened
+    and its set-up done before the first load: what is left of the first
+    load's cost once set-up is out of it."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    size = args.size_gib if "--size-gib" in sys.argv else 0.5
+    rng = np.random.default_rng(5)
+    d = Path(args.dir) / "phx-bench-first"
+    shutil.rmtree(d, ignore_errors=True)
+    (d / "sharded").mkdir(parents=True)
+    kinds = [np.float32, np.float16, np.int8, np.int64, np.uint8]
+    tensors, total, i = {}, 0, 0
+    while total < size * (1 << 30):
+        kind = kinds[i % len(kinds)]
+        n = int(rng.integers(4 << 20, 48 << 20)) // 4096 * 4096
+        tensors[f"model.layers.{i}.weight"] = rng.integers(
+            0, 100, n // np.dtype(kind).itemsize).astype(kind)
+        total += n
+        i += 1
+    single = d / "model.safetensors"
+    save_file(tensors, str(single))
+    names = list(tensors)
+    wmap = {}
+    for s in range(4):
+        part = names[s::4]
+        f = f"model-{s + 1:05d}-of-00004.safetensors"
+        save_file({k: tensors[k] for k in part}, str(d / "sharded" / f))
+        wmap.update({k: f for k in part})
+    with open(d / "sharded" / "model.safetensors.index.json", "w") as fh:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wmap},
+                  fh)
+    del tensors
+    n = max(args.repeat, 5)
+    print(f"first load on sim0 (simulated device: CPU-side figures only), "
+          f"{total / 1e9:.2f} GB hot, {n} fresh processes; later = median "
+          "of the 3 loads after the first in the same process")
+    print("| case | first (ms) | later (ms) | first / later speed |")
+    print("|---|---|---|---|")
+    summary = []
+    for case, src, how in (("single", single, "plain"),
+                           ("sharded", d / "sharded", "plain"),
+                           ("single, set-up apart", single, "apart"),
+                           ("sharded, set-up apart", d / "sharded", "apart")):
+        files = [str(single)] if src == single else sorted(
+            str(p) for p in (d / "sharded").glob("*.safetensors"))
+        firsts, laters = [], []
+        for _ in range(n):
+            read_through_cache(files)
+            r = subprocess.run([sys.executable, sys.argv[0],
+                                "--first-child", f"{how}:{src}"],
+                               capture_output=True, text=True, timeout=300)
+            line = [ln for ln in r.stdout.splitlines()
+                    if ln.startswith("{")]
+            if r.returncode or not line:
+                print(f"child failed: {r.stderr.strip()[-2000:]}")
+                return 1
+            o = json.loads(line[-1])
+            firsts.append(o["first"])
+            laters.append(o["later"])
+            print(f"| {case} | {o['first'] * 1e3:.1f} | "
+                  f"{o['later'] * 1e3:.1f} | "
+                  f"{o['later'] / o['first']:.2f}x |", flush=True)
+        f, later = statistics.median(firsts), statistics.median(laters)
+        summary.append(f"| {case}, median | {f * 1e3:.1f} | "
+                       f"{later * 1e3:.1f} | {later / f:.2f}x |")
+    print("\n".join(summary))
+    shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+def first_child(arg: str) -> int:
+    """One fresh process of first_sim: the first load, then three more;
+    "apart:" before the path: the device opened and its set-up done
+    (phx_device_prepare) before the first load."""
+    import phxio
+
+    how, src = arg.split(":", 1)
+    if how == "apart":
+        phxio.device("sim0").prepare()
+    t0 = time.perf_counter()
+    sd = phxio.load_safetensors(src, "sim0", framework="phxio")
+    first = time.perf_counter() - t0
+    del sd
+    later = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        sd = phxio.load_safetensors(src, "sim0", framework="phxio")
+        later.append(time.perf_counter() - t0)
+        del sd
+    print(json.dumps({"first": first, "later": statistics.median(later)}))
+    return 0
 
 
 def write_sized(path, buf, total: int) -> None:

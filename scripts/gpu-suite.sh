@@ -16,7 +16,11 @@
 #   interference 150  scripts/bench-stream-interference.py
 #   st-single 200     bench-safetensors.py, 2 GiB single file
 #   st-sharded 200    bench-safetensors.py, sharded checkpoint and save
-#   st-save 150       bench-safetensors.py, the save only, against safetensors
+#   st-save 300       bench-safetensors.py, the save only, against safetensors
+#                     and phx_write, three rounds of one run of each writer
+#   st-first 450      bench-safetensors.py, 4 GiB single file and sharded:
+#                     each process's first load against its later ones, and
+#                     with the device's set-up done before it
 #   phxfs 300         scripts/bench-phxfs.sh, 4 GiB as its figures are
 #                     published (PHXFS_SIZE, MODES from the environment;
 #                     default direct, also over io_uring (switched on
@@ -64,8 +68,11 @@ for s in "$@"; do
 	st-sharded) wheels
 		step st-sharded 200 $st --repeat 1 --cases sharded,save ;;
 	st-save) wheels
-		step st-save 150 $st --repeat 1 --cases save \
+		step st-save 300 $st --repeat 3 --cases save \
 			--loaders safetensors,phxio ;;
+	st-first) wheels
+		step st-first 450 $st --size-gib 4 --repeat 3 \
+			--cases single,sharded --loaders phxio,phxio-setup-apart ;;
 	phxfs) step phxfs 300 env SIZE="${PHXFS_SIZE:-4G}" URING=on \
 		MODES="${MODES:-direct direct,io_uring direct,blksize=16M}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;

@@ -91,6 +91,24 @@ static int cp_pull_range(struct phxfs_conn *c, struct phxfs_inode *inode,
 
 /* Steps of a copy in flight at once, so the engine never runs dry. */
 #define CP_WINDOW 3
+/* Bytes of the file's memory backed at a time, between engine rounds. */
+#define CP_BACK_PIECE (64ULL << 20)
+
+/* Back @inode's memory up to @to (at most @total): *@backed moves on. */
+static int cp_back(struct phxfs_inode *inode, uint64_t *backed, uint64_t to,
+		   uint64_t total)
+{
+	int ret;
+
+	if (to > total)
+		to = total;
+	if (to <= *backed)
+		return 0;
+	ret = phx_buf_commit(inode->buf, *backed, to - *backed);
+	if (!ret)
+		*backed = to;
+	return ret;
+}
 
 /*
  * Pull @src into @inode, which the client has just cut to at most @total
@@ -98,7 +116,10 @@ static int cp_pull_range(struct phxfs_conn *c, struct phxfs_inode *inode,
  * fills its slots from the next step while the last ones of a step are
  * still copied, as one phx_read() of the whole file would; progress is
  * reported as the steps complete, and *@done only counts the bytes of the
- * leading steps that did.
+ * leading steps that did.  The file's device memory is backed ahead of
+ * the copy, CP_BACK_PIECE at a time with a round of the engine between
+ * pieces, rather than by each step when it starts: a new file's
+ * allocation then runs beside the transfers instead of between them.
  */
 static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 		   uint64_t total, uint64_t *done, enum phx_path *path)
@@ -106,7 +127,7 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 	struct phx_io ios[CP_WINDOW];
 	bool complete[CP_WINDOW] = { false };
 	unsigned int first = 0, inflight = 0;
-	uint64_t next = 0;
+	uint64_t next = 0, backed = 0;
 	struct phx_batch *b;
 	int ret;
 
@@ -146,6 +167,9 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 				.len = total - next < CP_STEP ? total - next :
 								CP_STEP,
 			};
+			ret = cp_back(inode, &backed, next + ios[i].len, total);
+			if (ret)
+				break;
 			complete[i] = false;
 			ret = phx_batch_submit(b, &ios[i], 1);
 			if (ret < 0)
@@ -154,15 +178,27 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 			next += ios[i].len;
 			inflight++;
 		}
-		if (!inflight)
+		if (ret || !inflight)
 			break;
 		struct phx_io *io;
-		int n = phx_batch_wait(b, 1, &io, 1, -1);
+		int n;
 
+		if (backed < total) {
+			ret = cp_back(inode, &backed, backed + CP_BACK_PIECE,
+				      total);
+			if (ret)
+				break;
+			/* one round of the engine, without waiting */
+			n = phx_batch_wait(b, 1, &io, 1, 0);
+		} else {
+			n = phx_batch_wait(b, 1, &io, 1, -1);
+		}
 		if (n < 0) {
 			ret = n;
 			break;
 		}
+		if (!n)
+			continue;
 		complete[io - ios] = true;
 		/* the leading steps that completed count, in order */
 		while (inflight && complete[first] && !ret) {

@@ -195,6 +195,15 @@ class Device(_Handle):
             self._streams.clear()
         self._native = None
 
+    def prepare(self) -> None:
+        """Wait until the set-up that opening started is done: the
+        staging pinned and the first transfer engine built (transfers
+        never need this; it times the set-up apart from them).  Raises
+        PhoenixError when the staging could not be made (transfers then
+        pin their own)."""
+        check(lib().phx_device_prepare(self.handle),
+              f"preparing {self.name}")
+
     def query(self) -> DeviceInfo:
         """Current description, with capacity and bytes in use."""
         s = _lib.DeviceInfoStruct()

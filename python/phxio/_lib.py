@@ -109,6 +109,7 @@ _PROTOTYPES = {
                                 c_int]),
     "phx_device_open": (c_int, [c_char_p, ctypes.POINTER(c_void_p)]),
     "phx_device_close": (None, [c_void_p]),
+    "phx_device_prepare": (c_int, [c_void_p]),
     "phx_device_info": (c_int, [c_void_p, ctypes.POINTER(DeviceInfoStruct)]),
     "phx_device_kind": (c_int, [c_void_p]),
     "phx_device_native": (c_void_p, [c_void_p]),

@@ -1,14 +1,15 @@
 """Write device tensors as a safetensors file, or as shards with an index.
 
-The header is written from host memory and padded so that the data
-section starts on a 4 KiB boundary; the tensors' bytes go from the device
-to the file through the engine, as phx_write() moves one buffer: one
-batch, every shard's tensors queued in file order, tensors of one
-allocation that follow each other there merged into one transfer,
-O_DIRECT for all but the pages two tensors share.  So the file is written front to back
-by one pipeline that never drains between tensors or shards.  Files are
-written under temporary names and renamed into place only when complete,
-so a failed save leaves nothing behind and an old checkpoint intact.
+The header is padded so that the data section starts on a 4 KiB
+boundary, and written from host memory while the tensors' bytes move;
+those go from the device to the file through the engine, as phx_write()
+moves one buffer: one batch, every shard's tensors queued in file order,
+tensors of one allocation that follow each other there merged into one
+transfer, O_DIRECT for all but the pages two tensors share.  So the file
+is written front to back by one pipeline that never drains between
+tensors or shards.  Files are written under temporary names and renamed
+into place only when complete, so a failed save leaves nothing behind
+and an old checkpoint intact.
 """
 
 from __future__ import annotations
@@ -230,21 +231,22 @@ def _write_all(shards: list[list], names: list[str],
             # the end are serialized), and trailing empty tensors count.
             total = sum(e[1].nbytes(e[2]) for e in shard)
             os.ftruncate(fd, data_start + total)
-            os.pwrite(fd, len(head).to_bytes(8, "little") + head, 0)
             runs = _runs(shard, offs, data_start)
-            if not runs:
-                continue
-            if pipe is None:
-                pipe = Pipeline(dev, min(nthreads, len(shards)))
-            arr = new_ios(len(runs))
-            for io, (dptr, foff, n) in zip(arr, runs):
-                io.op = _lib.PHX_OP_WRITE
-                io.fd = fd
-                io.file_off = foff
-                io.dptr = dptr
-                io.len = n
-            pipe.put(arr)
-            groups.append((final, arr))
+            if runs:
+                if pipe is None:
+                    pipe = Pipeline(dev, min(nthreads, len(shards)))
+                arr = new_ios(len(runs))
+                for io, (dptr, foff, n) in zip(arr, runs):
+                    io.op = _lib.PHX_OP_WRITE
+                    io.fd = fd
+                    io.file_off = foff
+                    io.dptr = dptr
+                    io.len = n
+                pipe.put(arr)
+                groups.append((final, arr))
+            # while the tensors' bytes move: the header is no part of
+            # their pages (the data section starts on a 4 KiB boundary)
+            os.pwrite(fd, len(head).to_bytes(8, "little") + head, 0)
         if pipe is not None:
             pipe.finish()
         for final, arr in groups:

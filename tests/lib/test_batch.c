@@ -393,3 +393,42 @@ Test(batch, backend_copies_a_batch_host_to_device)
 	munmap(host, len);
 	phx_device_close(dev);
 }
+
+/*
+ * A caller that polls with a timeout of 0 between work of its own (phx
+ * cp backing the next part of its file) keeps the transfers moving:
+ * each poll is a round of the pipeline that does not wait.
+ */
+Test(batch, polling_with_no_timeout_drives_the_transfers)
+{
+	struct rig r = rig_open(open_default(), dir_direct(), 8 * MiB + 123, 41,
+				false);
+	struct phx_io ios[4];
+	struct phx_batch *b;
+	unsigned int i, got = 0, polls = 0;
+
+	cr_assert_eq(phx_batch_create(r.dev, 0, 0, &b), 0);
+	for (i = 0; i < 4; i++)
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = r.fd,
+			.file_off = (int64_t)(i * r.n / 4),
+			.buf = r.buf,
+			.buf_off = i * r.n / 4,
+			.len = (i + 1) * r.n / 4 - i * r.n / 4,
+		};
+	cr_assert_eq(phx_batch_submit(b, ios, 4), 4);
+	while (got < 4 && polls < 10000000) {
+		int k = phx_batch_wait(b, 1, NULL, 0, 0);
+
+		cr_assert_geq(k, 0, "%s", phx_strerror_last());
+		got += (unsigned int)k;
+		polls++;
+	}
+	cr_assert_eq(got, 4, "polls never finished the transfers");
+	for (i = 0; i < 4; i++)
+		cr_assert_eq(ios[i].result, (int64_t)ios[i].len);
+	assert_buf_eq(r.buf, 0, r.data, r.n);
+	phx_batch_destroy(b);
+	rig_close(&r);
+}

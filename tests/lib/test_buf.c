@@ -148,6 +148,48 @@ Test(buf, sparse_until_written)
 	phx_device_close(dev);
 }
 
+/* Every byte of [@off, @off + @len) of @buf is zero. */
+static void assert_zeros(struct phx_buf *buf, uint64_t off, size_t len,
+			 const char *what)
+{
+	unsigned char *back = xmalloc(len);
+
+	memset(back, 0xff, len);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, off, len), 0, "%s",
+		     phx_strerror_last());
+	for (size_t i = 0; i < len; i++)
+		if (back[i])
+			cr_assert_fail("%s: byte %zu of %zu is %u", what, i,
+				       len, back[i]);
+	free(back);
+}
+
+Test(buf, memory_given_back_reads_as_zeros_when_allocated_again)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 160 * MiB + 12345;
+	unsigned char *data = xmalloc(n);
+	struct phx_buf *buf;
+	unsigned int round;
+
+	fill_random(data, n, 21);
+	/* dense, then sparse backed by writes: chunks of every size */
+	for (round = 0; round < 3; round++) {
+		cr_assert_eq(phx_buf_alloc(dev, n, 0, &buf), 0, "%s",
+			     phx_strerror_last());
+		assert_zeros(buf, 0, n, "a new buffer");
+		cr_assert_eq(phx_memcpy_to_buf(buf, 0, data, n), 0);
+		phx_buf_free(buf);
+	}
+	cr_assert_eq(phx_buf_alloc(dev, n, PHX_BUF_SPARSE, &buf), 0);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 70 * MiB + 1, data, 4096), 0);
+	assert_zeros(buf, 0, 70 * MiB + 1, "around a write into a hole");
+	assert_zeros(buf, 70 * MiB + 4097, 30 * MiB, "after it");
+	phx_buf_free(buf);
+	free(data);
+	phx_device_close(dev);
+}
+
 Test(buf, device_to_device_copy)
 {
 	struct phx_device *dev = open_default();

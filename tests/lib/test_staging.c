@@ -5,9 +5,11 @@
  * engines past one budget pin theirs, a device closed at once or used at
  * once is right, and a forked child uses staging of its own.
  */
+#include <pthread.h>
 #include <sys/wait.h>
 
 #include "util.h"
+#include "engine.h"
 
 static uint64_t pinned(struct phx_device *dev)
 {
@@ -46,15 +48,133 @@ Test(staging, pinned_at_open_and_taken_by_the_first_engine)
 	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
 	cr_assert_eq(pinned(dev), staging_budget(),
 		     "the budget is pinned at open");
-	cr_assert_eq(engine_stats(dev).built, 0, "but no engine is built");
+	cr_assert_eq(engine_stats(dev).built, 1,
+		     "and the first engine built out of it");
+	cr_assert_eq(engine_stats(dev).idle, 1);
 
 	read_check(dev, &r);
-	cr_assert_eq(engine_stats(dev).built, 1);
+	cr_assert_eq(engine_stats(dev).built, 1, "the read built none");
 	cr_assert_eq(engine_stats(dev).staging_bytes, staging_budget());
 	cr_assert_eq(pinned(dev), staging_budget(),
 		     "the engine pinned nothing more");
 	cr_assert_eq(phx_device_prepare(dev), 0, "ready: returns at once");
 	rig_close(&r);
+}
+
+Test(staging, the_first_transfer_waits_for_the_engine_being_built)
+{
+	/* No device in the rig: each round opens one. */
+	struct rig r = rig_file(NULL, dir_direct(), staging_budget() + 4321, 35,
+				false);
+	struct phx_device *dev;
+	unsigned int i;
+
+	for (i = 0; i < 5; i++) {
+		dev = open_default();
+		if (phx_device_kind(dev) == PHX_DEVICE_KMOD) {
+			phx_device_close(dev);
+			cr_skip_test("kmod devices build no engine at open");
+		}
+		read_check(dev, &r); /* at once: before the engine is ready */
+		cr_assert_eq(engine_stats(dev).built, 1,
+			     "round %u: the read built an engine of its own",
+			     i);
+		cr_assert_eq(pinned(dev), staging_budget(),
+			     "round %u: and pinned staging of its own", i);
+		phx_device_close(dev);
+	}
+	rig_close(&r);
+}
+
+Test(staging, a_streams_engine_takes_the_block_from_an_idle_one)
+{
+	struct rig r = budget_file(2, 777, 36);
+	struct phx_device *dev = r.dev;
+	struct phx_stream *st;
+	struct phx_buf *buf;
+	uint64_t len = r.n;
+	int64_t foff = 0, boff = 0, done = -1;
+
+	if (phx_device_kind(dev) == PHX_DEVICE_KMOD)
+		cr_skip_test("kmod devices pin nothing");
+	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
+	cr_assert_eq(engine_stats(dev).idle, 1, "the first engine, idle");
+	buf = buf_new(dev, r.n, 0);
+	cr_assert_eq(phx_stream_create(dev, &st), 0, "%s", phx_strerror_last());
+	cr_assert_eq(phx_stream_set_flags(st, PHX_STREAM_FIXED), 0);
+	cr_assert_eq(phx_io_enqueue(st, PHX_OP_READ, r.fd, phx_buf_dptr(buf),
+				    &len, &foff, &boff, &done),
+		     0, "%s", phx_strerror_last());
+	cr_assert_eq(phx_stream_sync(st), 0);
+	cr_assert_eq(done, (int64_t)r.n, "%s", phx_strerror_last());
+	phx_stream_destroy(st);
+	cr_assert_eq(pinned(dev), staging_budget(),
+		     "the stream's engine pinned staging of its own");
+	phx_buf_free(buf);
+	read_check(dev, &r);
+	rig_close(&r);
+}
+
+Test(staging, an_engine_cut_smaller_leaves_the_rest_to_others)
+{
+	struct phx_device *dev = open_default();
+	struct phx_settings set;
+	struct phx_batch *b[4];
+	unsigned int i, units;
+
+	if (phx_device_kind(dev) == PHX_DEVICE_KMOD)
+		cr_skip_test("kmod devices pin nothing");
+	phx_settings_get(&set);
+	units = (unsigned int)(set.staging_size / set.chunk_size);
+	if (units < 4)
+		cr_skip_test("the budget holds fewer than four chunks");
+	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
+	/* one slot of a chunk each: the first takes the built engine */
+	for (i = 0; i < 4; i++)
+		cr_assert_eq(phx_batch_create(dev, 1, 0, &b[i]), 0, "%s",
+			     phx_strerror_last());
+	cr_assert_eq(pinned(dev), staging_budget(),
+		     "batches pinned staging of their own beside the block");
+	batches_destroy(b, 4);
+	/* and a full-size engine is whole again */
+	for (i = 0; i < 3; i++) {
+		struct rig r = rig_open(dev, dir_direct(),
+					staging_budget() + 99, 37 + i, false);
+
+		rig_read(&r);
+		phx_buf_free(r.buf);
+		close(r.fd);
+		free(r.data);
+	}
+	cr_assert_eq(pinned(dev), staging_budget());
+	phx_device_close(dev);
+}
+
+/* What a set-up step handed to the device's thread saw. */
+static pthread_t later_thread;
+static int later_runs;
+
+static int later_step(struct phx_device *dev)
+{
+	(void)dev;
+	later_thread = pthread_self();
+	later_runs++;
+	return 0;
+}
+
+Test(staging, set_up_left_for_the_thread_runs_there_or_at_once)
+{
+	struct phx_device *dev = open_default();
+
+	later_runs = 0;
+	cr_assert_eq(phx_engine_device_later(dev, later_step), 0);
+	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
+	cr_assert_eq(later_runs, 1, "prepare waits for it");
+	/* done on the set-up thread, or here if that had finished */
+	phx_engine_device_later(dev, later_step);
+	cr_assert_eq(later_runs, 2, "once the thread is done, it runs at once");
+	cr_assert(pthread_equal(later_thread, pthread_self()));
+	phx_device_close(dev);
 }
 
 Test(staging, engines_past_one_budget_pin_their_own)

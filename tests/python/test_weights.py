@@ -247,7 +247,9 @@ print(json.dumps(out))
 
 def test_prepare_builds_the_engines_the_load_borrows(tmp_path):
     """In fresh processes (a device's engines outlive every test's use
-    of it): the load builds one engine, or none after prepare()."""
+    of it): opening the device builds one engine, on its staging thread,
+    and the load borrows it; prepare() builds the rest a load of several
+    workers borrows."""
     import subprocess
     import sys
 
@@ -263,7 +265,8 @@ def test_prepare_builds_the_engines_the_load_borrows(tmp_path):
         return json.loads(r.stdout.splitlines()[-1])
 
     cold = run(0)
-    assert cold["open"]["built"] == 0 and cold["loaded"]["built"] == 1
+    # the open's engine may still be on its way when asked
+    assert cold["open"]["built"] <= 1 and cold["loaded"]["built"] == 1
     assert cold["sum"] == pytest.approx(want)
     for threads in (1, 3):
         st = run(threads)

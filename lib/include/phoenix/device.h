@@ -83,8 +83,9 @@ int phx_device_open(const char *name, struct phx_device **out);
  * phx_device_prepare() - wait until @dev's staging is ready.
  *
  * Blocks until the staging that phx_device_open() started pinning is
- * pinned (it returns at once after that, and in a child of fork(), which
- * does not use its parent's).  For a caller that wants the set-up done
+ * pinned and the first transfer engine built out of it (it returns at
+ * once after that, and in a child of fork(), which does not use its
+ * parent's).  For a caller that wants the set-up done
  * before its first transfer (or timed apart from it); transfers never
  * need it.  Returns 0, or -ENOMEM or the device's error when the staging
  * could not be made: transfers then pin staging of their own, as they

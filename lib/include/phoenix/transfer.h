@@ -146,7 +146,9 @@ int phx_batch_queue(struct phx_batch *batch, struct phx_io *ios,
  * phx_batch_wait() - drive the batch until @min entries have completed.
  * @done: array receiving pointers to completed entries (may be NULL).
  * @max: capacity of @done.
- * @timeout_ms: -1 waits for ever, 0 only collects what is done.
+ * @timeout_ms: -1 waits for ever, 0 drives the batch one round without
+ *	waiting and collects what is done (a caller with other work between
+ *	its waits keeps the transfers moving that way).
  *
  * It starts what phx_batch_queue() queued first.  Each completed entry
  * has result and path set; a failed entry does not stop the others.

@@ -191,26 +191,41 @@ int phx_chunk_carve(struct phx_buf *buf, unsigned int *i, uint64_t from,
 	return 0;
 }
 
-/* Give the unmapped chunk @c memory and map it. */
-static int chunk_back(struct phx_buf *buf, struct phx_buf_chunk *c)
+/*
+ * Give the unmapped chunk @c memory and map it.  Where the device makes
+ * chunks without clearing them, the clearing is queued here and
+ * *@queued set: the caller waits for it before anyone sees the chunk.
+ */
+static int chunk_back(struct phx_buf *buf, struct phx_buf_chunk *c,
+		      bool *queued)
 {
+	const struct phx_backend_ops *ops = buf->dev->ops;
 	struct phx_device *dev = buf->dev;
+	bool uncleared = ops->chunk_create_uncleared != NULL;
 	int ret;
 
 	ret = phx_device_charge(dev, c->size);
 	if (ret)
 		return ret;
-	ret = dev->ops->chunk_create(dev, c->size, &c->handle);
+	ret = uncleared ?
+		      ops->chunk_create_uncleared(dev, c->size, &c->handle) :
+		      ops->chunk_create(dev, c->size, &c->handle);
 	if (ret) {
 		phx_device_uncharge(dev, c->size);
 		return ret;
 	}
-	ret = dev->ops->chunk_map(dev, buf->dptr + c->off, c->size, c->handle);
+	ret = ops->chunk_map(dev, buf->dptr + c->off, c->size, c->handle);
+	if (!ret && uncleared) {
+		ret = ops->chunk_clear(dev, buf->dptr + c->off, c->size);
+		if (ret)
+			ops->chunk_unmap(dev, buf->dptr + c->off, c->size);
+	}
 	if (ret) {
-		dev->ops->chunk_release(dev, c->handle, c->size);
+		ops->chunk_release(dev, c->handle, c->size);
 		phx_device_uncharge(dev, c->size);
 		return ret;
 	}
+	*queued = *queued || uncleared;
 	c->mapped = true;
 	buf->committed += c->size;
 	return 0;
@@ -240,36 +255,94 @@ static void back_span(const struct phx_buf *buf, unsigned int i, uint64_t s,
 	*to = phx_min(*to, end);
 }
 
+/* Which granules of [@from, @to) are backed now, or NULL. */
+static bool *backed_now(const struct phx_buf *buf, uint64_t from, uint64_t to)
+{
+	uint64_t gran = phx_buf_gran(buf);
+	bool *was = calloc((to - from) / gran + 1, sizeof(*was));
+	unsigned int k;
+
+	if (!was) {
+		phx_err(ENOMEM, "out of host memory for a commit");
+		return NULL;
+	}
+	for (k = phx_chunk_find(buf, from);
+	     k < buf->nchunks && buf->chunks[k].off < to; k++)
+		if (buf->chunks[k].mapped)
+			was[(buf->chunks[k].off - from) / gran] = true;
+	return was;
+}
+
+/*
+ * The clearing of the chunks backed since @from failed: they may hold
+ * what other buffers left, so they go again.
+ */
+static void chunks_unclear(struct phx_buf *buf, uint64_t from, uint64_t to,
+			   const bool *was)
+{
+	unsigned int i;
+
+	for (i = phx_chunk_find(buf, from);
+	     i < buf->nchunks && buf->chunks[i].off < to; i++) {
+		struct phx_buf_chunk *c = &buf->chunks[i];
+
+		if (c->mapped && !was[(c->off - from) / phx_buf_gran(buf)])
+			chunk_drop(buf, c);
+	}
+}
+
 int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 {
-	uint64_t end = off + len;
+	uint64_t end = off + len, gran = phx_buf_gran(buf), from, to;
+	bool queued = false, *was = NULL;
 	unsigned int i;
-	int ret;
+	int ret = 0, wret;
 
 	phx_assert_held(&buf->lock);
 
 	if (!len)
 		return 0;
+	/* what was backed before, by granule: kept should clearing fail */
+	from = buf->chunks[phx_chunk_find(buf, off)].off;
+	to = phx_min(phx_align_up(end, gran), buf->reserved);
 	for (i = phx_chunk_find(buf, off);
 	     i < buf->nchunks && buf->chunks[i].off < end; i++) {
-		uint64_t s, e, from, to;
+		uint64_t s, e, bfrom, bto;
 
 		if (buf->chunks[i].mapped)
 			continue;
-		if (buf->imported)
-			return phx_err(
+		if (buf->imported) {
+			ret = phx_err(
 				EPERM,
 				"cannot back a hole in an imported buffer: write it in the owning process");
+			break;
+		}
+		if (buf->dev->ops->chunk_clear_wait && !was) {
+			was = backed_now(buf, from, to);
+			if (!was) {
+				ret = -ENOMEM;
+				break;
+			}
+		}
 		s = phx_max(off, buf->chunks[i].off);
 		e = phx_min(end, buf->chunks[i].off + buf->chunks[i].size);
-		back_span(buf, i, s, e, &from, &to);
-		ret = phx_chunk_carve(buf, &i, from, to);
+		back_span(buf, i, s, e, &bfrom, &bto);
+		ret = phx_chunk_carve(buf, &i, bfrom, bto);
 		if (!ret)
-			ret = chunk_back(buf, &buf->chunks[i]);
+			ret = chunk_back(buf, &buf->chunks[i], &queued);
 		if (ret)
-			return ret;
+			break;
 	}
-	return 0;
+	if (queued) {
+		/* one wait for every chunk this commit backed */
+		wret = buf->dev->ops->chunk_clear_wait(buf->dev);
+		if (wret) {
+			chunks_unclear(buf, from, to, was);
+			ret = ret ? ret : wret;
+		}
+	}
+	free(was);
+	return ret;
 }
 
 /* A buffer object with @reserved bytes of address space and no memory. */

@@ -122,6 +122,18 @@ struct phx_backend_ops {
 	/* Physical chunks; created memory is zero-filled. */
 	int (*chunk_create)(struct phx_device *dev, uint64_t size,
 			    phx_chunk_t *out);
+	/*
+	 * Optional, all three or none: a chunk whose memory is not cleared
+	 * (cheaper where clearing needs a mapping of its own: cuda), which
+	 * the buffer layer clears where it maps it.  chunk_clear queues the
+	 * clearing of a mapped range, chunk_clear_wait waits until all it
+	 * queued is done; nothing else touches the range before that.
+	 */
+	int (*chunk_create_uncleared)(struct phx_device *dev, uint64_t size,
+				      phx_chunk_t *out);
+	int (*chunk_clear)(struct phx_device *dev, phx_dptr_t at,
+			   uint64_t size);
+	int (*chunk_clear_wait)(struct phx_device *dev);
 	void (*chunk_release)(struct phx_device *dev, phx_chunk_t chunk,
 			      uint64_t size);
 	int (*chunk_map)(struct phx_device *dev, phx_dptr_t at, uint64_t size,
@@ -276,8 +288,9 @@ struct phx_backend_ops {
 			   phx_dptr_t buf, phx_feed_play_fn *play);
 	/*
 	 * Load the copy kernel now, where loading can wait for the GPU:
-	 * the stream layer calls it when a device opens in kernel mode.
-	 * NULL where nothing needs loading.
+	 * when a device opens in kernel or copy mode, the stream layer has
+	 * the device's set-up thread call it, before any stream-ordered
+	 * transfer is queued.  NULL where nothing needs loading.
 	 */
 	int (*feed_load)(struct phx_device *dev);
 };

@@ -192,7 +192,14 @@ struct phx_engine {
 	char *staging;
 	size_t staging_len;
 	bool pinned;
-	bool staging_lent; /* @staging is the device's block's (staging.c) */
+	/*
+	 * @staging is the device's block's (staging.c), in whole units: an
+	 * engine re-cut smaller gives the units past its slots back, and
+	 * takes them again, if still free, to grow back up to @staging_cap
+	 * (the block's part its io_uring has registered).
+	 */
+	bool staging_lent;
+	size_t staging_cap;
 	struct phx_slot *slots;
 	unsigned int nevents; /* slots[0..nevents) have an event */
 	void *streams[PHX_NR_STREAMS];
@@ -220,6 +227,7 @@ struct phx_engine {
 	STAILQ_HEAD(, phx_job) done;
 	struct phx_fd fds[PHX_FD_CACHE];
 	struct phx_engine *next_free;
+	pid_t owner; /* the process that built it: only it may use it */
 	const struct phx_slot_consumer *consumer;
 	unsigned int idle_polls; /* idle steps in a row (the sink polls) */
 };
@@ -306,8 +314,14 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
 
 /* ---- the pool (transfer.c) ------------------------------------------ */
 
-/* The pool's state of a device (engine.c makes and destroys it). */
-int phx_engine_pool_open(struct phx_device *dev);
+/*
+ * The pool's state of a device (engine.c makes and destroys it).  With
+ * @prebuild the device's staging thread builds its first engine
+ * (phx_engine_pool_prebuild(), handed to phx_staging_open()), and until
+ * then a caller that finds no idle engine waits for that one.
+ */
+int phx_engine_pool_open(struct phx_device *dev, bool prebuild);
+void phx_engine_pool_prebuild(struct phx_device *dev, bool run);
 void phx_engine_pool_destroy(struct phx_device *dev);
 
 int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
@@ -318,17 +332,31 @@ void phx_engine_put(struct phx_device *dev, struct phx_engine *e);
 
 /*
  * The device's staging block, pinned in the background from the moment
- * it opens (engine.c makes and frees it): phx_staging_take() lends
- * @len bytes of it, pinned, after waiting for it to be ready, or NULL
- * (no room, smaller than a chunk, not ready in this process);
- * phx_staging_give() takes them back.
+ * it opens (engine.c makes and frees it); the same thread then calls
+ * @then(dev, true), or @then(dev, false) when it stops early or never
+ * ran, exactly once either way.  phx_staging_take() lends @len bytes of
+ * it, pinned, after waiting for it to be ready, or NULL (no room,
+ * smaller than a chunk, not ready in this process); phx_staging_room()
+ * says whether it would: 1 yes, 0 not now (no room), -1 never (it lends
+ * nothing of that size here); phx_staging_take_at() lends the units
+ * under [@p, @p + @len) if they are all free (an engine growing back
+ * into what it gave back); phx_staging_give() takes units back.
+ * phx_staging_stop() stops the thread and waits for it (the first step
+ * of a close), phx_staging_close() frees the block.
  */
-int phx_staging_open(struct phx_device *dev);
+int phx_staging_open(struct phx_device *dev,
+		     void (*then)(struct phx_device *dev, bool run));
+void phx_staging_stop(struct phx_device *dev);
+int phx_staging_later(struct phx_device *dev, phx_later_fn *fn);
 void phx_staging_close(struct phx_device *dev);
+int phx_staging_room(struct phx_device *dev, size_t len);
 void *phx_staging_take(struct phx_device *dev, size_t len);
+bool phx_staging_take_at(struct phx_device *dev, void *p, size_t len);
 void phx_staging_give(struct phx_device *dev, void *p, size_t len);
 /* @len bytes of staging of an engine's own, faulted in near the device. */
 void *phx_staging_alloc(struct phx_device *dev, size_t len);
+/* @len bytes of host memory, faulted in, in huge pages where it can. */
+void *phx_host_map(size_t len);
 
 /* ---- host copies (hostcopy.c) --------------------------------------- */
 

@@ -232,9 +232,8 @@ PHX_EXPORT int phx_host_alloc(struct phx_device *dev, size_t len, void **out)
 	if (drop.p)
 		host_buf_drop(dev, drop.p, drop.len);
 
-	p = mmap(NULL, want, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p == MAP_FAILED) {
+	p = phx_host_map(want);
+	if (!p) {
 		pthread_mutex_lock(&dev->hostcopy->lock);
 		dev->hostcopy->host_pool_bytes -= want;
 		pthread_mutex_unlock(&dev->hostcopy->lock);

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine_i.h"
 
@@ -115,11 +116,46 @@ struct phx_engine_shape phx_shape_batch(unsigned int depth)
 	return sh;
 }
 
-/* Whether @e's staging and io_uring can take shape @sh without rebuilding. */
+/* Bytes of the block an engine lent from it holds for @len of slots. */
+static size_t lent_len(size_t len)
+{
+	return phx_align_up(len, phx_settings()->chunk_size);
+}
+
+/*
+ * Whether @e's staging and io_uring can take shape @sh without
+ * rebuilding (an engine of the block's may have to take back what it
+ * gave: phx_engine_slice() says whether it could).
+ */
 bool phx_engine_fits(const struct phx_engine *e, struct phx_engine_shape sh)
 {
-	return sh.nslots * sh.chunk <= e->staging_len &&
+	size_t have = e->staging_lent ? e->staging_cap : e->staging_len;
+
+	return sh.nslots * sh.chunk <= have &&
 	       sh.nslots * 2 <= e->uring_entries;
+}
+
+/*
+ * Hold what @sh needs of the block, for an engine lent from it: grow
+ * back into units given back (-EAGAIN where another engine has them
+ * now) or give back the units past its slots, for other engines.
+ */
+static int lent_resize(struct phx_engine *e, struct phx_engine_shape sh)
+{
+	size_t keep = lent_len((size_t)sh.nslots * sh.chunk);
+
+	if (keep > e->staging_len) {
+		if (!phx_staging_take_at(e->dev, e->staging + e->staging_len,
+					 keep - e->staging_len))
+			return -EAGAIN;
+		atomic_fetch_add(&e->dev->staging, keep - e->staging_len);
+	} else if (keep < e->staging_len) {
+		phx_staging_give(e->dev, e->staging + keep,
+				 e->staging_len - keep);
+		atomic_fetch_sub(&e->dev->staging, e->staging_len - keep);
+	}
+	e->staging_len = keep;
+	return 0;
 }
 
 /*
@@ -133,6 +169,11 @@ int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 	unsigned int i;
 	int ret;
 
+	if (e->staging_lent) {
+		ret = lent_resize(e, sh);
+		if (ret)
+			return ret;
+	}
 	if (sh.nslots > e->nevents) {
 		struct phx_slot *slots =
 			realloc(e->slots, sh.nslots * sizeof(*slots));
@@ -209,6 +250,7 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	if (!e)
 		return phx_err(ENOMEM, "out of host memory for an engine");
 	e->dev = dev;
+	e->owner = getpid();
 	e->consumer = consumer;
 	TAILQ_INIT(&e->issue);
 	STAILQ_INIT(&e->done);
@@ -228,7 +270,9 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	e->staging_len = (size_t)(sh.nslots * sh.chunk);
 	e->staging = phx_staging_take(dev, e->staging_len);
 	e->staging_lent = e->staging;
-	if (!e->staging)
+	if (e->staging_lent)
+		e->staging_len = e->staging_cap = lent_len(e->staging_len);
+	else
 		e->staging = phx_staging_alloc(dev, e->staging_len);
 	if (!e->staging) {
 		ret = phx_err(ENOMEM,

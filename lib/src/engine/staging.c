@@ -3,18 +3,20 @@
  * staging.c - the host memory engines stage through.
  *
  * When a device opens, a thread of its own maps one staging budget
- * (PHX_STAGING_SIZE, in whole PHX_CHUNK_SIZE units), faults it in on the
- * device's node and registers it with the device, so the process's first
- * transfer finds its pinned staging ready or, if it comes early, waits
- * only for the rest of that work.  Where the device pins nothing (sim,
- * kmod: phx_host_register_none) there is nothing to do in advance but
- * the page faults, and those would only raise a process's memory before
- * it moves a byte: there each unit is faulted in when first lent.  Engines take their staging out of this
- * block in whole units; one that finds no room (more engines than one
- * budget holds) or needs less than a unit maps and pins its own, as every
- * engine did before.  So the memory at rest is the budget, the first
- * transfer's engine costs an io_uring and its streams, and an engine
- * never waits for another to give its staging back.
+ * (PHX_STAGING_SIZE, in whole PHX_CHUNK_SIZE units) in huge pages where
+ * the kernel has them, faults it in on the device's node (with helper
+ * threads where the machine has CPUs to spare) and registers
+ * it with the device; then it runs what the engine layer asked it to
+ * (engine.c: build the pool's first engine out of the block), so that a
+ * process's first transfer finds its engine ready or, if it comes early,
+ * waits only for the rest of that work.  Where the device copies
+ * without staging (kmod: phx.ko memory is host-addressable) the block is
+ * only mapped, each unit faulted in when first lent, so a process that
+ * moves nothing there holds nothing.  Engines take their staging out of
+ * this block in whole units; one that finds no room (more engines than
+ * one budget holds) or needs less than a unit maps and pins its own.  So
+ * the memory at rest is the budget, and an engine never waits for
+ * another to give its staging back.
  *
  * The block belongs to the process that opened the device: a child of
  * fork() neither waits for the thread (it has none) nor uses the block.
@@ -34,8 +36,14 @@ struct phx_staging {
 	pid_t owner; /* the process that opened the device */
 	bool started; /* @thread runs or ran */
 	bool done; /* the block is usable (@mem) or never will be */
+	bool settled; /* the thread did all it was to do (@then too) */
 	int err; /* why it is not usable */
 	atomic_bool stop; /* the device closes: stop building it */
+	/* run by the thread once the block is done (false: it stops) */
+	void (*then)(struct phx_device *dev, bool run);
+	/* the layers above's set-up, run by the thread after @then */
+	phx_later_fn *later;
+	bool later_closed; /* the thread took @later: run it now instead */
 	char *mem;
 	uint64_t unit;
 	unsigned int units;
@@ -44,12 +52,53 @@ struct phx_staging {
 };
 
 #define PHX_MPOL_PREFERRED 1
+#define PHX_HUGE_PAGE (2UL << 20)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/*
+ * Map @len bytes on a huge-page boundary, asking for huge pages where
+ * @len holds whole ones: faulting in, pinning (the device's and
+ * io_uring's) and the kernel's copies through the page tables then walk
+ * one entry per 2 MiB instead of 512.  Where the kernel has none to give
+ * (transparent huge pages off), the advice is ignored.
+ */
+static void *huge_map(size_t len)
+{
+	size_t over = len >= PHX_HUGE_PAGE ? PHX_HUGE_PAGE : 0;
+	uintptr_t a, b;
+	char *p;
+
+	p = mmap(NULL, len + over, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (!over)
+		return p;
+	a = phx_align_up((uintptr_t)p, PHX_HUGE_PAGE);
+	b = (uintptr_t)p + len + over;
+	if (a > (uintptr_t)p)
+		munmap(p, a - (uintptr_t)p);
+	if (b > a + len)
+		munmap((void *)(a + len), b - (a + len));
+	if (len % PHX_HUGE_PAGE == 0)
+		madvise((void *)a, len, MADV_HUGEPAGE);
+	return (void *)a;
+}
+
+/* Fault [@p, @p + @len) in for writing: one call where the kernel can. */
+static void fault_in(void *p, size_t len)
+{
+	if (madvise(p, len, MADV_POPULATE_WRITE))
+		memset(p, 0, len);
+}
 
 /*
  * Map @len bytes of staging on the host node nearest the device, so the
  * device's DMA does not cross the socket interconnect.  Single-node
  * machines (and unknown nodes) take the default policy.  Not yet faulted
- * in: phx_staging_fault() does that.
+ * in: fault_in() does that.
  */
 static void *staging_map(struct phx_device *dev, size_t len)
 {
@@ -57,9 +106,8 @@ static void *staging_map(struct phx_device *dev, size_t len)
 	int node = dev->numa_node;
 	void *p;
 
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		 -1, 0);
-	if (p == MAP_FAILED)
+	p = huge_map(len);
+	if (!p)
 		return NULL;
 	if (node >= 0 && node < 1024 &&
 	    !access("/sys/devices/system/node/node1", F_OK)) {
@@ -76,7 +124,16 @@ void *phx_staging_alloc(struct phx_device *dev, size_t len)
 	void *p = staging_map(dev, len);
 
 	if (p)
-		memset(p, 0, len); /* fault it in now, where the policy says */
+		fault_in(p, len); /* now, where the policy says */
+	return p;
+}
+
+void *phx_host_map(size_t len)
+{
+	void *p = huge_map(len);
+
+	if (p)
+		fault_in(p, len);
 	return p;
 }
 
@@ -89,12 +146,82 @@ static void block_finish(struct phx_staging *s, int err)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/*
+ * The block is done either way: run @then and what the layers above left
+ * for the thread (phx_staging_later()), and say the thread is.
+ */
+static void block_settle(struct phx_device *dev, struct phx_staging *s)
+{
+	phx_later_fn *later;
+
+	if (s->then)
+		s->then(dev, !atomic_load(&s->stop));
+	pthread_mutex_lock(&s->lock);
+	later = s->later;
+	s->later_closed = true;
+	pthread_mutex_unlock(&s->lock);
+	if (later && !atomic_load(&s->stop) && later(dev))
+		phx_err_clear(); /* whoever needs it tries again */
+	pthread_mutex_lock(&s->lock);
+	s->settled = true;
+	pthread_cond_broadcast(&s->ready);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Threads that fault the block in together: up to this many. */
+#define PHX_FAULT_THREADS 4
+
+/* The block's pages while it is faulted in: units taken in turn. */
+struct block_fault {
+	struct phx_staging *s;
+	char *p;
+	atomic_uint next;
+};
+
+/* Fault in units until none is left (or the device closes). */
+static void *block_fault_units(void *arg)
+{
+	struct block_fault *f = arg;
+	struct phx_staging *s = f->s;
+	unsigned int i;
+
+	/* unit by unit, so a device closed at once is not kept waiting */
+	while (!atomic_load(&s->stop) &&
+	       (i = atomic_fetch_add(&f->next, 1)) < s->units) {
+		fault_in(f->p + (size_t)i * s->unit, s->unit);
+		s->touched[i] = true;
+	}
+	return NULL;
+}
+
+/*
+ * Fault the block in, on this thread and, where the machine has CPUs to
+ * spare (a quarter of them), on up to three more: clearing its pages is
+ * most of the block's making, and spread out it is done sooner.
+ */
+static void block_fault(struct phx_staging *s, char *p)
+{
+	struct block_fault f = { .s = s, .p = p };
+	pthread_t helpers[PHX_FAULT_THREADS - 1];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned int i, n = 0, want;
+
+	want = cpus > 0 ? (unsigned int)(cpus / 4) : 0;
+	want = phx_min(phx_min(want, PHX_FAULT_THREADS), s->units);
+	atomic_init(&f.next, 0);
+	for (i = 1; i < want; i++)
+		if (!pthread_create(&helpers[n], NULL, block_fault_units, &f))
+			n++;
+	block_fault_units(&f);
+	for (i = 0; i < n; i++)
+		pthread_join(helpers[i], NULL);
+}
+
 static void *block_main(void *arg)
 {
 	struct phx_device *dev = arg;
 	struct phx_staging *s = dev->staging_block;
 	size_t len = (size_t)s->units * s->unit;
-	unsigned int i;
 	char *p;
 	int ret;
 
@@ -102,15 +229,11 @@ static void *block_main(void *arg)
 	p = staging_map(dev, len);
 	if (!p) {
 		block_finish(s, -ENOMEM);
+		block_settle(dev, s);
 		return NULL;
 	}
-	/* unit by unit, so a device closed at once is not kept waiting */
-	for (i = 0; i < s->units && !atomic_load(&s->stop) &&
-		    dev->ops->host_register != phx_host_register_none;
-	     i++) {
-		memset(p + (size_t)i * s->unit, 0, s->unit);
-		s->touched[i] = true;
-	}
+	if (dev->ops->pinned_copies)
+		block_fault(s, p);
 	ret = atomic_load(&s->stop) ? -ECANCELED : phx_device_bind(dev);
 	if (!ret)
 		ret = dev->ops->host_register(dev, p, len);
@@ -118,15 +241,18 @@ static void *block_main(void *arg)
 		munmap(p, len);
 		phx_err_clear(); /* engines pin their own: slower, not wrong */
 		block_finish(s, ret);
+		block_settle(dev, s);
 		return NULL;
 	}
 	atomic_fetch_add(&dev->pinned, len);
 	s->mem = p;
 	block_finish(s, 0);
+	block_settle(dev, s);
 	return NULL;
 }
 
-int phx_staging_open(struct phx_device *dev)
+int phx_staging_open(struct phx_device *dev,
+		     void (*then)(struct phx_device *dev, bool run))
 {
 	const struct phx_settings *set = phx_settings();
 	struct phx_staging *s = calloc(1, sizeof(*s));
@@ -148,11 +274,15 @@ int phx_staging_open(struct phx_device *dev)
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->ready, NULL);
 	s->owner = getpid();
+	s->then = then;
 	dev->staging_block = s;
 	if (pthread_create(&s->thread, NULL, block_main, dev)) {
 		/* engines make their own, as they would without it */
 		s->done = true;
+		s->settled = true;
 		s->err = -EAGAIN;
+		if (then)
+			then(dev, false);
 	} else {
 		s->started = true;
 	}
@@ -172,36 +302,95 @@ static bool block_wait_locked(struct phx_staging *s)
 	return s->mem;
 }
 
+/* The first unit of a free run of @n units, or -1; the block is done. */
+static int block_find_locked(struct phx_staging *s, unsigned int n)
+{
+	unsigned int i, run = 0;
+
+	phx_assert_held(&s->lock);
+	if (!s->mem || n > s->units)
+		return -1;
+	for (i = 0; i < s->units; i++) {
+		run = s->taken[i] ? 0 : run + 1;
+		if (run == n)
+			return (int)(i + 1 - n);
+	}
+	return -1;
+}
+
+int phx_staging_room(struct phx_device *dev, size_t len)
+{
+	struct phx_staging *s = dev->staging_block;
+	unsigned int n;
+	int room;
+
+	if (!s || len < s->unit || s->owner != getpid())
+		return -1;
+	n = (unsigned int)((len + s->unit - 1) / s->unit);
+	pthread_mutex_lock(&s->lock);
+	if (!block_wait_locked(s) || n > s->units)
+		room = -1;
+	else
+		room = block_find_locked(s, n) >= 0;
+	pthread_mutex_unlock(&s->lock);
+	return room;
+}
+
 void *phx_staging_take(struct phx_device *dev, size_t len)
 {
 	struct phx_staging *s = dev->staging_block;
-	unsigned int i, u, n, run = 0;
+	unsigned int u, n;
 	void *p = NULL;
+	int i;
 
 	if (!s || len < s->unit || s->owner != getpid())
 		return NULL;
 	n = (unsigned int)((len + s->unit - 1) / s->unit);
 	pthread_mutex_lock(&s->lock);
-	if (!block_wait_locked(s) || n > s->units)
+	block_wait_locked(s);
+	i = block_find_locked(s, n);
+	if (i < 0)
 		goto out;
-	for (i = 0; i < s->units; i++) {
-		run = s->taken[i] ? 0 : run + 1;
-		if (run == n)
-			break;
-	}
-	if (run < n)
-		goto out;
-	i = i + 1 - n;
 	memset(s->taken + i, true, n * sizeof(*s->taken));
 	p = s->mem + (size_t)i * s->unit;
-	for (u = i; u < i + n; u++)
+	for (u = (unsigned int)i; u < (unsigned int)i + n; u++)
 		if (!s->touched[u]) {
-			memset(s->mem + (size_t)u * s->unit, 0, s->unit);
+			fault_in(s->mem + (size_t)u * s->unit, s->unit);
 			s->touched[u] = true;
 		}
 out:
 	pthread_mutex_unlock(&s->lock);
 	return p;
+}
+
+bool phx_staging_take_at(struct phx_device *dev, void *p, size_t len)
+{
+	struct phx_staging *s = dev->staging_block;
+	unsigned int i, u, n;
+	bool ok = true;
+
+	if (!s || !len || s->owner != getpid())
+		return false;
+	pthread_mutex_lock(&s->lock);
+	if (!block_wait_locked(s) || (char *)p < s->mem) {
+		ok = false;
+		goto out;
+	}
+	i = (unsigned int)((size_t)((char *)p - s->mem) / s->unit);
+	n = (unsigned int)((len + s->unit - 1) / s->unit);
+	for (u = i; u < i + n && ok; u++)
+		ok = u < s->units && !s->taken[u];
+	if (!ok)
+		goto out;
+	memset(s->taken + i, true, n * sizeof(*s->taken));
+	for (u = i; u < i + n; u++)
+		if (!s->touched[u]) {
+			fault_in(s->mem + (size_t)u * s->unit, s->unit);
+			s->touched[u] = true;
+		}
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ok;
 }
 
 void phx_staging_give(struct phx_device *dev, void *p, size_t len)
@@ -215,6 +404,34 @@ void phx_staging_give(struct phx_device *dev, void *p, size_t len)
 	pthread_mutex_unlock(&s->lock);
 }
 
+int phx_staging_later(struct phx_device *dev, phx_later_fn *fn)
+{
+	struct phx_staging *s = dev->staging_block;
+
+	if (s && s->owner == getpid()) {
+		pthread_mutex_lock(&s->lock);
+		if (s->started && !s->later_closed && !s->later) {
+			s->later = fn;
+			pthread_mutex_unlock(&s->lock);
+			return 0;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	return fn(dev);
+}
+
+void phx_staging_stop(struct phx_device *dev)
+{
+	struct phx_staging *s = dev->staging_block;
+
+	if (!s)
+		return;
+	atomic_store(&s->stop, true);
+	if (s->started && s->owner == getpid())
+		pthread_join(s->thread, NULL);
+	s->started = false;
+}
+
 void phx_staging_close(struct phx_device *dev)
 {
 	struct phx_staging *s = dev->staging_block;
@@ -223,9 +440,7 @@ void phx_staging_close(struct phx_device *dev)
 	if (!s)
 		return;
 	len = (size_t)s->units * s->unit;
-	atomic_store(&s->stop, true);
-	if (s->started && s->owner == getpid())
-		pthread_join(s->thread, NULL);
+	phx_staging_stop(dev);
 	if (s->mem && s->owner == getpid() && !phx_device_bind(dev)) {
 		dev->ops->host_unregister(dev, s->mem);
 		atomic_fetch_sub(&dev->pinned, len);
@@ -250,7 +465,8 @@ PHX_EXPORT int phx_device_prepare(struct phx_device *dev)
 	if (!s || s->owner != getpid())
 		return 0;
 	pthread_mutex_lock(&s->lock);
-	block_wait_locked(s);
+	while (!s->settled)
+		pthread_cond_wait(&s->ready, &s->lock);
 	ret = s->err;
 	pthread_mutex_unlock(&s->lock);
 	if (ret == -ENOMEM)

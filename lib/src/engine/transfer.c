@@ -6,11 +6,19 @@
  * and host copies borrow one per call, a batch for its life, and give it
  * back; an engine of another shape is re-cut rather than rebuilt, so
  * after the first transfer no call pays for io_uring setup, staging or
- * pinning.  Stream-ordered workers (stream.c) own engines of their own.
+ * pinning.  The first engine is built at open by the device's staging
+ * thread (engine.c), so not even the first transfer does.  Stream-ordered
+ * workers (stream.c) own engines of their own; an idle pooled engine
+ * holding the staging block makes way for them.
+ *
+ * Engines belong to the process that built them: a child of fork()
+ * builds its own (an io_uring and a device's streams do not cross a
+ * fork).
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine_i.h"
 
@@ -23,7 +31,61 @@ struct phx_engine_pool {
 	unsigned int idle;
 	unsigned int sync; /* lent to synchronous callers */
 	unsigned int batch; /* lent to batches */
+	bool pending; /* the staging thread is building the first engine */
+	pid_t owner; /* the process that opened the device */
 };
+
+/* The link to the first idle engine this process may use, or NULL. */
+static struct phx_engine **pool_first_free(struct phx_engine_pool *p)
+{
+	struct phx_engine **pp;
+	pid_t me = getpid();
+
+	for (pp = &p->free; *pp; pp = &(*pp)->next_free)
+		if ((*pp)->owner == me)
+			return pp;
+	return NULL;
+}
+
+/* Wait while the first engine is on its way and none is idle. */
+static void pool_wait_prebuilt_locked(struct phx_engine_pool *p)
+{
+	phx_assert_held(&p->lock);
+	while (p->pending && p->owner == getpid() && !pool_first_free(p))
+		pthread_cond_wait(&p->cond, &p->lock);
+}
+
+/*
+ * Before an engine takes @len bytes of staging (0: grows back into the
+ * units it gave back): if the block has no room for it, idle pooled
+ * engines of this process that hold part of the block give it back
+ * (they are rebuilt when needed), so that the host memory in use stays
+ * at one budget: a stream's engine beside the engine built at open, a
+ * synchronous call after a load of several workers.
+ */
+static void pool_yield_staging(struct phx_device *dev, size_t len)
+{
+	struct phx_engine_pool *p = dev->engines;
+	struct phx_engine **pp, *e;
+
+	pthread_mutex_lock(&p->lock);
+	pool_wait_prebuilt_locked(p);
+	while (!len || !phx_staging_room(dev, len)) { /* 0: no room now */
+		for (pp = &p->free; *pp; pp = &(*pp)->next_free)
+			if ((*pp)->owner == getpid() && (*pp)->staging_lent)
+				break;
+		if (!*pp)
+			break;
+		e = *pp;
+		*pp = e->next_free;
+		p->count--;
+		p->idle--;
+		pthread_mutex_unlock(&p->lock);
+		phx_engine_destroy(e);
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
 
 /*
  * Lend an engine of shape @sh from @dev's pool: an idle one of that shape,
@@ -37,24 +99,29 @@ struct phx_engine_pool {
 int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 		   bool wait, struct phx_engine **out)
 {
-	struct phx_engine *e, **pp, **pick;
+	struct phx_engine *e, **pp, **pick, **first;
+	pid_t me = getpid();
 	int ret;
 
 	pthread_mutex_lock(&dev->engines->lock);
-	while (wait && !dev->engines->free &&
+	pool_wait_prebuilt_locked(dev->engines);
+	while (wait && !pool_first_free(dev->engines) &&
 	       dev->engines->sync >= PHX_MAX_ENGINES)
 		pthread_cond_wait(&dev->engines->cond, &dev->engines->lock);
 	if (wait)
 		dev->engines->sync++;
 	else
 		dev->engines->batch++;
-	if (!dev->engines->free) {
+	first = pool_first_free(dev->engines);
+	if (!first) {
 		dev->engines->count++;
 		pthread_mutex_unlock(&dev->engines->lock);
 		goto build;
 	}
 	pick = NULL;
-	for (pp = &dev->engines->free; *pp; pp = &(*pp)->next_free) {
+	for (pp = first; *pp; pp = &(*pp)->next_free) {
+		if ((*pp)->owner != me)
+			continue;
 		if ((*pp)->nslots == sh.nslots && (*pp)->chunk == sh.chunk) {
 			pick = pp;
 			break;
@@ -63,7 +130,7 @@ int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 			pick = pp;
 	}
 	if (!pick)
-		pick = &dev->engines->free;
+		pick = first;
 	e = *pick;
 	*pick = e->next_free;
 	dev->engines->idle--;
@@ -71,11 +138,20 @@ int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 
 	if (e->nslots == sh.nslots && e->chunk == sh.chunk)
 		goto lent;
-	if (phx_engine_fits(e, sh) && !phx_engine_slice(e, sh))
-		goto lent;
+	if (phx_engine_fits(e, sh)) {
+		ret = phx_engine_slice(e, sh);
+		if (ret == -EAGAIN) {
+			/* what it gave back is held by idle engines */
+			pool_yield_staging(dev, 0);
+			ret = phx_engine_slice(e, sh);
+		}
+		if (!ret)
+			goto lent;
+	}
 	/* Too small for this shape: build one in its place. */
 	phx_engine_destroy(e);
 build:
+	pool_yield_staging(dev, (size_t)sh.nslots * sh.chunk);
 	ret = phx_engine_create(dev, sh, &phx_staged_consumer, &e);
 	if (ret) {
 		pthread_mutex_lock(&dev->engines->lock);
@@ -134,7 +210,7 @@ PHX_EXPORT int phx_engine_stats_get(struct phx_device *dev,
 	return 0;
 }
 
-int phx_engine_pool_open(struct phx_device *dev)
+int phx_engine_pool_open(struct phx_device *dev, bool prebuild)
 {
 	struct phx_engine_pool *p = calloc(1, sizeof(*p));
 
@@ -143,8 +219,40 @@ int phx_engine_pool_open(struct phx_device *dev)
 			       dev->name);
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
+	p->pending = prebuild;
+	p->owner = getpid();
 	dev->engines = p;
 	return 0;
+}
+
+/*
+ * On the device's staging thread, once its block is pinned: build the
+ * engine a synchronous call or a one-worker batch takes (the configured
+ * staging and depth) out of the block, idle in the pool.  Not where the
+ * block is already taken (a transfer came first and built its own) or
+ * could not be made: then it would pin staging of its own for nothing.
+ */
+void phx_engine_pool_prebuild(struct phx_device *dev, bool run)
+{
+	struct phx_engine_shape sh = phx_shape_sync(0);
+	struct phx_engine_pool *p = dev->engines;
+	struct phx_engine *e = NULL;
+
+	if (run && phx_staging_room(dev, (size_t)sh.nslots * sh.chunk) > 0 &&
+	    phx_engine_create(dev, sh, &phx_staged_consumer, &e)) {
+		e = NULL;
+		phx_err_clear(); /* the first transfer builds one, as before */
+	}
+	pthread_mutex_lock(&p->lock);
+	if (e) {
+		e->next_free = p->free;
+		p->free = e;
+		p->count++;
+		p->idle++;
+	}
+	p->pending = false;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
 }
 
 void phx_engine_pool_destroy(struct phx_device *dev)
@@ -191,11 +299,13 @@ PHX_EXPORT int64_t phx_io_run(struct phx_device *dev, struct phx_io *io)
 int phx_engine_new(struct phx_device *dev, size_t staging,
 		   struct phx_engine **out)
 {
+	struct phx_engine_shape sh = phx_shape_sync(staging);
 	int ret = phx_device_bind(dev);
 
-	return ret ? ret :
-		     phx_engine_create(dev, phx_shape_sync(staging),
-				       &phx_staged_consumer, out);
+	if (ret)
+		return ret;
+	pool_yield_staging(dev, (size_t)sh.nslots * sh.chunk);
+	return phx_engine_create(dev, sh, &phx_staged_consumer, out);
 }
 
 int phx_engine_new_sink(struct phx_device *dev, size_t staging,
@@ -210,9 +320,10 @@ int phx_engine_new_sink(struct phx_device *dev, size_t staging,
 	if (!ret && !sh.chunk)
 		ret = phx_err(EINVAL, "%s: %zu bytes of staging for %u slots",
 			      dev->name, staging, nslots);
-	if (!ret)
-		ret = phx_engine_create(dev, sh, &phx_sink_consumer, out);
-	return ret;
+	if (ret)
+		return ret;
+	pool_yield_staging(dev, (size_t)sh.nslots * sh.chunk);
+	return phx_engine_create(dev, sh, &phx_sink_consumer, out);
 }
 
 int64_t phx_engine_io(struct phx_engine *e, struct phx_io *io)
@@ -345,6 +456,7 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 	struct phx_engine *e = b->engine;
 	struct timespec t0, now;
 	unsigned int n = 0;
+	bool stepped = false;
 	int ret;
 
 	ret = phx_device_bind(b->dev);
@@ -369,7 +481,10 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 		}
 		if (n >= min || !phx_engine_busy(e) || (done && n >= max))
 			break;
-		if (timeout_ms >= 0) {
+		/* 0: one round of the pipeline that does not wait, then go */
+		if (!timeout_ms && stepped)
+			break;
+		if (timeout_ms > 0) {
 			clock_gettime(CLOCK_MONOTONIC, &now);
 			if ((now.tv_sec - t0.tv_sec) * 1000 +
 				    (now.tv_nsec - t0.tv_nsec) / 1000000 >=
@@ -379,6 +494,7 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 		ret = phx_engine_step(e, timeout_ms != 0);
 		if (ret)
 			return ret;
+		stepped = true;
 	}
 	return (int)n;
 }

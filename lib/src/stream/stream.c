@@ -161,9 +161,14 @@ int phx_stream_device_open(struct phx_device *dev)
 
 	if (ret)
 		return ret;
-	/* A failure is reported by the first launch, which tries again. */
+	/*
+	 * On the device's set-up thread, not holding up the open; the first
+	 * stream-ordered transfer waits for it (phx_pool_reserve()).  A
+	 * failure is reported by the first launch, which tries again.
+	 */
 	if ((mode == PHX_STREAM_WAIT_KERNEL || mode == PHX_STREAM_WAIT_COPY) &&
-	    dev->ops->feed_load && dev->ops->feed_load(dev))
+	    dev->ops->feed_load &&
+	    phx_engine_device_later(dev, dev->ops->feed_load))
 		phx_err_clear();
 	return 0;
 }

@@ -287,8 +287,10 @@ void phx_pool_unreserve(struct phx_stream_pool *w)
  * that building their engines (which pins staging memory, and on CUDA
  * waits for host functions) never happens while transfers of ours are
  * queued on a stream: a driver call that waits for the stream then could
- * block the very copies the stream is waiting for.  Fails only when no
- * worker at all could be started.
+ * block the very copies the stream is waiting for.  For the same reason
+ * it waits for the device's set-up thread first (its pinning, engine
+ * and the copy kernel's loading).  Fails only when no worker at all
+ * could be started.
  */
 int phx_pool_reserve(struct phx_device *dev, struct phx_stream_pool *w)
 {
@@ -299,6 +301,8 @@ int phx_pool_reserve(struct phx_device *dev, struct phx_stream_pool *w)
 	pthread_mutex_lock(&w->lock);
 	started = w->nthreads; /* only changed under spawn_lock */
 	pthread_mutex_unlock(&w->lock);
+	if (!started && phx_device_prepare(dev))
+		phx_err_clear(); /* the workers pin their own staging */
 	for (i = started; !started && i < PHX_STREAM_WORKERS; i++) {
 		ret = pool_spawn(dev, w, i);
 		if (ret)

@@ -14,9 +14,12 @@
  * address range, cuMemCreate for each physical chunk (requested exportable
  * as a POSIX file descriptor), cuMemMap + cuMemSetAccess to back a range.
  * cuMemCreate does not clear memory, and a chunk must read as zeros before
- * buf.c maps it anywhere (an imported chunk must not be cleared, so
- * chunk_map cannot do it): chunk_create maps each new chunk at a scratch
- * address, clears it on a private stream, waits and unmaps it.
+ * anyone sees it (an imported chunk must not be cleared, so chunk_map
+ * cannot do it).  buf.c clears the chunks it backs where it maps them
+ * (chunk_create_uncleared, chunk_clear: a memset on a private stream per
+ * chunk, one wait per commit); chunk_create, for any other use, maps
+ * each new chunk at a scratch address, clears it there, waits and
+ * unmaps it, which costs five more driver calls and a wait per chunk.
  *
  * Device-to-device copies use cuMemcpyAsync, which relies on unified
  * addressing (always on for 64-bit Linux) to find the devices of both
@@ -339,10 +342,9 @@ out_free:
 	return res == CUDA_SUCCESS ? 0 : cu_fail(dev, res, 0, "%s", call);
 }
 
-static int cuda_chunk_create(struct phx_device *dev, uint64_t size,
-			     phx_chunk_t *out)
+static int cuda_chunk_create_uncleared(struct phx_device *dev, uint64_t size,
+				       phx_chunk_t *out)
 {
-	struct phx_cuda_dev *cd = cuda_priv(dev);
 	CUmemGenericAllocationHandle h;
 	CUmemAllocationProp prop;
 	CUresult res;
@@ -350,17 +352,41 @@ static int cuda_chunk_create(struct phx_device *dev, uint64_t size,
 
 	if (ret)
 		return ret;
-	cu_alloc_prop(cd, &prop);
+	cu_alloc_prop(cuda_priv(dev), &prop);
 	res = cu.cuMemCreate(&h, size, &prop, 0);
 	if (res != CUDA_SUCCESS)
 		return cu_fail_sized(dev, res, 0, "cuMemCreate", size);
-	ret = cu_zero_chunk(dev, h, size);
-	if (ret) {
-		cu.cuMemRelease(h);
-		return ret;
-	}
 	*out = h;
 	return 0;
+}
+
+static int cuda_chunk_create(struct phx_device *dev, uint64_t size,
+			     phx_chunk_t *out)
+{
+	int ret = cuda_chunk_create_uncleared(dev, size, out);
+
+	if (!ret) {
+		ret = cu_zero_chunk(dev, *out, size);
+		if (ret)
+			cu.cuMemRelease(*out);
+	}
+	return ret;
+}
+
+/* Clear a mapped range on the private stream; chunk_clear_wait waits. */
+static int cuda_chunk_clear(struct phx_device *dev, phx_dptr_t at,
+			    uint64_t size)
+{
+	return cu_call(
+		dev,
+		cu.cuMemsetD8Async(at, 0, size, cuda_priv(dev)->zero_stream),
+		"cuMemsetD8Async(new chunk)");
+}
+
+static int cuda_chunk_clear_wait(struct phx_device *dev)
+{
+	return cu_call(dev, cu.cuStreamSynchronize(cuda_priv(dev)->zero_stream),
+		       "cuStreamSynchronize(new chunks)");
 }
 
 static void cuda_chunk_release(struct phx_device *dev, phx_chunk_t chunk,
@@ -506,6 +532,9 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.va_reserve = cuda_va_reserve,
 	.va_release = cuda_va_release,
 	.chunk_create = cuda_chunk_create,
+	.chunk_create_uncleared = cuda_chunk_create_uncleared,
+	.chunk_clear = cuda_chunk_clear,
+	.chunk_clear_wait = cuda_chunk_clear_wait,
 	.chunk_release = cuda_chunk_release,
 	.chunk_map = cuda_chunk_map,
 	.chunk_map_bare = cuda_chunk_map_bare,
