@@ -48,6 +48,7 @@ import contextlib
 import errno
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -263,6 +264,8 @@ class Pass:
         self._arrays: list[tuple[Any, list[tuple[str, str, str]]]] = []
         self._fds: dict[str, int] = {}
         self._mapped: dict[str, Any] = {}
+        self._opening: dict[str, Future] = {}
+        self._pool: Optional[ThreadPoolExecutor] = None
         self._src: dict[str, Any] = {}
         self._copies = False
         for name, info in self.info.items():
@@ -282,6 +285,7 @@ class Pass:
         buffers for the duration."""
         self.params = dict(model.named_parameters())
         saved: dict[int, tuple[Any, Any]] = {}
+        self._open_staged()
         try:
             for name, t in list(self.params.items()) + \
                     list(model.named_buffers()):
@@ -395,16 +399,32 @@ class Pass:
             self._arrays.append((arr, [whose] * len(group)))
             self._pipe.put(arr)
 
+    def _open_staged(self) -> None:
+        """Start mapping the files staged on the device (each takes the
+        phxfs daemon a while), beside the pass that will copy from them."""
+        paths = [f.path for f in self.files
+                 if f.staged is not None and f.staged == self.dev.name]
+        if not paths:
+            return
+        from ._phxfs import open_file
+
+        def one(path: str) -> Optional[Any]:
+            try:
+                return open_file(path)
+            except _lib.PhoenixError:
+                return None  # then it is read through the mount
+
+        self._pool = ThreadPoolExecutor(min(4, len(paths)),
+                                        thread_name_prefix="phx-staged")
+        for path in paths:
+            self._opening[path] = self._pool.submit(one, path)
+
     def _staged(self, f: Any) -> Optional[Any]:
         """The memory of the staged file @f as a flat uint8 tensor, or
         None where phxfs does not hand it over (then it is read)."""
         if f.path not in self._mapped:
-            from ._phxfs import open_file
-
-            try:
-                m = open_file(f.path)
-            except _lib.PhoenixError:
-                m = None
+            fut = self._opening.pop(f.path, None)
+            m = fut.result() if fut is not None else None
             self._mapped[f.path] = m
             if m is not None:
                 self._src[f.path] = torch.from_dlpack(m)
@@ -500,6 +520,12 @@ class Pass:
             os.close(fd)
         self._fds = {}
         self._src = {}
+        for path, fut in self._opening.items():
+            self._mapped[path] = fut.result()
+        self._opening = {}
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         for m in self._mapped.values():
             if m is not None:
                 m.free()
