@@ -25,6 +25,9 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/feed_ptx.o
 LIB_A := $(BUILD)/libphoenix.a
 LIB_SO := $(BUILD)/libphoenix.so
 PHX_CPPFLAGS := -Ilib/include
+# The public header: phoenix.h, the one to include, and its parts in
+# phoenix/ (docs/architecture.md).
+PHX_HEADERS := lib/include/phoenix.h $(wildcard lib/include/phoenix/*.h)
 
 # Build against cuda.h where the toolkit is installed; without it the CUDA
 # backend uses its own declarations of the driver API (lib/src/device/cuda/cuda_api.h).
@@ -83,7 +86,7 @@ ALL += $(LIB_A) $(LIB_SO)
 LIB_TEST_SRCS := $(wildcard tests/lib/*.c)
 LIB_TEST_BIN := $(BUILD)/tests/test-lib
 
-$(LIB_TEST_BIN): $(LIB_TEST_SRCS) tests/lib/util.h $(LIB_A)
+$(LIB_TEST_BIN): $(LIB_TEST_SRCS) tests/lib/util.h $(PHX_HEADERS) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) $(FUSE_SYS_CFLAGS) -Itests/lib \
@@ -119,7 +122,7 @@ TESTS += test-ptx
 -include $(LIB_OBJS:.o=.d)
 
 # ---- benchmarks (not part of make test) ------------------------------------
-$(BUILD)/phx-cpubench: tests/bench/phx-cpubench.c $(LIB_A)
+$(BUILD)/phx-cpubench: tests/bench/phx-cpubench.c $(PHX_HEADERS) $(LIB_A)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -o $@ $< $(LIB_A) $(URING_LIB) \
 		$(LDFLAGS) $(LDLIBS)
@@ -132,8 +135,9 @@ bench-cpu: $(BUILD)/phx-cpubench
 # ---- install ---------------------------------------------------------------
 .PHONY: install-lib
 install-lib: $(LIB_A) $(LIB_SO)
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib
+	install -d $(DESTDIR)$(PREFIX)/include/phoenix $(DESTDIR)$(PREFIX)/lib
 	install -m 644 lib/include/phoenix.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 lib/include/phoenix/*.h $(DESTDIR)$(PREFIX)/include/phoenix/
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libphoenix.so.0
 	ln -sf libphoenix.so.0 $(DESTDIR)$(PREFIX)/lib/libphoenix.so

@@ -9,7 +9,7 @@ PHXFILE_SO := $(BUILD)/libphxfile.so
 PHXFILE_OBJS := $(BUILD)/lib/phxfile/phxfile.o
 PYTHON ?= python3
 
-$(BUILD)/lib/phxfile/%.o: lib/phxfile/%.c lib/include/phoenix.h
+$(BUILD)/lib/phxfile/%.o: lib/phxfile/%.c $(PHX_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -fvisibility=hidden -c $< -o $@
 

@@ -23,12 +23,14 @@ for o in "$@"; do
 		join - "$tmp/defs" | awk -v n="$n" '$2 != n {print n, $2}'
 done | sort -u >"$tmp/calls"
 
-# includes of the part's own headers (from the compiler's .d files)
+# includes of the part's own headers (from the compiler's .d files; the
+# public header's parts in lib/include are not the part's, whatever their
+# names)
 for o in "$@"; do
 	d=${o%.o}.d
 	[ -f "$d" ] || continue
 	n=$(basename "$o" .o)
-	tr ' \\' '\n\n' <"$d" | grep '\.h$' | grep -v '^/' |
+	tr ' \\' '\n\n' <"$d" | grep '\.h$' | grep -v -e '^/' -e '^lib/include/' |
 		while read -r h; do
 			echo "$n $(basename "$h" .h)"
 		done

@@ -16,7 +16,7 @@ PHXFIO_CFLAGS := -isystem $(FIO_TREE) -include $(FIO_TREE)/config-host.h \
 $(FIO_TREE)/.configured:
 	@sh scripts/fio-src.sh $(BUILD)
 
-$(BUILD)/lib/fio/phxfio.o: lib/fio/phxfio.c lib/include/phoenix.h \
+$(BUILD)/lib/fio/phxfio.o: lib/fio/phxfio.c $(PHX_HEADERS) \
 		$(FIO_TREE)/.configured
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"

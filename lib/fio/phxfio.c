@@ -11,8 +11,10 @@
  *
  *   sync   phx_io_run(): one blocking transfer per io_u (iodepth 1 makes
  *          sense only);
- *   batch  a libphoenix batch of depth iodepth, reaped by getevents
- *          (the default);
+ *   batch  a libphoenix batch of depth iodepth (the default): queue
+ *          queues each io_u in it (phx_batch_queue), commit starts all
+ *          that fio queued since the last one with one submission, and
+ *          getevents reaps every completed one there is;
  *   poll   the same batch, waiting by spinning (PHX_BATCH_POLL).
  *
  * What it deliberately does not do: fio's own buffers stay in host memory,
@@ -55,6 +57,7 @@ struct phxfio {
 	bool hostcopy;
 	struct phx_io *ios; /* one per io_u, by io_u->index */
 	struct phx_io **events; /* completed by the last getevents */
+	unsigned int queued; /* by queue since the last commit */
 };
 
 /* An engine option stored in struct phxfio_options's @field. */
@@ -236,12 +239,30 @@ static enum fio_q_status phxfio_queue(struct thread_data *td, struct io_u *io_u)
 		phxfio_complete(p, io_u, io);
 		return FIO_Q_COMPLETED;
 	}
-	ret = phx_batch_submit(p->batch, io, 1);
+	/* started by commit, or by getevents, with the others queued */
+	ret = phx_batch_queue(p->batch, io, 1);
 	if (ret < 0) {
 		io_u->error = -ret;
 		return FIO_Q_COMPLETED;
 	}
+	p->queued++;
 	return FIO_Q_QUEUED;
+}
+
+/* Start what queue queued: one submission for all of it. */
+static int phxfio_commit(struct thread_data *td)
+{
+	struct phxfio *p = td->io_ops_data;
+	int ret;
+
+	if (!p->batch || !p->queued)
+		return 0;
+	ret = phx_batch_submit(p->batch, NULL, 0);
+	if (ret < 0)
+		return ret;
+	io_u_mark_submit(td, p->queued);
+	p->queued = 0;
+	return 0;
 }
 
 static int phxfio_getevents(struct thread_data *td, unsigned int min,
@@ -275,6 +296,7 @@ __attribute__((visibility("default"))) struct ioengine_ops ioengine = {
 	.version = FIO_IOOPS_VERSION,
 	.init = phxfio_init,
 	.queue = phxfio_queue,
+	.commit = phxfio_commit,
 	.getevents = phxfio_getevents,
 	.event = phxfio_event,
 	.cleanup = phxfio_cleanup,

@@ -14,7 +14,7 @@ PHXBENCH_SRCS := $(wildcard tests/bench/phx-bench*.c) tests/bench/benchlib.c
 PHXBENCH := $(BUILD)/phx-bench
 
 $(PHXBENCH): $(PHXBENCH_SRCS) tests/bench/phx-bench.h tests/bench/benchlib.h \
-		$(LIB_A)
+		$(PHX_HEADERS) $(LIB_A)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Itests/bench -o $@ $(PHXBENCH_SRCS) \
 		$(LIB_A) $(URING_LIB) $(LDFLAGS) $(LDLIBS) -lm
@@ -23,7 +23,7 @@ KVBENCH_SRCS := $(wildcard tests/bench/kvbench-*.c) tests/bench/benchlib.c
 KVBENCH := $(BUILD)/phx-kvbench
 
 $(KVBENCH): $(KVBENCH_SRCS) tests/bench/kvbench.h tests/bench/benchlib.h \
-		$(LIB_A)
+		$(PHX_HEADERS) $(LIB_A)
 	@echo "  CC      $@"
 	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -Itests/bench -o $@ $(KVBENCH_SRCS) \
 		$(LIB_A) $(URING_LIB) $(LDFLAGS) $(LDLIBS) -lm

@@ -6,7 +6,10 @@
  *
  * Peers, same file, same offsets, same depth:
  *   io_uring O_DIRECT host   raw io_uring into host memory: the limit
- *   phx batch                a libphoenix batch of that depth (us)
+ *   phx batch                a libphoenix batch of that depth (us): each
+ *                            round's refills queued, then started with
+ *                            the wait, as raw io_uring and cuFile batch
+ *                            submit theirs once per round
  *   phx batch, polled        the same, PHX_BATCH_POLL
  *   phx_io_run x QD threads  the synchronous call from QD threads
  *   cuFile batch             cuFileBatchIOSubmit at that depth
@@ -77,8 +80,8 @@ static double run_batch(struct sm *s, bool poll)
 		};
 		s->slot_of[next] = (int)q;
 		start[q] = bl_now();
-		if (phx_batch_submit(batch, &ios[q], 1) != 1)
-			bl_die("phx_batch_submit: %s", phx_strerror_last());
+		if (phx_batch_queue(batch, &ios[q], 1) != 1)
+			bl_die("phx_batch_queue: %s", phx_strerror_last());
 	}
 	while (finished < s->n) {
 		int m = phx_batch_wait(batch, 1, done, s->qd, -1);
@@ -103,8 +106,9 @@ static double run_batch(struct sm *s, bool poll)
 			s->slot_of[next] = (int)q;
 			start[q] = bl_now();
 			next++;
-			if (phx_batch_submit(batch, io, 1) != 1)
-				bl_die("phx_batch_submit: %s",
+			/* phx_batch_wait starts the round's refills at once */
+			if (phx_batch_queue(batch, io, 1) != 1)
+				bl_die("phx_batch_queue: %s",
 				       phx_strerror_last());
 		}
 	}

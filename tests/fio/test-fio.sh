@@ -72,6 +72,21 @@ run "psync writes, phx verifies" --ioengine=psync $job --rw=write \
 run "... phx verifies (batch, depth 16)" $phx $job --phx_hostcopy=1 \
 	--rw=write --bs=64k --iodepth=16 --direct=1 --verify_only=1
 
+# the small-I/O shape (bench-kv.sh fio): 4 KiB blocks written in random
+# order by psync into a file of their own, read back through the engine
+# 32 and 128 deep, each round's completions copied to the device together
+small="--name=phx --filename=$dir/small --size=8M --verify=crc32c"
+small="$small --do_verify=1 --verify_state_save=0 --rw=randwrite --bs=4k"
+run "psync writes 4 KiB blocks at random" --ioengine=psync $small \
+	--do_verify=0
+for depth in 32 128; do
+	for mode in batch poll; do
+		run "... phx verifies them, phx_mode=$mode iodepth=$depth" \
+			$phx $small --phx_hostcopy=1 --phx_mode=$mode \
+			--iodepth=$depth --direct=1 --verify_only=1
+	done
+done
+
 # one flipped byte must be caught by the phx read
 printf 'X' | dd of="$dir/f" bs=1 seek=$((3 * 1024 * 1024 + 77)) \
 	conv=notrunc status=none

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* test_batch.c - many transfers at once on one io_uring. */
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "util.h"
+#include "buf.h"
 
 static void small_random_reads(unsigned int flags, bool cold)
 {
@@ -25,10 +27,13 @@ static void small_random_reads(unsigned int flags, bool cold)
 		size_t len = rnd_next(&s) % slot + 1;
 
 		ios[i] = (struct phx_io){
-			.op = PHX_OP_READ, .fd = fd,
+			.op = PHX_OP_READ,
+			.fd = fd,
 			.file_off = (int64_t)(rnd_next(&s) % (fsize - len)),
-			.buf = buf, .buf_off = i * slot + rnd_next(&s) % 7,
-			.len = len, .user_data = (void *)i,
+			.buf = buf,
+			.buf_off = i * slot + rnd_next(&s) % 7,
+			.len = len,
+			.user_data = (void *)i,
 		};
 		if (ios[i].buf_off + len > (i + 1) * slot)
 			ios[i].buf_off = i * slot;
@@ -82,7 +87,8 @@ Test(batch, mixed_reads_and_writes_to_raw_addresses)
 	struct phx_io rd[3];
 
 	for (int i = 0; i < 3; i++)
-		rd[i] = (struct phx_io){ .op = PHX_OP_READ, .fd = in,
+		rd[i] = (struct phx_io){ .op = PHX_OP_READ,
+					 .fd = in,
 					 .file_off = (int64_t)(i * MiB),
 					 .dptr = phx_buf_dptr(buf) + i * MiB,
 					 .len = MiB };
@@ -90,8 +96,9 @@ Test(batch, mixed_reads_and_writes_to_raw_addresses)
 	cr_assert_eq(phx_batch_wait(b, 3, NULL, 0, -1), 3);
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(rd[i].result, (int64_t)MiB);
-	struct phx_io wr = { .op = PHX_OP_WRITE, .fd = out, .buf = buf,
-			     .len = n };
+	struct phx_io wr = {
+		.op = PHX_OP_WRITE, .fd = out, .buf = buf, .len = n
+	};
 
 	cr_assert_eq(phx_batch_submit(b, &wr, 1), 1);
 	cr_assert_eq(phx_batch_wait(b, 1, NULL, 0, -1), 1);
@@ -120,13 +127,16 @@ Test(batch, error_mid_batch_others_complete)
 	signal(SIGXFSZ, SIG_IGN);
 	cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
 	for (int i = 0; i < 8; i++)
-		ios[i] = (struct phx_io){ .op = PHX_OP_WRITE, .fd = out,
+		ios[i] = (struct phx_io){ .op = PHX_OP_WRITE,
+					  .fd = out,
 					  .file_off = (int64_t)(i * MiB / 2),
-					  .buf = buf, .buf_off = i * MiB / 2,
+					  .buf = buf,
+					  .buf_off = i * MiB / 2,
 					  .len = MiB / 2 };
 	ios[4].file_off = 6 * MiB; /* beyond the file size limit */
-	ios[8] = (struct phx_io){ .op = PHX_OP_READ, .fd = 9999, .buf = buf,
-				  .len = 10 };
+	ios[8] = (struct phx_io){
+		.op = PHX_OP_READ, .fd = 9999, .buf = buf, .len = 10
+	};
 	cr_assert_eq(phx_batch_submit(b, ios, 9), 9);
 	cr_assert_eq(phx_batch_wait(b, 9, NULL, 0, -1), 9);
 	for (int i = 0; i < 8; i++)
@@ -151,5 +161,235 @@ Test(batch, wait_timeout_returns)
 	cr_assert_eq(phx_batch_wait(b, 1, NULL, 0, 10), 0,
 		     "nothing submitted: nothing completes");
 	phx_batch_destroy(b);
+	phx_device_close(dev);
+}
+
+/*
+ * KV-cache blocks, fio's randread: @n reads of 4 KiB (every eighth of
+ * another small size at an odd offset) from random places of a cold
+ * file, @qd in flight at all times, each completed one's successor queued
+ * and all of a round's started by the wait, as phx-kvbench's small mode
+ * drives them.  Many complete in one round, so their device copies go
+ * out together; every entry lands its own bytes.
+ */
+static void deep_small_reads(unsigned int qd, unsigned int flags)
+{
+	struct phx_device *dev = open_default();
+	size_t fsize = 64 * MiB, n = 3000, slot = 8192;
+	struct phx_io *ios = calloc(n, sizeof(*ios)), **done;
+	unsigned char *data, *back = xmalloc(n * slot);
+	struct phx_batch *b;
+	struct phx_buf *buf;
+	uint64_t s = 2027;
+	size_t next = 0, got = 0, i;
+	int fd = make_file(dir_direct(), fsize, 57, true, (void **)&data);
+
+	done = calloc(qd, sizeof(*done));
+	cr_assert(ios && done);
+	cr_assert_eq(phx_buf_alloc(dev, n * slot, 0, &buf), 0);
+	cr_assert_eq(phx_batch_create(dev, qd, flags, &b), 0, "%s",
+		     phx_strerror_last());
+	for (i = 0; i < n; i++) {
+		size_t len = 4096;
+		uint64_t off = rnd_next(&s) % (fsize / 4096) * 4096;
+
+		if (i % 8 == 7) {
+			len = rnd_next(&s) % slot + 1;
+			off = rnd_next(&s) % (fsize - len);
+		}
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = fd,
+			.file_off = (int64_t)off,
+			.buf = buf,
+			.buf_off = i * slot,
+			.len = len,
+		};
+	}
+	for (; next < qd; next++)
+		cr_assert_eq(phx_batch_queue(b, &ios[next], 1), 1, "%s",
+			     phx_strerror_last());
+	while (got < n) {
+		int k = phx_batch_wait(b, 1, done, qd, -1);
+
+		cr_assert_gt(k, 0, "wait: %d %s", k, phx_strerror_last());
+		for (int j = 0; j < k; j++) {
+			cr_assert_eq(done[j]->result, (int64_t)done[j]->len,
+				     "entry %zu: %lld", (size_t)(done[j] - ios),
+				     (long long)done[j]->result);
+			if (next < n)
+				cr_assert_eq(
+					phx_batch_queue(b, &ios[next++], 1), 1);
+		}
+		got += (size_t)k;
+	}
+	cr_assert_eq(phx_batch_wait(b, 0, NULL, 0, 0), 0, "nothing left");
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, n * slot), 0);
+	for (i = 0; i < n; i++)
+		cr_assert(!memcmp(back + i * slot, data + ios[i].file_off,
+				  ios[i].len),
+			  "entry %zu: %llu bytes at %lld differ", i,
+			  (unsigned long long)ios[i].len,
+			  (long long)ios[i].file_off);
+	phx_batch_destroy(b);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(ios);
+	free(done);
+	free(back);
+	free(data);
+}
+
+Test(batch, small_reads_at_depth_32_land_their_bytes)
+{
+	deep_small_reads(32, 0);
+}
+
+Test(batch, small_reads_at_depth_128_land_their_bytes)
+{
+	deep_small_reads(128, 0);
+}
+
+Test(batch, small_reads_at_depth_128_polled_land_their_bytes)
+{
+	deep_small_reads(128, PHX_BATCH_POLL);
+}
+
+/*
+ * Transfers a few slots long from the page cache: their segments take
+ * adjacent slots and go to adjacent device memory, so those whose reads
+ * complete in one round go out as one copy (the first, at 0, takes every
+ * slot of the batch in turn, whole ones).
+ */
+Test(batch, transfers_over_adjacent_slots_land_their_bytes)
+{
+	struct phx_device *dev = open_default();
+	size_t fsize = 8 * MiB, n = 64, span = 300 * 1024;
+	struct phx_io ios[64];
+	unsigned char *data, *back = xmalloc(n * span);
+	struct phx_batch *b;
+	struct phx_buf *buf;
+	uint64_t s = 99;
+	int fd = make_file(dir_direct(), fsize, 61, false, (void **)&data);
+
+	cr_assert_eq(phx_buf_alloc(dev, n * span, 0, &buf), 0);
+	cr_assert_eq(phx_batch_create(dev, 16, 0, &b), 0);
+	for (size_t i = 0; i < n; i++) {
+		size_t len = span - rnd_next(&s) % 4096;
+
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = fd,
+			.buf = buf,
+			.file_off = (int64_t)(rnd_next(&s) % (fsize - len)),
+			.buf_off = i * span,
+			.len = len,
+		};
+	}
+	ios[0].file_off = 0;
+	cr_assert_eq(phx_batch_submit(b, ios, (unsigned int)n), (int)n);
+	cr_assert_eq(phx_batch_wait(b, (unsigned int)n, NULL, 0, -1), (int)n);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 0, n * span), 0);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(ios[i].result, (int64_t)ios[i].len);
+		cr_assert(!memcmp(back + i * span, data + ios[i].file_off,
+				  ios[i].len),
+			  "entry %zu differs", i);
+	}
+	phx_batch_destroy(b);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(back);
+	free(data);
+}
+
+/*
+ * Queued entries start only with the next submit or wait: a submit of
+ * nothing starts them, a wait starts the next ones; a bad entry queued
+ * completes with its own error.
+ */
+Test(batch, queued_entries_start_with_the_next_submit_or_wait)
+{
+	struct phx_device *dev = open_default();
+	struct phx_io ios[17];
+	struct phx_buf *buf;
+	struct phx_batch *b;
+	unsigned char *data;
+	int fd = make_file(dir_direct(), 4 * MiB, 67, true, (void **)&data);
+
+	cr_assert_eq(phx_buf_alloc(dev, 4 * MiB, 0, &buf), 0);
+	cr_assert_eq(phx_batch_create(dev, 8, 0, &b), 0);
+	for (int i = 0; i < 16; i++)
+		ios[i] = (struct phx_io){
+			.op = PHX_OP_READ,
+			.fd = fd,
+			.buf = buf,
+			.file_off = (int64_t)((15 - i) * 256 * 1024 + 5),
+			.buf_off = (uint64_t)i * 256 * 1024,
+			.len = 4096 + 7 * i,
+		};
+	ios[16] = (struct phx_io){
+		.op = PHX_OP_READ, .fd = 9999, .buf = buf, .len = 10
+	};
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(phx_batch_queue(b, &ios[i], 1), 1);
+	cr_assert_eq(phx_batch_submit(b, NULL, 0), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_batch_wait(b, 8, NULL, 0, -1), 8);
+	cr_assert_eq(phx_batch_queue(b, &ios[8], 9), 9);
+	cr_assert_eq(phx_batch_wait(b, 9, NULL, 0, -1), 9);
+	for (int i = 0; i < 16; i++) {
+		cr_assert_eq(ios[i].result, (int64_t)ios[i].len, "entry %d", i);
+		assert_buf_eq(buf, ios[i].buf_off, data + ios[i].file_off,
+			      ios[i].len);
+	}
+	cr_assert_eq(ios[16].result, -EBADF);
+	phx_batch_destroy(b);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+/*
+ * The backend's batch of host-to-device copies: pieces of pinned host
+ * memory to scattered places of a buffer, one of them adjacent to the
+ * next, all in one call on one stream.
+ */
+Test(batch, backend_copies_a_batch_host_to_device)
+{
+	struct phx_device *dev = open_default();
+	size_t len = 2 * MiB;
+	unsigned char *host = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct phx_htod c[100];
+	struct phx_buf *buf;
+	void *stream;
+	uint64_t s = 5;
+
+	cr_assert_neq(host, MAP_FAILED);
+	fill_random(host, len, 71);
+	cr_assert_eq(phx_buf_alloc(dev, 8 * MiB, 0, &buf), 0);
+	cr_assert_eq(dev->ops->host_register(dev, host, len), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(dev->ops->stream_create(dev, &stream), 0);
+	for (unsigned int i = 0; i < 100; i++)
+		c[i] = (struct phx_htod){
+			.dst = buf->dptr + i * 80 * 1024 + rnd_next(&s) % 1000,
+			.src = host + i * 20 * 1024 + rnd_next(&s) % 1000,
+			.len = 1 + rnd_next(&s) % (16 * 1024),
+		};
+	c[51].dst = c[50].dst + c[50].len;
+	cr_assert_eq(dev->ops->copy_htod_batch(dev, c, 100, stream), 0, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(dev->ops->stream_sync(dev, stream), 0);
+	for (unsigned int i = 0; i < 100; i++)
+		assert_buf_eq(buf, c[i].dst - buf->dptr, c[i].src, c[i].len);
+	dev->ops->stream_destroy(dev, stream);
+	dev->ops->host_unregister(dev, host);
+	phx_buf_free(buf);
+	munmap(host, len);
 	phx_device_close(dev);
 }

@@ -12,6 +12,30 @@ static const size_t sizes[] = {
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 /*
+ * Read @len bytes of @fd at @file_off into @buf at @buf_off; check the
+ * count and the bytes against @data (the file's); return the data path.
+ */
+static enum phx_path read_checked(struct phx_device *dev, int fd,
+				  size_t file_off, struct phx_buf *buf,
+				  size_t buf_off, size_t len, const void *data)
+{
+	struct phx_io io = {
+		.op = PHX_OP_READ,
+		.fd = fd,
+		.file_off = (int64_t)file_off,
+		.buf = buf,
+		.buf_off = buf_off,
+		.len = len,
+	};
+	int64_t got = phx_io_run(dev, &io);
+
+	cr_assert_eq(got, (int64_t)len, "read %zu at %zu: got %lld: %s", len,
+		     file_off, (long long)got, phx_strerror_last());
+	assert_buf_eq(buf, buf_off, (const char *)data + file_off, len);
+	return io.path;
+}
+
+/*
  * Read @len bytes at a random file offset into a random buffer offset;
  * check the bytes, the count (short at EOF) and the data path.
  */
@@ -31,17 +55,10 @@ static void read_case(const char *dir, size_t len, uint64_t seed, bool cold,
 	fd = make_file(dir, fsize, seed, cold, &data);
 	buf = buf_new(dev, buf_off + len + 100, 0);
 	struct phx_io io = {
-		.op = PHX_OP_READ,
-		.fd = fd,
-		.file_off = (int64_t)file_off,
-		.buf = buf,
-		.buf_off = buf_off,
-		.len = len,
+		.op = PHX_OP_READ, .fd = fd, .buf = buf, .buf_off = buf_off
 	};
-	got = phx_io_run(dev, &io);
-	cr_assert_eq(got, (int64_t)len, "read %zu at %zu: got %lld: %s", len,
-		     file_off, (long long)got, phx_strerror_last());
-	assert_buf_eq(buf, buf_off, (char *)data + file_off, len);
+
+	io.path = read_checked(dev, fd, file_off, buf, buf_off, len, data);
 	if (len && want_path == PHX_PATH_NONE)
 		cr_expect(io.path == PHX_PATH_STAGED ||
 				  io.path == PHX_PATH_BUFFERED,
@@ -322,6 +339,54 @@ Test(io, hot_file_shorter_than_the_request)
 		     phx_path_name(io.path));
 	assert_buf_eq(buf, 0, data, 300000);
 	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+/*
+ * A hot read of more than a slot re-cuts its engine into smaller slots; a
+ * cold read after it, and a hot one after that, find the same engine cut
+ * as each needs: the bytes are right and no engine is built for it.  Slots
+ * larger than a hot one's, and a read shorter than four stagings (no
+ * probe: the cold read goes O_DIRECT).
+ */
+Test(io, hot_and_cold_reads_share_one_engine)
+{
+	setenv("PHX_CHUNK_SIZE", "4M", 1);
+	setenv("PHX_STAGING_SIZE", "16M", 1);
+	struct phx_device *dev = open_default();
+	size_t len = 40 * MiB + 777, file_off = 4097, buf_off = 123;
+	enum phx_path want[] = { PHX_PATH_BUFFERED, PHX_PATH_STAGED,
+				 PHX_PATH_BUFFERED };
+	uint64_t built = 0;
+	void *data;
+	int fd = make_file(dir_direct(), file_off + len, 91, false, &data);
+
+	for (unsigned int i = 0; i < 3; i++) {
+		/* a new buffer each time: none holds the last read's bytes */
+		struct phx_buf *buf = buf_new(dev, buf_off + len, 0);
+		enum phx_path path;
+
+		if (want[i] == PHX_PATH_STAGED) {
+			fsync(fd);
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		} else if (i) { /* O_DIRECT left it cold: read it in */
+			void *back = xmalloc(file_off + len);
+
+			cr_assert_eq(pread(fd, back, file_off + len, 0),
+				     (ssize_t)(file_off + len));
+			free(back);
+		}
+		path = read_checked(dev, fd, file_off, buf, buf_off, len, data);
+		cr_expect_eq(path, want[i], "read %u: path %s", i,
+			     phx_path_name(path));
+		phx_buf_free(buf);
+		if (!i)
+			built = engine_stats(dev).built;
+	}
+	cr_assert_eq(engine_stats(dev).built, built,
+		     "the cold and hot reads after the first built engines");
 	phx_device_close(dev);
 	close(fd);
 	free(data);

@@ -1,35 +1,44 @@
 /* SPDX-License-Identifier: MIT */
 /* test_names.c - the one parser of kind names, path names, setting enums. */
 #include "util.h"
+#include "base.h"
 
 Test(names, kind_words)
 {
-	enum phx_device_kind k = PHX_DEVICE_SIM;
+	static const struct {
+		const char *word;
+		enum phx_device_kind kind;
+	} words[] = {
+		{ "cuda", PHX_DEVICE_CUDA }, { "gpu", PHX_DEVICE_CUDA },
+		{ "sim", PHX_DEVICE_SIM },   { "kmod", PHX_DEVICE_KMOD },
+		{ "phx", PHX_DEVICE_KMOD },  { "auto", PHX_DEVICE_NONE },
+		{ NULL, PHX_DEVICE_NONE },
+	};
+	enum phx_device_kind k;
+	unsigned int i;
 
-	cr_assert_eq(phx_kind_parse("cuda", &k), 0);
-	cr_assert_eq(k, PHX_DEVICE_CUDA);
-	cr_assert_eq(phx_kind_parse("gpu", &k), 0);
-	cr_assert_eq(k, PHX_DEVICE_CUDA);
-	cr_assert_eq(phx_kind_parse("sim", &k), 0);
-	cr_assert_eq(k, PHX_DEVICE_SIM);
-	cr_assert_eq(phx_kind_parse("kmod", &k), 0);
-	cr_assert_eq(k, PHX_DEVICE_KMOD);
-	cr_assert_eq(phx_kind_parse("auto", &k), 0);
-	cr_assert_eq(k, PHX_DEVICE_NONE);
-	cr_assert_eq(phx_kind_parse(NULL, &k), 0);
-	cr_assert_eq(k, PHX_DEVICE_NONE);
+	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		k = PHX_DEVICE_SIM;
+		cr_assert_eq(phx_kind_parse(words[i].word, &k), 0, "%s",
+			     words[i].word);
+		cr_assert_eq(k, words[i].kind, "%s", words[i].word);
+	}
 	cr_assert_eq(phx_kind_parse("tpu", &k), -EINVAL);
 	cr_assert(strstr(phx_strerror_last(), "'tpu'"), "%s",
 		  phx_strerror_last());
 	cr_assert_eq(phx_kind_parse("sim0", &k), -EINVAL);
-	/* and back */
+	/* and back: a kind's name, its devices' prefix */
 	cr_assert_str_eq(phx_kind_name(PHX_DEVICE_KMOD), "kmod");
+	cr_assert_str_eq(phx_kind_name((enum phx_device_kind)9), "none");
+	cr_assert_str_eq(phx_kind_prefix(PHX_DEVICE_CUDA), "gpu");
+	cr_assert_str_eq(phx_kind_prefix(PHX_DEVICE_KMOD), "phx");
+	cr_assert_eq(phx_kind_word("gpu0", 3), PHX_DEVICE_CUDA);
 }
 
 Test(names, device_names_use_the_same_words)
 {
-	static const char *const bad[] = { "sim", "sim:", "simx0", "sim0x",
-					   "tpu0", ":0", "sim:-1" };
+	static const char *const bad[] = { "sim",  "sim:", "simx0", "sim0x",
+					   "tpu0", ":0",   "sim:-1" };
 	struct phx_device *dev, *again;
 	unsigned int i;
 

@@ -2,6 +2,7 @@
 
 phxio declares phoenix.h's enums, flags and structs (and phxfs's STATUS
 structs) by hand in Python.  A small C program built from the headers
+(phoenix.h, which includes its parts in phoenix/, and phxfs_client.h)
 prints every value, sizeof and offsetof the mirrors rely on, and each is
 compared with what ctypes has; the name tables are compared with the
 library's own phx_kind_name() and phx_path_name(); the version is one
@@ -22,14 +23,16 @@ import phxio
 from phxio import _lib, _phxfs
 
 REPO = Path(__file__).resolve().parents[2]
-PHOENIX_H = REPO / "lib" / "include" / "phoenix.h"
+INCLUDE = REPO / "lib" / "include"
+PHOENIX_H = INCLUDE / "phoenix.h"
 
-# (C struct, ctypes class, the mirror holds every field: sizeof too)
+# (the header that declares it, C struct, ctypes class, the mirror holds
+# every field: sizeof too)
 STRUCTS = [
-    ("phoenix.h", "phx_device_info", _lib.DeviceInfoStruct, True),
-    ("phoenix.h", "phx_io", _lib.IoStruct, True),
-    ("phoenix.h", "phx_settings", _lib.SettingsStruct, True),
-    ("phoenix.h", "phx_stats", _lib.StatsStruct, True),
+    ("phoenix/device.h", "phx_device_info", _lib.DeviceInfoStruct, True),
+    ("phoenix/transfer.h", "phx_io", _lib.IoStruct, True),
+    ("phoenix/settings.h", "phx_settings", _lib.SettingsStruct, True),
+    ("phoenix/stats.h", "phx_stats", _lib.StatsStruct, True),
     ("phxfs_client.h", "phxfs_status_dev", _phxfs._StatusDev, True),
     ("phxfs_client.h", "phxfs_status_file", _phxfs._StatusFile, True),
     # read through a pointer the library allocates: the fields phxio
@@ -43,7 +46,11 @@ CONSTANTS = ["PHX_DEVICE_NONE", "PHX_DEVICE_CUDA", "PHX_DEVICE_SIM",
 
 
 def _header(name: str) -> Path:
-    if name == "phoenix.h":
+    """The header to include for @name: phoenix.h for its parts (they
+    refuse to be included alone), the file itself for phxfs's."""
+    if name.startswith("phoenix"):
+        if not (INCLUDE / name).is_file():
+            pytest.fail(f"{name}: not found under {INCLUDE}")
         return PHOENIX_H
     found = sorted(p for p in (REPO / "phxfs").rglob(name))
     if not found:
@@ -98,6 +105,14 @@ def test_struct_layout_matches_header(c_values, header, struct, cls, whole):
             f"struct {struct}: ctypes size differs from {header}"
     else:
         assert ctypes.sizeof(cls) <= c_values[f"sizeof {struct}"]
+
+
+def test_structs_declared_where_named(c_values):
+    for header, struct, *_ in STRUCTS:
+        if header.startswith("phoenix"):
+            text = (INCLUDE / header).read_text()
+            assert f"struct {struct} {{" in text, \
+                f"struct {struct} is not declared in {header}"
 
 
 def test_constants_match_header(c_values):

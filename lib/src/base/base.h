@@ -33,6 +33,15 @@ void phx_err_clear(void);
 /* The settings in force; parsed once from the environment. */
 const struct phx_settings *phx_settings(void);
 
+/*
+ * The device kinds' words, from one table (errors.c): phx_kind_prefix()
+ * is what names a kind's devices ("gpu" for "gpu0"; "none" for no kind);
+ * phx_kind_word() is the kind that the @len bytes at @s name, by its
+ * name or its prefix ("cuda" or "gpu"), or PHX_DEVICE_NONE.
+ */
+const char *phx_kind_prefix(enum phx_device_kind kind);
+enum phx_device_kind phx_kind_word(const char *s, size_t len);
+
 /* Human-readable byte count into @buf ("64 MiB"); returns @buf. */
 char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
 

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * errors.c - the thread's last error message, and the names and byte
- * counts that messages are written with.
+ * counts that messages are written with: the words of the device kinds
+ * (the one table of them), the data paths' names.
  */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base.h"
 
@@ -38,18 +41,51 @@ PHX_EXPORT const char *phx_version(void)
 		PHX_VERSION_MINOR) "." PHX_STR(PHX_VERSION_PATCH);
 }
 
+/*
+ * The words of each device kind: its name (phx_kind_name(), PHX_DEVICE)
+ * and the prefix of its devices' names ("gpu0", phxfs's directories).
+ * Either word names the kind (phx_kind_word()).
+ */
+static const struct {
+	const char *name;
+	const char *prefix;
+} kind_words[PHX_DEVICE_KINDS] = {
+	[PHX_DEVICE_NONE] = { "none", "none" },
+	[PHX_DEVICE_CUDA] = { "cuda", "gpu" },
+	[PHX_DEVICE_SIM] = { "sim", "sim" },
+	[PHX_DEVICE_KMOD] = { "kmod", "phx" },
+};
+
+/* @kind, or PHX_DEVICE_NONE where it is no kind. */
+static enum phx_device_kind kind_known(enum phx_device_kind kind)
+{
+	return (unsigned int)kind < PHX_DEVICE_KINDS ? kind : PHX_DEVICE_NONE;
+}
+
 PHX_EXPORT const char *phx_kind_name(enum phx_device_kind kind)
 {
-	switch (kind) {
-	case PHX_DEVICE_CUDA:
-		return "cuda";
-	case PHX_DEVICE_SIM:
-		return "sim";
-	case PHX_DEVICE_KMOD:
-		return "kmod";
-	default:
-		return "none";
-	}
+	return kind_words[kind_known(kind)].name;
+}
+
+const char *phx_kind_prefix(enum phx_device_kind kind)
+{
+	return kind_words[kind_known(kind)].prefix;
+}
+
+static bool word_is(const char *word, const char *s, size_t len)
+{
+	return strlen(word) == len && !strncmp(s, word, len);
+}
+
+enum phx_device_kind phx_kind_word(const char *s, size_t len)
+{
+	enum phx_device_kind k;
+
+	for (k = PHX_DEVICE_NONE + 1; k < PHX_DEVICE_KINDS; k++)
+		if (word_is(kind_words[k].name, s, len) ||
+		    word_is(kind_words[k].prefix, s, len))
+			return k;
+	return PHX_DEVICE_NONE;
 }
 
 PHX_EXPORT const char *phx_path_name(enum phx_path path)

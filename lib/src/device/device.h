@@ -72,9 +72,15 @@ typedef void phx_feed_play_fn(struct phx_feed_ctl *ctl, unsigned char *buf);
 /* A physical chunk of device memory (CUmemGenericAllocationHandle etc.). */
 typedef uint64_t phx_chunk_t;
 
+/* One host -> device copy of a batch (copy_htod_batch). */
+struct phx_htod {
+	phx_dptr_t dst;
+	const void *src;
+	size_t len;
+};
+
 struct phx_backend_ops {
-	const char *name; /* "cuda", "sim", "kmod" */
-	const char *dir_prefix; /* "gpu", "sim", "phx": names devices */
+	/* its words: phx_kind_name(), phx_kind_prefix() */
 	enum phx_device_kind kind;
 
 	/*
@@ -196,6 +202,18 @@ struct phx_backend_ops {
 			 const void *src, size_t len, void *stream);
 	int (*copy_dtoh)(struct phx_device *dev, void *dst, phx_dptr_t src,
 			 size_t len, void *stream);
+	/*
+	 * @n host -> device copies queued on @stream at once, as one piece of
+	 * the stream's work: what comes after them on the stream waits for
+	 * all of them, among themselves they run in any order (so no two may
+	 * overlap).  What many small copies cost in calls and stream ops
+	 * then counts once (cuda: cuMemcpyBatchAsync where the driver has
+	 * it; sim: one op of its stream's thread).  @src is host memory
+	 * pinned with host_register.
+	 */
+	int (*copy_htod_batch)(struct phx_device *dev,
+			       const struct phx_htod *copies, unsigned int n,
+			       void *stream);
 	/* @dst may be on another device of the same backend. */
 	int (*copy_dtod)(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
 			 size_t len, void *stream);

@@ -74,7 +74,7 @@ PHX_EXPORT int phx_backing_alloc(struct phx_device *dev, uint64_t capacity,
 		return phx_err(
 			EOPNOTSUPP,
 			"%s: %s devices have no backing files; use a buffer (phx_buf_alloc)",
-			dev->name, dev->ops->name);
+			dev->name, phx_kind_name(dev->ops->kind));
 	if (capacity > UINT64_MAX - PHX_PAGE)
 		return phx_err(EFBIG, "%s: a backing file of %llu bytes",
 			       dev->name, (unsigned long long)capacity);

@@ -26,6 +26,24 @@
 #define PHX_NR_STREAMS 2
 #define PHX_FD_CACHE 8
 
+/*
+ * Device copies of reads up to this size that complete in one round of
+ * the pipeline go out together at its end (staged.c): for them the call
+ * and the stream's op cost more than the bytes.  Larger ones start at
+ * once.
+ */
+#define PHX_BATCH_COPY_MAX (256u << 10)
+
+/*
+ * A synchronous read served by the page cache (staged.c) re-cuts its
+ * engine's staging into slots of PHX_HOT_CHUNK: the page-cache copies run
+ * on io_uring's workers one slot each, so more, smaller slots are more
+ * CPUs copying at once, and a slot reaches the copy engine sooner.  An
+ * io_uring has room for PHX_MAX_SLOTS slots, twice as many entries.
+ */
+#define PHX_HOT_CHUNK (1u << 20)
+#define PHX_MAX_SLOTS 128u
+
 /* A file a job reads or writes, shared by the jobs on it while active. */
 struct phx_fd {
 	int user_fd;
@@ -35,7 +53,8 @@ struct phx_fd {
 	int direct_fd; /* -1: not opened yet; -2: O_DIRECT impossible */
 	int buffered_fd; /* -1: not opened yet */
 	bool own_direct, own_buffered;
-	uint64_t size; /* at the time of the first job */
+	/* when the first job of those active together on it began */
+	uint64_t size;
 	unsigned int users;
 };
 
@@ -106,11 +125,17 @@ struct phx_slot {
 	void *stream;
 	unsigned int sidx; /* index of @stream in the engine's streams */
 	union {
-		/* staged.c: the next in its stream's queue of copies; the
-		 * region of its job it reads */
+		/*
+		 * staged.c: the next in its stream's queue of copies (or in
+		 * the round's held copies); the region of its job it reads;
+		 * the slot whose event says its copy is done (itself, or the
+		 * last of the batch it went out in); a held copy's bytes.
+		 */
 		struct {
 			struct phx_slot *copy_next;
 			unsigned int region;
+			struct phx_slot *fence;
+			struct phx_htod htod;
 		};
 		/* sink.c: ring sequence number, segment index, its bytes */
 		struct {
@@ -142,6 +167,11 @@ struct phx_slot_consumer {
 	unsigned int (*consumed)(struct phx_engine *e);
 	/* Nothing moved this step: wait for the consumer or the disk. */
 	int (*idle)(struct phx_engine *e);
+	/*
+	 * The round's completions are all published: hand on what publish
+	 * held back for the others (NULL: it holds nothing).
+	 */
+	void (*flush)(struct phx_engine *e);
 	/* A failed read's slot is still published: its reader waits on it. */
 	bool publish_failed;
 };
@@ -171,6 +201,14 @@ struct phx_engine {
 	 * runs them in order, so only the oldest need be asked about.
 	 */
 	struct phx_slot *copyq[PHX_NR_STREAMS], *copyq_tail[PHX_NR_STREAMS];
+	/*
+	 * Small reads' copies held until the round's end (staged.c), the
+	 * room to describe them to the backend (one per slot), the stream
+	 * the next batch goes on.
+	 */
+	struct phx_slot *held, *held_tail;
+	struct phx_htod *htod;
+	unsigned int batch_sidx;
 	unsigned int inflight; /* SQEs submitted, CQE not yet seen */
 	unsigned int to_submit; /* SQEs prepared, not submitted */
 	/*
@@ -226,6 +264,13 @@ void phx_engine_queue(struct phx_engine *e, struct phx_job *j);
 struct phx_job *phx_engine_next_job(struct phx_engine *e);
 /* Nothing to do but wait for the disk: for a completion, if any is due. */
 int phx_engine_wait_io(struct phx_engine *e);
+/*
+ * Whether a completion waits to be reaped, without a system call unless
+ * *@run_tw: then completions the kernel flags as its task work for this
+ * thread are run into the ring first, and *@run_tw cleared where that
+ * brought none (the work is another thread's: it runs it).
+ */
+bool phx_engine_io_ready(struct phx_engine *e, bool *run_tw);
 
 /* What the consumers share of the pipeline. */
 void phx_job_fail(struct phx_job *j, int err);

@@ -80,6 +80,23 @@ int phx_fd_size(int fd, uint64_t *size)
 	return stat_size(fd, &st, size);
 }
 
+/*
+ * The entry of a job still active on @fd, if @op may use it.  Its caller
+ * keeps @fd open until that job completes, so @fd is still the file the
+ * entry was made for: the next small transfer on it costs no system call.
+ */
+static struct phx_fd *fd_active(struct phx_fd *cache, int fd, enum phx_op op)
+{
+	for (int i = 0; i < PHX_FD_CACHE; i++) {
+		struct phx_fd *f = &cache[i];
+
+		if (f->users && f->user_fd == fd &&
+		    f->accmode != (op == PHX_OP_READ ? O_WRONLY : O_RDONLY))
+			return f;
+	}
+	return NULL;
+}
+
 int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
 	       struct phx_fd **out)
 {
@@ -88,6 +105,12 @@ int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
 	int fl, acc, i, ret;
 	uint64_t size;
 
+	f = fd_active(cache, fd, op);
+	if (f) {
+		f->users++;
+		*out = f;
+		return 0;
+	}
 	fl = fcntl(fd, F_GETFL);
 	if (fl < 0 || fstat(fd, &st))
 		return phx_err(EBADF, "fd %d is not an open file", fd);

@@ -485,7 +485,8 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	if (dst->dev->ops != src->dev->ops)
 		return phx_err(EXDEV,
 			       "cannot copy between a %s and a %s device",
-			       dst->dev->ops->name, src->dev->ops->name);
+			       phx_kind_name(dst->dev->ops->kind),
+			       phx_kind_name(src->dev->ops->kind));
 	ret = phx_buf_check_range(dst, dst_off, len);
 	if (!ret)
 		ret = phx_buf_check_range(src, src_off, len);

@@ -65,6 +65,7 @@ void phx_engine_destroy(struct phx_engine *e)
 		atomic_fetch_sub(&dev->staging, e->staging_len);
 	}
 	free(e->slots);
+	free(e->htod);
 	free(e);
 }
 
@@ -135,6 +136,7 @@ int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 	if (sh.nslots > e->nevents) {
 		struct phx_slot *slots =
 			realloc(e->slots, sh.nslots * sizeof(*slots));
+		struct phx_htod *htod;
 
 		if (!slots)
 			return phx_err(ENOMEM,
@@ -142,6 +144,11 @@ int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 		memset(slots + e->nevents, 0,
 		       (sh.nslots - e->nevents) * sizeof(*slots));
 		e->slots = slots;
+		htod = realloc(e->htod, sh.nslots * sizeof(*htod));
+		if (!htod)
+			return phx_err(ENOMEM,
+				       "out of host memory for an engine");
+		e->htod = htod;
 		for (i = e->nevents; i < sh.nslots; i++) {
 			ret = dev->ops->event_create(dev, &slots[i].event);
 			if (ret)
@@ -164,6 +171,30 @@ int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 	return 0;
 }
 
+/*
+ * The engine's io_uring.  A read's completion is task work of the thread
+ * that submitted it; by default the kernel interrupts that thread for it
+ * (an inter-processor interrupt if it runs, per completion).  Engines
+ * take it cooperatively instead (Linux 5.19 and later): the kernel flags
+ * the work in the ring (IORING_SQ_TASKRUN) and the thread runs it when it
+ * next enters the kernel, many completions at once: a waiting thread is
+ * still woken, one that polls or copies is not interrupted, and the
+ * pipeline looks at the flag each round (engine_step_once).  A thread
+ * that waits for another's requests still gets them, once that one next
+ * enters the kernel or is woken from a wait.  Older kernels: as before.
+ */
+static int engine_uring_init(struct phx_engine *e)
+{
+	struct io_uring_params p = {
+		.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+	};
+	int ret = io_uring_queue_init_params(e->uring_entries, &e->uring, &p);
+
+	if (ret == -EINVAL)
+		ret = io_uring_queue_init(e->uring_entries, &e->uring, 0);
+	return ret;
+}
+
 /* Build an engine of shape @sh: io_uring, staging (pinned), streams, events. */
 int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 		      const struct phx_slot_consumer *consumer,
@@ -182,9 +213,9 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 	TAILQ_INIT(&e->issue);
 	STAILQ_INIT(&e->done);
 
-	/* Room for batches of up to 64 slots to re-cut it without a new io_uring. */
-	e->uring_entries = phx_max(sh.nslots, 64u) * 2;
-	ret = io_uring_queue_init(e->uring_entries, &e->uring, 0);
+	/* Room for any cut of up to PHX_MAX_SLOTS without a new io_uring. */
+	e->uring_entries = phx_max(sh.nslots, PHX_MAX_SLOTS) * 2;
+	ret = engine_uring_init(e);
 	if (ret) {
 		ret = phx_err(
 			-ret,
@@ -260,7 +291,8 @@ static void job_complete(struct phx_engine *e, struct phx_job *j)
 	j->io->path = (enum phx_path)best;
 	j->io->result = j->err ? j->err : (int64_t)j->moved;
 	for (p = 1; p < PHX_PATH_COUNT; p++)
-		atomic_fetch_add(&dev->bytes[p], j->by_path[p]);
+		if (j->by_path[p])
+			atomic_fetch_add(&dev->bytes[p], j->by_path[p]);
 	atomic_fetch_add(&dev->ios, 1);
 	if (j->err)
 		atomic_fetch_add(&dev->errors, 1);
@@ -419,9 +451,31 @@ static void engine_cqe(struct phx_engine *e, struct io_uring_cqe *cqe)
 	}
 }
 
+/* Whether completions wait as this thread's task work (see engine_uring_init). */
+static bool engine_taskrun(const struct phx_engine *e)
+{
+	return IO_URING_READ_ONCE(*e->uring.sq.kflags) & IORING_SQ_TASKRUN;
+}
+
+bool phx_engine_io_ready(struct phx_engine *e, bool *run_tw)
+{
+	if (io_uring_cq_ready(&e->uring))
+		return true;
+	if (!*run_tw || !engine_taskrun(e))
+		return false;
+	io_uring_get_events(&e->uring);
+	if (io_uring_cq_ready(&e->uring))
+		return true;
+	*run_tw = false;
+	return false;
+}
+
 /*
- * One round of the pipeline.  With @block it sleeps until something
- * happens (unless the engine is polled, which spins instead).
+ * One round of the pipeline: issue, submit, move on what the consumer
+ * is done with, reap every completion there is (the consumer hands on
+ * the reads' bytes together at the round's end).  With @block it sleeps
+ * until something happens (unless the engine is polled, which spins
+ * instead).
  */
 static int engine_step_once(struct phx_engine *e, bool block)
 {
@@ -440,12 +494,17 @@ static int engine_step_once(struct phx_engine *e, bool block)
 	}
 	progressed += e->consumer->consumed(e);
 
+	/* all of them into this round (a submit above ran them already) */
+	if (e->inflight && engine_taskrun(e))
+		io_uring_get_events(&e->uring);
 	seen = 0;
 	io_uring_for_each_cqe(&e->uring, head, cqe) {
 		engine_cqe(e, cqe);
 		seen++;
 	}
 	io_uring_cq_advance(&e->uring, seen);
+	if (e->consumer->flush)
+		e->consumer->flush(e);
 	progressed += seen;
 
 	if (progressed || !block || e->polled || e->to_submit) {

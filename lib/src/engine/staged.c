@@ -10,7 +10,16 @@
  * slot first, then written to the file.  p2p segments (phx.ko) go
  * between the file and the device mapping with no copy at all.  This is
  * the consumer of every engine but the stream sink's (sink.c).
+ *
+ * Small reads (KV-cache blocks, fio's 4 KiB) cost the driver more per
+ * copy than the bytes do.  So the copies of the small reads that
+ * complete in one round of the pipeline are held until the round's end
+ * and go out together, on one stream, with one event after them: runs of
+ * adjacent slots whose bytes also go to adjacent device memory as one
+ * copy, the rest as one batch (copy_htod_batch).  Each slot remembers
+ * the slot whose event closes its batch (its fence).
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -99,13 +108,33 @@ static bool staged_issuable(const struct phx_job *j)
 	return !j->err && !j->eof && j->cur < j->nregions;
 }
 
-/* Start a device copy for @sl; the slot completes when its event fires. */
-static void slot_copy(struct phx_engine *e, struct phx_slot *sl, bool to_device)
+/* The slot's copy went out on stream @s, closed by @fence's event. */
+static void copy_queued(struct phx_engine *e, struct phx_slot *sl,
+			unsigned int s, struct phx_slot *fence)
 {
-	struct phx_device *dev = e->dev;
+	sl->state = PHX_SLOT_COPY;
+	sl->fence = fence;
+	sl->copy_next = NULL;
+	if (e->copyq[s])
+		e->copyq_tail[s]->copy_next = sl;
+	else
+		e->copyq[s] = sl;
+	e->copyq_tail[s] = sl;
+}
+
+/* The copy of @sl could not be queued: its job fails, the slot is free. */
+static void copy_failed(struct phx_engine *e, struct phx_slot *sl, int err)
+{
+	phx_job_fail(sl->job, err);
+	sl->copied = 0;
+	phx_slot_free(e, sl);
+}
+
+/* The file offset where @sl's copy starts; sets how many bytes it moves. */
+static uint64_t slot_span(struct phx_slot *sl, bool to_device)
+{
 	struct phx_job *j = sl->job;
 	uint64_t cs, ce;
-	int ret;
 
 	if (to_device) {
 		cs = phx_max(sl->foff, j->start);
@@ -115,6 +144,17 @@ static void slot_copy(struct phx_engine *e, struct phx_slot *sl, bool to_device)
 		ce = sl->foff + sl->len;
 	}
 	sl->copied = ce > cs ? ce - cs : 0;
+	return cs;
+}
+
+/* Start a device copy for @sl; the slot completes when its event fires. */
+static void slot_copy(struct phx_engine *e, struct phx_slot *sl, bool to_device)
+{
+	struct phx_device *dev = e->dev;
+	struct phx_job *j = sl->job;
+	uint64_t cs = slot_span(sl, to_device);
+	int ret;
+
 	if (!sl->copied) {
 		phx_slot_finish(e, sl);
 		return;
@@ -133,18 +173,96 @@ static void slot_copy(struct phx_engine *e, struct phx_slot *sl, bool to_device)
 	if (!ret)
 		ret = dev->ops->event_record(dev, sl->event, sl->stream);
 	if (ret) {
-		phx_job_fail(j, ret);
-		sl->copied = 0;
-		phx_slot_free(e, sl);
+		copy_failed(e, sl, ret);
 		return;
 	}
-	sl->state = PHX_SLOT_COPY;
+	copy_queued(e, sl, sl->sidx, sl);
+}
+
+/* Hold the copy of @sl, a read, for the round's end if it is small. */
+static bool copy_held(struct phx_engine *e, struct phx_slot *sl)
+{
+	struct phx_job *j = sl->job;
+	uint64_t cs = slot_span(sl, true);
+
+	if (!sl->copied || sl->copied > PHX_BATCH_COPY_MAX)
+		return false;
+	sl->htod.dst = j->dptr + (cs - j->start);
+	sl->htod.src = sl->mem + (cs - sl->foff);
+	sl->htod.len = sl->copied;
 	sl->copy_next = NULL;
-	if (e->copyq[sl->sidx])
-		e->copyq_tail[sl->sidx]->copy_next = sl;
+	if (e->held)
+		e->held_tail->copy_next = sl;
 	else
-		e->copyq[sl->sidx] = sl;
-	e->copyq_tail[sl->sidx] = sl;
+		e->held = sl;
+	e->held_tail = sl;
+	return true;
+}
+
+static int htod_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)((const struct phx_htod *)a)->src;
+	uintptr_t y = (uintptr_t)((const struct phx_htod *)b)->src;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Merge the copies of @c whose sources and destinations both continue
+ * each other (adjacent slots of one transfer); how many are left.
+ */
+static unsigned int htod_merge(struct phx_htod *c, unsigned int n)
+{
+	unsigned int i, k = 0;
+
+	qsort(c, n, sizeof(*c), htod_cmp);
+	for (i = 1; i < n; i++) {
+		if ((const char *)c[k].src + c[k].len == c[i].src &&
+		    c[k].dst + c[k].len == c[i].dst)
+			c[k].len += c[i].len;
+		else
+			c[++k] = c[i];
+	}
+	return k + 1;
+}
+
+/*
+ * The round's end: the held copies go out.  One alone goes as it would
+ * have (its own stream and event); several go together on the next
+ * stream in turn, as few copies as their adjacency allows, in one call,
+ * and the last slot's event closes them all.
+ */
+static void staged_flush(struct phx_engine *e)
+{
+	struct phx_device *dev = e->dev;
+	struct phx_slot *sl = e->held, *last = e->held_tail, *next;
+	unsigned int n = 0, s;
+	void *stream;
+	int ret;
+
+	if (!sl)
+		return;
+	e->held = e->held_tail = NULL;
+	if (sl == last) {
+		slot_copy(e, sl, true);
+		return;
+	}
+	s = e->batch_sidx;
+	e->batch_sidx = (s + 1) % PHX_NR_STREAMS;
+	stream = e->streams[s];
+	for (next = sl; next; next = next->copy_next)
+		e->htod[n++] = next->htod;
+	n = htod_merge(e->htod, n);
+	ret = dev->ops->copy_htod_batch(dev, e->htod, n, stream);
+	if (!ret)
+		ret = dev->ops->event_record(dev, last->event, stream);
+	for (; sl; sl = next) {
+		next = sl->copy_next;
+		if (ret)
+			copy_failed(e, sl, ret);
+		else
+			copy_queued(e, sl, s, last);
+	}
 }
 
 static uint64_t now_ns(void)
@@ -163,6 +281,8 @@ static void staged_publish(struct phx_engine *e, struct phx_slot *sl)
 		j->probe_reads[sl->region]--;
 		j->probe_t1[sl->region] = now_ns();
 	}
+	if (j->io->op == PHX_OP_READ && copy_held(e, sl))
+		return;
 	slot_copy(e, sl, j->io->op == PHX_OP_READ);
 }
 
@@ -194,6 +314,8 @@ static void staged_fill(struct phx_engine *e)
 {
 	unsigned int i;
 
+	if (TAILQ_EMPTY(&e->issue))
+		return;
 	for (i = 0; i < e->nslots; i++) {
 		struct phx_slot *sl = &e->slots[i];
 		struct phx_job_region *r;
@@ -244,31 +366,32 @@ static void staged_fill(struct phx_engine *e)
 
 /*
  * Progress copies whose events fired, oldest first on each stream, up to
- * the first still running; returns how many did.
+ * the first still running (one question per batch: its fence's event
+ * closes every copy queued before it); returns how many did.
  */
 static unsigned int staged_consumed(struct phx_engine *e)
 {
 	struct phx_device *dev = e->dev;
+	struct phx_slot *sl, *fence;
 	unsigned int s, n = 0;
-	struct phx_slot *sl;
 	int ret;
 
 	for (s = 0; s < PHX_NR_STREAMS; s++) {
-		while ((sl = e->copyq[s])) {
-			ret = dev->ops->event_query(dev, sl->event);
+		while ((fence = e->copyq[s] ? e->copyq[s]->fence : NULL)) {
+			ret = dev->ops->event_query(dev, fence->event);
 			if (ret == -EAGAIN)
 				break;
-			e->copyq[s] = sl->copy_next;
-			n++;
-			if (ret) {
-				phx_job_fail(sl->job, ret);
-				sl->copied = 0;
-				phx_slot_free(e, sl);
-			} else if (sl->job->io->op == PHX_OP_WRITE) {
-				phx_slot_prep_io(e, sl);
-			} else {
-				phx_slot_finish(e, sl);
-			}
+			do {
+				sl = e->copyq[s];
+				e->copyq[s] = sl->copy_next;
+				n++;
+				if (ret)
+					copy_failed(e, sl, ret);
+				else if (sl->job->io->op == PHX_OP_WRITE)
+					phx_slot_prep_io(e, sl);
+				else
+					phx_slot_finish(e, sl);
+			} while (sl != fence);
 		}
 	}
 	return n;
@@ -283,14 +406,44 @@ static struct phx_slot *oldest_copy(struct phx_engine *e)
 	return NULL;
 }
 
-/* Copies are short next to disk reads: wait on them first. */
+/*
+ * How long a thread with both copies and reads in flight polls them
+ * together before it sleeps on the copy: a small copy lands in 10-20 us.
+ */
+#define PHX_COPY_POLL_NS 100000u
+
+/*
+ * Nothing moved this step.  With reads in flight too, poll the oldest
+ * copy and the completion ring together for a while, so that a read
+ * completing meanwhile gets its copy at once and neither wakes the
+ * thread; then (or with no read in flight) sleep on the copy, which is
+ * short next to a disk read.  With no copy in flight, wait for the disk.
+ */
 static int staged_idle(struct phx_engine *e)
 {
+	struct phx_device *dev = e->dev;
 	struct phx_slot *sl = oldest_copy(e);
+	bool run_tw = true;
+	uint64_t t0;
+	int ret;
 
-	if (sl)
-		return e->dev->ops->event_sync(e->dev, sl->event);
-	return phx_engine_wait_io(e);
+	if (!sl)
+		return phx_engine_wait_io(e);
+	if (e->inflight) {
+		t0 = now_ns();
+		for (unsigned int n = 0;; n++) {
+			if (phx_engine_io_ready(e, &run_tw))
+				return 0;
+			ret = dev->ops->event_query(dev, sl->fence->event);
+			if (ret != -EAGAIN)
+				return 0; /* consumed() takes it, or its error */
+			if (now_ns() - t0 >= PHX_COPY_POLL_NS)
+				break;
+			if (n >= 64)
+				sched_yield();
+		}
+	}
+	return dev->ops->event_sync(dev, sl->fence->event);
 }
 
 const struct phx_slot_consumer phx_staged_consumer = {
@@ -300,6 +453,7 @@ const struct phx_slot_consumer phx_staged_consumer = {
 	.publish = staged_publish,
 	.consumed = staged_consumed,
 	.idle = staged_idle,
+	.flush = staged_flush,
 };
 
 /* Run until @j completes (and no request of it is left in flight). */
@@ -315,6 +469,30 @@ static int engine_run_job(struct phx_engine *e, struct phx_job *j)
 	return 0;
 }
 
+/*
+ * A read the page cache serves, on an engine lent from the pool for this
+ * one call: cut its staging into more, smaller slots (PHX_HOT_CHUNK), so
+ * that more of io_uring's workers copy out of the page cache at once.
+ * The pool re-cuts the engine to the next caller's shape when it is lent
+ * again; the events of the extra slots stay with it.
+ */
+static void hot_recut(struct phx_engine *e, const struct phx_job *j)
+{
+	struct phx_engine_shape sh = {
+		.chunk = PHX_HOT_CHUNK,
+		.nslots = (unsigned int)phx_min(e->staging_len / PHX_HOT_CHUNK,
+						PHX_MAX_SLOTS),
+	};
+
+	if (!e->lent_sync || j->io->op != PHX_OP_READ || j->nregions != 1 ||
+	    j->region[0].direct || e->chunk <= sh.chunk ||
+	    sh.nslots <= e->nslots || j->end - j->start <= e->chunk ||
+	    !phx_engine_fits(e, sh))
+		return;
+	if (phx_engine_slice(e, sh))
+		phx_err_clear(); /* an event short: the old cut stands */
+}
+
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
 int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
 {
@@ -326,6 +504,7 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
 		atomic_fetch_add(&e->dev->errors, 1);
 		return io->result = ret;
 	}
+	hot_recut(e, j);
 	phx_engine_queue(e, j);
 	ret = engine_run_job(e, j);
 	/* the job is on the done list now */

@@ -279,16 +279,16 @@ PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
 	return 0;
 }
 
-PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
-				unsigned int n)
+/*
+ * Make jobs of @n entries and queue them on the batch's engine, without
+ * starting them; how many were queued, or a negative errno if none.
+ */
+static int batch_queue(struct phx_batch *b, struct phx_io *ios, unsigned int n)
 {
 	struct phx_engine *e = b->engine;
 	unsigned int i;
 	int ret;
 
-	ret = phx_device_bind(b->dev);
-	if (ret)
-		return ret;
 	for (i = 0; i < n; i++) {
 		struct phx_job *j;
 
@@ -311,9 +311,31 @@ PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
 		}
 		phx_engine_queue(e, j);
 	}
-	/* get the I/O going before returning */
-	ret = phx_engine_step(e, false);
-	return ret ? ret : (int)n;
+	return (int)n;
+}
+
+PHX_EXPORT int phx_batch_queue(struct phx_batch *b, struct phx_io *ios,
+			       unsigned int n)
+{
+	int ret = phx_device_bind(b->dev);
+
+	return ret ? ret : batch_queue(b, ios, n);
+}
+
+PHX_EXPORT int phx_batch_submit(struct phx_batch *b, struct phx_io *ios,
+				unsigned int n)
+{
+	int ret, got;
+
+	ret = phx_device_bind(b->dev);
+	if (ret)
+		return ret;
+	got = batch_queue(b, ios, n);
+	if (got < 0 || (unsigned int)got < n)
+		return got;
+	/* get the I/O going before returning: what was queued too */
+	ret = phx_engine_step(b->engine, false);
+	return ret ? ret : got;
 }
 
 PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
@@ -328,6 +350,12 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 	ret = phx_device_bind(b->dev);
 	if (ret)
 		return ret;
+	/* what phx_batch_queue() left goes out with one submission */
+	if (!TAILQ_EMPTY(&e->issue)) {
+		ret = phx_engine_step(e, false);
+		if (ret)
+			return ret;
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		while (!STAILQ_EMPTY(&e->done) && (!done || n < max)) {

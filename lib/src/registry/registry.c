@@ -46,35 +46,13 @@ static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 static enum phx_device_kind default_kind;
 static const char *default_why;
 
-/* Every word that names a kind (PHX_DEVICE, device names, phxfs -o). */
-static const struct {
-	const char *word;
-	enum phx_device_kind kind;
-} kind_words[] = {
-	{ "cuda", PHX_DEVICE_CUDA }, { "gpu", PHX_DEVICE_CUDA },
-	{ "sim", PHX_DEVICE_SIM },   { "kmod", PHX_DEVICE_KMOD },
-	{ "phx", PHX_DEVICE_KMOD },
-};
-
-/* The kind @len bytes at @s name, or PHX_DEVICE_NONE. */
-static enum phx_device_kind kind_word(const char *s, size_t len)
-{
-	unsigned int i;
-
-	for (i = 0; i < sizeof(kind_words) / sizeof(kind_words[0]); i++)
-		if (strlen(kind_words[i].word) == len &&
-		    !strncmp(s, kind_words[i].word, len))
-			return kind_words[i].kind;
-	return PHX_DEVICE_NONE;
-}
-
 PHX_EXPORT int phx_kind_parse(const char *name, enum phx_device_kind *out)
 {
 	if (!name || !*name || !strcmp(name, "auto")) {
 		*out = PHX_DEVICE_NONE;
 		return 0;
 	}
-	*out = kind_word(name, strlen(name));
+	*out = phx_kind_word(name, strlen(name));
 	if (*out == PHX_DEVICE_NONE)
 		return phx_err(
 			EINVAL,
@@ -85,11 +63,7 @@ PHX_EXPORT int phx_kind_parse(const char *name, enum phx_device_kind *out)
 
 static void default_init(void)
 {
-	static const char *const forced[] = {
-		[PHX_DEVICE_CUDA] = "PHX_DEVICE=cuda",
-		[PHX_DEVICE_SIM] = "PHX_DEVICE=sim",
-		[PHX_DEVICE_KMOD] = "PHX_DEVICE=kmod",
-	};
+	static char forced[32];
 	const char *s = getenv("PHX_DEVICE");
 	const char *why = NULL;
 
@@ -100,7 +74,9 @@ static void default_init(void)
 		return;
 	}
 	if (default_kind != PHX_DEVICE_NONE) {
-		default_why = forced[default_kind];
+		snprintf(forced, sizeof(forced), "PHX_DEVICE=%s",
+			 phx_kind_name(default_kind));
+		default_why = forced;
 		return;
 	}
 	if (backend_probe(PHX_DEVICE_CUDA, &why) > 0) {
@@ -134,10 +110,10 @@ static int kind_check(enum phx_device_kind *kind)
 	return 0;
 }
 
-static void fill_name(const struct phx_backend_ops *ops, int index, char *name,
+static void fill_name(enum phx_device_kind kind, int index, char *name,
 		      size_t len)
 {
-	snprintf(name, len, "%s%d", ops->dir_prefix, index);
+	snprintf(name, len, "%s%d", phx_kind_prefix(kind), index);
 }
 
 /* What the backend reports of device @index of @kind. */
@@ -148,7 +124,7 @@ static int info_query(enum phx_device_kind kind, int index,
 	info->kind = kind;
 	info->index = index;
 	info->numa_node = -1;
-	fill_name(backends[kind], index, info->name, sizeof(info->name));
+	fill_name(kind, index, info->name, sizeof(info->name));
 	return backends[kind]->query(index, info);
 }
 
@@ -209,7 +185,7 @@ static int parse_name(const char *name, enum phx_device_kind *kind, int *index)
 	}
 	while (isalpha((unsigned char)name[l]))
 		l++;
-	*kind = kind_word(name, l);
+	*kind = phx_kind_word(name, l);
 	if (name[l] == ':')
 		l++;
 	if (*kind != PHX_DEVICE_NONE && isdigit((unsigned char)name[l])) {
@@ -244,10 +220,9 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 			       phx_kind_name(kind), index,
 			       why ? why : "backend unusable");
 	if (index >= n || index >= MAX_DEVICES)
-		return phx_err(ENODEV,
-			       "no device %s%d: there are %d %s devices",
-			       backends[kind]->dir_prefix, index, n,
-			       phx_kind_name(kind));
+		return phx_err(
+			ENODEV, "no device %s%d: there are %d %s devices",
+			phx_kind_prefix(kind), index, n, phx_kind_name(kind));
 
 	pthread_mutex_lock(&registry_lock);
 	dev = open_devices[kind][index];
@@ -269,7 +244,7 @@ PHX_EXPORT int phx_device_open(const char *name, struct phx_device **out)
 	dev->ops = backends[kind];
 	dev->index = index;
 	dev->refs = 1;
-	fill_name(dev->ops, index, dev->name, sizeof(dev->name));
+	fill_name(kind, index, dev->name, sizeof(dev->name));
 	ret = dev->ops->open(dev);
 	if (!ret) {
 		ret = info_query(kind, index, &info);
@@ -314,7 +289,7 @@ PHX_EXPORT int phx_device_open_dptr(enum phx_device_kind kind, phx_dptr_t dptr,
 				       (unsigned long long)dptr,
 				       phx_kind_name(kind));
 	}
-	snprintf(name, sizeof(name), "%s%d", backends[kind]->dir_prefix, index);
+	fill_name(kind, index, name, sizeof(name));
 	return phx_device_open(name, out);
 }
 

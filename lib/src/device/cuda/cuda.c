@@ -495,8 +495,6 @@ static void cuda_host_unregister(struct phx_device *dev, void *p)
 }
 
 const struct phx_backend_ops phx_cuda_ops = {
-	.name = "cuda",
-	.dir_prefix = "gpu",
 	.kind = PHX_DEVICE_CUDA,
 	.probe = cu_probe,
 	.query = cuda_query,
@@ -526,6 +524,7 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.stream_default = phx_cuda_stream_default,
 	.copy_htod = phx_cuda_copy_htod,
 	.copy_dtoh = phx_cuda_copy_dtoh,
+	.copy_htod_batch = phx_cuda_copy_htod_batch,
 	.copy_dtod = phx_cuda_copy_dtod,
 	.memset_d8 = phx_cuda_memset_d8,
 	.event_create = phx_cuda_event_create,

@@ -247,6 +247,52 @@ struct phx_cu_api {
 
 /* The driver's entry points; all NULL unless cu_probe() found a GPU. */
 extern struct phx_cu_api cu;
+
+/*
+ * Entry points a driver may lack, looked up when it is loaded and used
+ * only where found: cuMemcpyBatchAsync, whose exported names carry two
+ * ABIs.  CUDA 12.8 exports it as "cuMemcpyBatchAsync" with a failIdx
+ * argument before the stream; CUDA 13.0 adds "cuMemcpyBatchAsync_v2"
+ * without it (its cuda.h maps the plain name to _v2) and keeps the 12.8
+ * one.  The types are declared here with the driver's ABI, whatever
+ * cuda.h is built against: CUmemcpyAttributes is { CUmemcpySrcAccessOrder
+ * srcAccessOrder; CUmemLocation srcLocHint, dstLocHint; unsigned int
+ * flags; }.
+ */
+#define PHX_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM 0x1
+
+struct phx_cu_memcpy_attrs {
+	int src_access_order;
+	CUmemLocation src_loc_hint, dst_loc_hint;
+	unsigned int flags;
+};
+
+_Static_assert(sizeof(struct phx_cu_memcpy_attrs) == 24,
+	       "CUmemcpyAttributes is 24 bytes");
+#if defined(CUDA_VERSION) && CUDA_VERSION >= 12080
+_Static_assert(sizeof(struct phx_cu_memcpy_attrs) == sizeof(CUmemcpyAttributes),
+	       "CUmemcpyAttributes");
+#endif
+
+/* CUDA 13.0: cuMemcpyBatchAsync_v2 */
+typedef CUresult phx_cu_batch_v2_fn(CUdeviceptr *dsts, CUdeviceptr *srcs,
+				    size_t *sizes, size_t count,
+				    struct phx_cu_memcpy_attrs *attrs,
+				    size_t *attrs_idxs, size_t num_attrs,
+				    CUstream stream);
+/* CUDA 12.8: cuMemcpyBatchAsync */
+typedef CUresult phx_cu_batch_v1_fn(CUdeviceptr *dsts, CUdeviceptr *srcs,
+				    size_t *sizes, size_t count,
+				    struct phx_cu_memcpy_attrs *attrs,
+				    size_t *attrs_idxs, size_t num_attrs,
+				    size_t *fail_idx, CUstream stream);
+
+struct phx_cu_optional {
+	phx_cu_batch_v2_fn *memcpy_batch_v2;
+	phx_cu_batch_v1_fn *memcpy_batch_v1; /* only without _v2 */
+};
+
+extern struct phx_cu_optional cu_opt;
 /* Set in a child forked after the driver started: it cannot be used. */
 extern bool cu_forked;
 
@@ -327,6 +373,9 @@ int phx_cuda_copy_htod(struct phx_device *dev, phx_dptr_t dst, const void *src,
 		       size_t len, void *stream);
 int phx_cuda_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
 		       size_t len, void *stream);
+int phx_cuda_copy_htod_batch(struct phx_device *dev,
+			     const struct phx_htod *copies, unsigned int n,
+			     void *stream);
 int phx_cuda_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
 		       size_t len, void *stream);
 int phx_cuda_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,

@@ -19,6 +19,7 @@
 #include "cuda_api.h"
 
 struct phx_cu_api cu;
+struct phx_cu_optional cu_opt;
 
 /* Result of loading the driver, set once under cu_once. */
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -117,6 +118,12 @@ static void cu_load(void)
 	}
 	CU_SYMBOLS(CU_RESOLVE)
 #undef CU_RESOLVE
+	/* The batched copy of CUDA 13, else of 12.8, else none (a loop). */
+	cu_opt.memcpy_batch_v2 =
+		(phx_cu_batch_v2_fn *)dlsym(lib, "cuMemcpyBatchAsync_v2");
+	if (!cu_opt.memcpy_batch_v2)
+		cu_opt.memcpy_batch_v1 =
+			(phx_cu_batch_v1_fn *)dlsym(lib, "cuMemcpyBatchAsync");
 
 	res = cu.cuInit(0);
 	if (res == CUDA_ERROR_NO_DEVICE) {
@@ -140,6 +147,7 @@ static void cu_load(void)
 fail:
 	/* The library stays loaded: cuInit may have started driver threads. */
 	memset(&cu, 0, sizeof(cu));
+	memset(&cu_opt, 0, sizeof(cu_opt));
 }
 
 int cu_probe(const char **why)

@@ -57,6 +57,79 @@ int phx_cuda_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
 		       (unsigned long long)src, len);
 }
 
+static int copy_htod_each(struct phx_device *dev, const struct phx_htod *copies,
+			  unsigned int n, void *stream)
+{
+	int ret = 0;
+
+	for (unsigned int i = 0; i < n && !ret; i++)
+		ret = phx_cuda_copy_htod(dev, copies[i].dst, copies[i].src,
+					 copies[i].len, stream);
+	return ret;
+}
+
+/* Copies per cuMemcpyBatchAsync call: its arrays live on the stack. */
+#define CU_BATCH_MAX 64
+
+/* Set when a driver refused a batch as such: copies loop from then on. */
+static bool cu_batch_refused;
+
+/*
+ * One cuMemcpyBatchAsync call per CU_BATCH_MAX copies, which costs the
+ * driver one submission where a loop of cuMemcpyHtoDAsync costs one per
+ * copy; sources in stream order (the slots were filled before).  Without
+ * the call (a driver before 12.8), on the legacy default stream (which it
+ * refuses) or once a driver refused the batch itself, a loop of
+ * cuMemcpyHtoDAsync: a copy it would not take is then named with its own
+ * error.
+ */
+int phx_cuda_copy_htod_batch(struct phx_device *dev,
+			     const struct phx_htod *copies, unsigned int n,
+			     void *stream)
+{
+	struct phx_cu_memcpy_attrs attrs = {
+		.src_access_order = PHX_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+	};
+	CUdeviceptr dsts[CU_BATCH_MAX], srcs[CU_BATCH_MAX];
+	size_t sizes[CU_BATCH_MAX], first = 0, fail_idx;
+	unsigned int i, j, k;
+	CUresult res;
+	int ret;
+
+	if (n < 2 || !stream ||
+	    __atomic_load_n(&cu_batch_refused, __ATOMIC_RELAXED) ||
+	    (!cu_opt.memcpy_batch_v2 && !cu_opt.memcpy_batch_v1))
+		return copy_htod_each(dev, copies, n, stream);
+	ret = cuda_bind(dev);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i += k) {
+		k = n - i < CU_BATCH_MAX ? n - i : CU_BATCH_MAX;
+		for (j = 0; j < k; j++) {
+			dsts[j] = copies[i + j].dst;
+			srcs[j] = (CUdeviceptr)(uintptr_t)copies[i + j].src;
+			sizes[j] = copies[i + j].len;
+		}
+		if (cu_opt.memcpy_batch_v2)
+			res = cu_opt.memcpy_batch_v2(dsts, srcs, sizes, k,
+						     &attrs, &first, 1, stream);
+		else
+			res = cu_opt.memcpy_batch_v1(dsts, srcs, sizes, k,
+						     &attrs, &first, 1,
+						     &fail_idx, stream);
+		if (res == CUDA_SUCCESS)
+			continue;
+		if (res != CUDA_ERROR_INVALID_VALUE &&
+		    res != CUDA_ERROR_NOT_SUPPORTED)
+			return cu_fail(dev, res, 0,
+				       "cuMemcpyBatchAsync(%u copies)", k);
+		/* copies already queued are queued again: the same bytes */
+		__atomic_store_n(&cu_batch_refused, true, __ATOMIC_RELAXED);
+		return copy_htod_each(dev, copies + i, n - i, stream);
+	}
+	return 0;
+}
+
 int phx_cuda_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
 		       size_t len, void *stream)
 {

@@ -258,6 +258,16 @@ static int kmod_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
 	return 0;
 }
 
+static int kmod_copy_htod_batch(struct phx_device *dev,
+				const struct phx_htod *copies, unsigned int n,
+				void *stream)
+{
+	for (unsigned int i = 0; i < n; i++)
+		kmod_copy_htod(dev, copies[i].dst, copies[i].src, copies[i].len,
+			       stream);
+	return 0;
+}
+
 static int kmod_copy_dtod(struct phx_device *dev, phx_dptr_t dst,
 			  phx_dptr_t src, size_t len, void *stream)
 {
@@ -322,8 +332,6 @@ static int kmod_stream_write_value(struct phx_device *dev, void *stream,
 }
 
 const struct phx_backend_ops phx_kmod_ops = {
-	.name = "kmod",
-	.dir_prefix = "phx",
 	.kind = PHX_DEVICE_KMOD,
 	.probe = kmod_probe,
 	.query = kmod_query,
@@ -350,6 +358,7 @@ const struct phx_backend_ops phx_kmod_ops = {
 	.stream_default = kmod_stream_default,
 	.copy_htod = kmod_copy_htod,
 	.copy_dtoh = kmod_copy_dtoh,
+	.copy_htod_batch = kmod_copy_htod_batch,
 	.copy_dtod = kmod_copy_dtod,
 	.memset_d8 = kmod_memset_d8,
 	.event_create = kmod_event_create,

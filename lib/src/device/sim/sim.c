@@ -25,6 +25,7 @@
 enum sim_op_type {
 	SIM_COPY, /* to host memory */
 	SIM_COPY_IN, /* to device memory */
+	SIM_COPY_BATCH, /* several to device memory (copy_htod_batch) */
 	SIM_SET,
 	SIM_FN,
 	SIM_MARK,
@@ -45,6 +46,9 @@ struct sim_op {
 	uint32_t word_value;
 	/* SIM_FEED: the copy kernel's part, played on the host */
 	phx_feed_play_fn *play;
+	/* SIM_COPY_BATCH: its copies, owned by the op */
+	struct phx_htod *batch;
+	unsigned int nbatch;
 	struct sim_op *next;
 };
 
@@ -138,6 +142,14 @@ static void sim_run(struct sim_op *op)
 	case SIM_COPY:
 		memmove(op->dst, op->src, op->len);
 		break;
+	case SIM_COPY_BATCH:
+		for (unsigned int i = 0; i < op->nbatch; i++) {
+			void *dst = (void *)(uintptr_t)op->batch[i].dst;
+
+			sim_prefault(dst, op->batch[i].len);
+			memmove(dst, op->batch[i].src, op->batch[i].len);
+		}
+		break;
 	case SIM_SET:
 		sim_set(op->dst, op->value, op->len);
 		break;
@@ -158,6 +170,12 @@ static void sim_run(struct sim_op *op)
 	}
 }
 
+static void sim_op_free(struct sim_op *op)
+{
+	free(op->batch);
+	free(op);
+}
+
 /* @op, the stream's head, is done; s->lock held. */
 static void sim_retire(struct sim_stream *s, struct sim_op *op)
 {
@@ -168,7 +186,7 @@ static void sim_retire(struct sim_stream *s, struct sim_op *op)
 	/* the stream's thread waits for what is left, or to stop */
 	if (s->head || s->stop)
 		pthread_cond_signal(&s->work);
-	free(op);
+	sim_op_free(op);
 }
 
 static void *sim_stream_main(void *arg)
@@ -208,8 +226,8 @@ static void *sim_stream_main(void *arg)
 static bool sim_inline(const struct sim_op *op)
 {
 	return op->type == SIM_COPY || op->type == SIM_COPY_IN ||
-	       op->type == SIM_SET || op->type == SIM_MARK ||
-	       op->type == SIM_WRITE;
+	       op->type == SIM_COPY_BATCH || op->type == SIM_SET ||
+	       op->type == SIM_MARK || op->type == SIM_WRITE;
 }
 
 static int sim_push(struct sim_stream *s, const struct sim_op *tmpl)
@@ -305,7 +323,7 @@ static void sim_stream_free(struct sim_stream *s)
 	if (sim_stream_inherited(s)) {
 		while ((op = s->head)) {
 			phx_queue_pop(s->head, s->tail);
-			free(op);
+			sim_op_free(op);
 		}
 		free(s);
 		return;
@@ -438,6 +456,30 @@ static int sim_copy_dtoh(struct phx_device *dev, void *dst, phx_dptr_t src,
 			stream);
 }
 
+/*
+ * One op for the whole batch: the stream's thread (or a thread waiting
+ * for it) carries out every copy in one turn, so the batch costs one
+ * push and at most one wake-up, however many copies it holds.
+ */
+static int sim_copy_htod_batch(struct phx_device *dev,
+			       const struct phx_htod *copies, unsigned int n,
+			       void *stream)
+{
+	struct sim_op op = { .type = SIM_COPY_BATCH, .nbatch = n };
+	int ret;
+
+	if (!n)
+		return 0;
+	op.batch = malloc(n * sizeof(*op.batch));
+	if (!op.batch)
+		return phx_err(ENOMEM, "sim: out of host memory for copies");
+	memcpy(op.batch, copies, n * sizeof(*op.batch));
+	ret = sim_push(sim_stream_of(dev, stream), &op);
+	if (ret)
+		free(op.batch);
+	return ret;
+}
+
 static int sim_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
 			 size_t len, void *stream)
 {
@@ -551,8 +593,6 @@ static int sim_feed_launch(struct phx_device *dev, void *stream,
 }
 
 const struct phx_backend_ops phx_sim_ops = {
-	.name = "sim",
-	.dir_prefix = "sim",
 	.kind = PHX_DEVICE_SIM,
 	.probe = sim_probe,
 	.query = sim_query,
@@ -582,6 +622,7 @@ const struct phx_backend_ops phx_sim_ops = {
 	.stream_default = sim_stream_default,
 	.copy_htod = sim_copy_htod,
 	.copy_dtoh = sim_copy_dtoh,
+	.copy_htod_batch = sim_copy_htod_batch,
 	.copy_dtod = sim_copy_dtod,
 	.memset_d8 = sim_memset_d8,
 	.event_create = sim_event_create,
