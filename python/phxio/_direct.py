@@ -221,7 +221,9 @@ class Pass:
     the torch device of its parameters; only @candidates (default: all)
     are read direct.  @read(names) yields (name, tensor) of the real
     tensors for the calls made again; @ready() runs before the first read
-    starts (the device's set-up done).  Use:
+    starts (the device's set-up done).  Files staged on @dev (phxfs) are
+    mapped by a few threads from installed() on, and the tensors read
+    direct from them are copied device to device.  Use:
 
         with p.installed(model):
             loaded = model.load_weights(p.feed())
@@ -406,25 +408,17 @@ class Pass:
                  if f.staged is not None and f.staged == self.dev.name]
         if not paths:
             return
-        from ._phxfs import open_file
-
-        def one(path: str) -> Optional[Any]:
-            try:
-                return open_file(path)
-            except _lib.PhoenixError:
-                return None  # then it is read through the mount
-
         self._pool = ThreadPoolExecutor(min(4, len(paths)),
                                         thread_name_prefix="phx-staged")
         for path in paths:
-            self._opening[path] = self._pool.submit(one, path)
+            self._opening[path] = self._pool.submit(_map, path)
 
     def _staged(self, f: Any) -> Optional[Any]:
         """The memory of the staged file @f as a flat uint8 tensor, or
         None where phxfs does not hand it over (then it is read)."""
         if f.path not in self._mapped:
             fut = self._opening.pop(f.path, None)
-            m = fut.result() if fut is not None else None
+            m = fut.result() if fut is not None else _map(f.path)
             self._mapped[f.path] = m
             if m is not None:
                 self._src[f.path] = torch.from_dlpack(m)
@@ -520,16 +514,23 @@ class Pass:
             os.close(fd)
         self._fds = {}
         self._src = {}
-        for path, fut in self._opening.items():
-            self._mapped[path] = fut.result()
-        self._opening = {}
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
-        for m in self._mapped.values():
-            if m is not None:
-                m.free()
-        self._mapped = {}
+        opening, self._opening = self._opening, {}
+        try:
+            for path, fut in opening.items():
+                if fut.cancel():  # never started: nothing to free
+                    continue
+                try:
+                    self._mapped[path] = fut.result()
+                except Exception:  # a file no tensor was copied from
+                    self._mapped[path] = None
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            mapped, self._mapped = self._mapped, {}
+            for m in mapped.values():
+                if m is not None:
+                    m.free()
 
     # ---- what it did ------------------------------------------------
 
@@ -543,6 +544,17 @@ class Pass:
     def packed(self) -> int:
         """Parameters filled direct from several tensors."""
         return sum(len(p) > 1 for p in self.parts.values())
+
+
+def _map(path: str) -> Optional[Any]:
+    """The phxfs file at @path mapped as a phxio Buffer, or None where
+    phxfs does not hand it over (then it is read through the mount)."""
+    from ._phxfs import open_file
+
+    try:
+        return open_file(path)
+    except _lib.PhoenixError:
+        return None
 
 
 def _failed(io: Any, path: str, name: str, param: str, dev: Any) -> None:
