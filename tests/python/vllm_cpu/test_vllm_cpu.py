@@ -2,11 +2,15 @@
 
 A tiny random Llama written by transformers (sharded, with its index) is
 generated from greedily with load_format="safetensors" and "phoenix": the
-tokens must be identical; with the embedding's rows flipped they must not
-be; the format must be found through the package's entry point in vLLM's
-own engine process (multiprocessing on), and a checkpoint staged on
-phxfs must load from its device memory.  Each generation runs in a child
-process (generate.py), as a user's script would.
+tokens must be identical, with the tensors read straight into the
+parameters (q/k/v and gate/up into their stacked ones) and with that off;
+with the embedding's rows flipped (and the final norm in half precision,
+which goes through its loader) they must not be, and must be
+"safetensors"' tokens for that checkpoint; the format must be
+found through the package's entry point in vLLM's own engine process
+(multiprocessing on), and a checkpoint staged on phxfs must load from its
+device memory.  Each generation runs in a child process (generate.py), as
+a user's script would.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ from conftest import BUILD, phxfs_built, phxfs_mount  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 EMBED = "model.embed_tokens.weight"
+NORM = "model.norm.weight"
+DIRECT = re.compile(r"load format phoenix: direct: (\d+) tensors .* into "
+                    r"(\d+) parameters, (\d+) of them packed from several "
+                    r"tensors, (\d+) tensors copied from files staged on "
+                    r"phxfs; (\d+) tensors through the model's weight "
+                    r"loaders, (\d+) it left out")
 
 
 def _write_llama(d: Path) -> None:
@@ -59,14 +69,18 @@ def ckpt(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def flipped(ckpt, tmp_path_factory) -> Path:
-    """The same checkpoint with the embedding's rows in reverse order."""
+    """The same checkpoint with the embedding's rows in reverse order, and
+    the final norm stored in half precision (which vLLM's loader converts:
+    a tensor that cannot be read direct)."""
     d = tmp_path_factory.mktemp("llama") / "tiny-llama-flipped"
     shutil.copytree(ckpt, d)
     index = json.loads((d / "model.safetensors.index.json").read_text())
-    shard = d / index["weight_map"][EMBED]
-    sd = load_file(shard)
-    sd[EMBED] = sd[EMBED].flip(0).contiguous()
-    save_file(sd, shard, metadata={"format": "pt"})
+    for name in (EMBED, NORM):
+        shard = d / index["weight_map"][name]
+        sd = load_file(shard)
+        sd[name] = sd[name].flip(0).contiguous() if name == EMBED else \
+            sd[name].half()
+        save_file(sd, shard, metadata={"format": "pt"})
     return d
 
 
@@ -99,6 +113,18 @@ def reference(ckpt) -> list:
     return _generate(ckpt, "safetensors")["tokens"]
 
 
+def _direct(res: dict, ckpt: Path) -> tuple[int, ...]:
+    """(tensors read direct, parameters, packed ones, tensors copied from
+    staged files, tensors through the loaders, tensors left out) from the
+    loader's log."""
+    m = DIRECT.search(res["log"])
+    assert m, res["log"][-4000:]
+    got = tuple(map(int, m.groups()))
+    index = json.loads((ckpt / "model.safetensors.index.json").read_text())
+    assert got[0] + got[4] + got[5] == len(index["weight_map"])
+    return got
+
+
 def test_installed_from_the_wheel():
     assert "site-packages" in phxio.__file__, phxio.__file__
     assert "/_libs/" in phxio._lib.lib()._phx_path
@@ -119,18 +145,31 @@ def test_phoenix_tokens_equal_safetensors_in_engine_process(ckpt, reference):
                   r"[\d.]+ s .* built (\d+) engines", res["log"])
     assert m, res["log"][-4000:]
     assert m.group(1) == "0"
+    # every tensor straight into its parameter: the Llama's 2 layers'
+    # q/k/v and gate/up each stacked into one
+    tensors, params, packed, staged, rest, _ = _direct(res, ckpt)
+    assert tensors > 0 and rest == 0 and staged == 0
+    assert packed == 4 and params == tensors - 6
 
 
-def test_small_groups_give_the_same_tokens(ckpt, reference):
+def test_loaders_alone_in_small_groups_give_the_same_tokens(ckpt,
+                                                            reference):
     res = _generate(ckpt, "phoenix", extra={"group_size": "64KiB",
-                                            "threads": 2})
+                                            "threads": 2, "direct": False})
     assert res["tokens"] == reference
+    assert "load format phoenix: direct reads off: option direct is " \
+        "false" in res["log"]
+    m = re.search(r"the rest read in (\d+) groups", res["log"])
+    assert m and int(m.group(1)) > 1, res["log"][-4000:]
 
 
 def test_flipped_embedding_changes_tokens(flipped, reference):
     res = _generate(flipped, "phoenix")
     assert res["tokens"] != reference
     assert res["tokens"] == _generate(flipped, "safetensors")["tokens"]
+    # the flipped embedding was among the tensors read direct, the norm
+    # went through its loader
+    assert _direct(res, flipped)[4] == 1
 
 
 def test_bad_option_is_one_clear_error(ckpt):
@@ -167,3 +206,6 @@ def test_staged_checkpoint_loads_from_device_memory(ckpt, reference, mount):
                   r"groups", res["log"])
     assert m, res["log"][-4000:]
     assert m.groups() == (str(nfiles), str(nfiles), "0")
+    # copied device to device into the parameters
+    tensors, _, _, staged, rest, _ = _direct(res, ckpt)
+    assert staged == tensors and rest == 0
