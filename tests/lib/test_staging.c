@@ -150,33 +150,6 @@ Test(staging, an_engine_cut_smaller_leaves_the_rest_to_others)
 	phx_device_close(dev);
 }
 
-/* What a set-up step handed to the device's thread saw. */
-static pthread_t later_thread;
-static int later_runs;
-
-static int later_step(struct phx_device *dev)
-{
-	(void)dev;
-	later_thread = pthread_self();
-	later_runs++;
-	return 0;
-}
-
-Test(staging, set_up_left_for_the_thread_runs_there_or_at_once)
-{
-	struct phx_device *dev = open_default();
-
-	later_runs = 0;
-	cr_assert_eq(phx_engine_device_later(dev, later_step), 0);
-	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
-	cr_assert_eq(later_runs, 1, "prepare waits for it");
-	/* done on the set-up thread, or here if that had finished */
-	phx_engine_device_later(dev, later_step);
-	cr_assert_eq(later_runs, 2, "once the thread is done, it runs at once");
-	cr_assert(pthread_equal(later_thread, pthread_self()));
-	phx_device_close(dev);
-}
-
 Test(staging, engines_past_one_budget_pin_their_own)
 {
 	struct phx_device *dev = open_default();

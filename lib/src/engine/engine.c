@@ -37,7 +37,3 @@ void phx_engine_device_close(struct phx_device *dev)
 	phx_staging_close(dev);
 }
 
-int phx_engine_device_later(struct phx_device *dev, phx_later_fn *fn)
-{
-	return phx_staging_later(dev, fn);
-}

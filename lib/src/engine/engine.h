@@ -18,17 +18,6 @@
 int phx_engine_device_open(struct phx_device *dev);
 void phx_engine_device_close(struct phx_device *dev);
 
-/*
- * Run @fn(@dev) on the device's set-up thread, after its staging and
- * first engine, rather than now: set-up of the layers above that may
- * take a while and need not hold up phx_device_open() (loading the copy
- * kernel).  Run now where the thread is done or not running here; its
- * failure there is dropped (the caller's later use tries again), and
- * phx_device_prepare() waits for it.
- */
-typedef int phx_later_fn(struct phx_device *dev);
-int phx_engine_device_later(struct phx_device *dev, phx_later_fn *fn);
-
 /* A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added). */
 int phx_reopen(int fd, int flags);
 

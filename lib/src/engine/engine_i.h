@@ -347,7 +347,6 @@ void phx_engine_put(struct phx_device *dev, struct phx_engine *e);
 int phx_staging_open(struct phx_device *dev,
 		     void (*then)(struct phx_device *dev, bool run));
 void phx_staging_stop(struct phx_device *dev);
-int phx_staging_later(struct phx_device *dev, phx_later_fn *fn);
 void phx_staging_close(struct phx_device *dev);
 int phx_staging_room(struct phx_device *dev, size_t len);
 void *phx_staging_take(struct phx_device *dev, size_t len);

@@ -41,9 +41,6 @@ struct phx_staging {
 	atomic_bool stop; /* the device closes: stop building it */
 	/* run by the thread once the block is done (false: it stops) */
 	void (*then)(struct phx_device *dev, bool run);
-	/* the layers above's set-up, run by the thread after @then */
-	phx_later_fn *later;
-	bool later_closed; /* the thread took @later: run it now instead */
 	char *mem;
 	uint64_t unit;
 	unsigned int units;
@@ -146,22 +143,11 @@ static void block_finish(struct phx_staging *s, int err)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/*
- * The block is done either way: run @then and what the layers above left
- * for the thread (phx_staging_later()), and say the thread is.
- */
+/* The block is done either way: run @then, and say the thread is. */
 static void block_settle(struct phx_device *dev, struct phx_staging *s)
 {
-	phx_later_fn *later;
-
 	if (s->then)
 		s->then(dev, !atomic_load(&s->stop));
-	pthread_mutex_lock(&s->lock);
-	later = s->later;
-	s->later_closed = true;
-	pthread_mutex_unlock(&s->lock);
-	if (later && !atomic_load(&s->stop) && later(dev))
-		phx_err_clear(); /* whoever needs it tries again */
 	pthread_mutex_lock(&s->lock);
 	s->settled = true;
 	pthread_cond_broadcast(&s->ready);
@@ -402,22 +388,6 @@ void phx_staging_give(struct phx_device *dev, void *p, size_t len)
 	pthread_mutex_lock(&s->lock);
 	memset(s->taken + i, false, n * sizeof(*s->taken));
 	pthread_mutex_unlock(&s->lock);
-}
-
-int phx_staging_later(struct phx_device *dev, phx_later_fn *fn)
-{
-	struct phx_staging *s = dev->staging_block;
-
-	if (s && s->owner == getpid()) {
-		pthread_mutex_lock(&s->lock);
-		if (s->started && !s->later_closed && !s->later) {
-			s->later = fn;
-			pthread_mutex_unlock(&s->lock);
-			return 0;
-		}
-		pthread_mutex_unlock(&s->lock);
-	}
-	return fn(dev);
 }
 
 void phx_staging_stop(struct phx_device *dev)

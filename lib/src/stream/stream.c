@@ -162,13 +162,15 @@ int phx_stream_device_open(struct phx_device *dev)
 	if (ret)
 		return ret;
 	/*
-	 * On the device's set-up thread, not holding up the open; the first
-	 * stream-ordered transfer waits for it (phx_pool_reserve()).  A
-	 * failure is reported by the first launch, which tries again.
+	 * Now, not on the device's set-up thread: loading a kernel waits
+	 * for the GPU to finish what is queued, so a load still running
+	 * when a caller's stream waits on the host (a flag the caller sets
+	 * once our enqueue returns) would hold up the first stream-ordered
+	 * transfer for ever.  A failure is reported by the first launch,
+	 * which tries again.
 	 */
 	if ((mode == PHX_STREAM_WAIT_KERNEL || mode == PHX_STREAM_WAIT_COPY) &&
-	    dev->ops->feed_load &&
-	    phx_engine_device_later(dev, dev->ops->feed_load))
+	    dev->ops->feed_load && dev->ops->feed_load(dev))
 		phx_err_clear();
 	return 0;
 }

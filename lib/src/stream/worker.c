@@ -288,8 +288,9 @@ void phx_pool_unreserve(struct phx_stream_pool *w)
  * waits for host functions) never happens while transfers of ours are
  * queued on a stream: a driver call that waits for the stream then could
  * block the very copies the stream is waiting for.  For the same reason
- * it waits for the device's set-up thread first (its pinning, engine
- * and the copy kernel's loading).  Fails only when no worker at all
+ * it waits for the device's set-up thread first (its pinning and first
+ * engine; the copy kernel is loaded before the open returns, see
+ * phx_stream_device_open()).  Fails only when no worker at all
  * could be started.
  */
 int phx_pool_reserve(struct phx_device *dev, struct phx_stream_pool *w)
