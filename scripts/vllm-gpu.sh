@@ -34,6 +34,8 @@
 #                   into parameters in GPU memory
 # A step that is cut short leaves the others to run; a later call with
 # just the remaining steps works while the machine stays warm.
+# PHX_VLLM_ROUNDS sets the rounds of hot and cold (2; 1 when the device
+# time left is short).
 set -u
 WORK=${PHX_VLLM_WORK:-/tmp/phx-vllm}
 CK=${PHX_VLLM_CKPT:-/var/tmp/phx-llama-1.6b}
@@ -54,6 +56,7 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_ENABLE_V1_MULTIPROCESSING=0
 unset PHX_LIBRARY
 phx=$WORK/bin/phx
 bench="python3 $here/scripts/bench-vllm.py"
+rounds=${PHX_VLLM_ROUNDS:-2}
 nodirect='phoenix{"direct":false}'
 noprepare='phoenix{"prepare":false}'
 
@@ -89,13 +92,13 @@ for s in "$@"; do
 	ckpt) [ -f "$CK/model.safetensors.index.json" ] &&
 		{ echo "== ckpt: $CK is there"; continue; }
 		step ckpt 180 $bench write-ckpt "$CK" ;;
-	hot) step hot 420 $bench compare "$CK" --modes hot --repeat 2 \
+	hot) step hot 420 $bench compare "$CK" --modes hot --repeat $rounds \
 		--formats "phoenix,safetensors,$nodirect,$noprepare" \
 		--json "$logs/hot.json" ;;
 	peers) step peers 240 $bench compare "$CK" --modes hot \
 		--formats fastsafetensors,runai_streamer,phoenix,safetensors \
 		--json "$logs/peers.json" ;;
-	cold) step cold 360 $bench compare "$CK" --modes cold --repeat 2 \
+	cold) step cold 360 $bench compare "$CK" --modes cold --repeat $rounds \
 		--formats phoenix,safetensors --json "$logs/cold.json" ;;
 	staged) step staged 200 $bench staged "$CK" --mount "$MNT/gpu0" \
 		--phx "$phx" --formats "phoenix,$nodirect" \
