@@ -304,6 +304,31 @@ static int block_find_locked(struct phx_staging *s, unsigned int n)
 	return -1;
 }
 
+/* The units @len bytes of the block take. */
+static unsigned int block_units(const struct phx_staging *s, size_t len)
+{
+	return (unsigned int)((len + s->unit - 1) / s->unit);
+}
+
+/*
+ * Lend units [@i, @i + @n) of the block, free until now: mark them taken
+ * and fault in those never touched before.  Their memory.
+ */
+static void *block_lend_locked(struct phx_staging *s, unsigned int i,
+			       unsigned int n)
+{
+	unsigned int u;
+
+	phx_assert_held(&s->lock);
+	memset(s->taken + i, true, n * sizeof(*s->taken));
+	for (u = i; u < i + n; u++)
+		if (!s->touched[u]) {
+			fault_in(s->mem + (size_t)u * s->unit, s->unit);
+			s->touched[u] = true;
+		}
+	return s->mem + (size_t)i * s->unit;
+}
+
 int phx_staging_room(struct phx_device *dev, size_t len)
 {
 	struct phx_staging *s = dev->staging_block;
@@ -312,7 +337,7 @@ int phx_staging_room(struct phx_device *dev, size_t len)
 
 	if (!s || len < s->unit || s->owner != getpid())
 		return -1;
-	n = (unsigned int)((len + s->unit - 1) / s->unit);
+	n = block_units(s, len);
 	pthread_mutex_lock(&s->lock);
 	if (!block_wait_locked(s) || n > s->units)
 		room = -1;
@@ -325,26 +350,18 @@ int phx_staging_room(struct phx_device *dev, size_t len)
 void *phx_staging_take(struct phx_device *dev, size_t len)
 {
 	struct phx_staging *s = dev->staging_block;
-	unsigned int u, n;
+	unsigned int n;
 	void *p = NULL;
 	int i;
 
 	if (!s || len < s->unit || s->owner != getpid())
 		return NULL;
-	n = (unsigned int)((len + s->unit - 1) / s->unit);
+	n = block_units(s, len);
 	pthread_mutex_lock(&s->lock);
 	block_wait_locked(s);
 	i = block_find_locked(s, n);
-	if (i < 0)
-		goto out;
-	memset(s->taken + i, true, n * sizeof(*s->taken));
-	p = s->mem + (size_t)i * s->unit;
-	for (u = (unsigned int)i; u < (unsigned int)i + n; u++)
-		if (!s->touched[u]) {
-			fault_in(s->mem + (size_t)u * s->unit, s->unit);
-			s->touched[u] = true;
-		}
-out:
+	if (i >= 0)
+		p = block_lend_locked(s, (unsigned int)i, n);
 	pthread_mutex_unlock(&s->lock);
 	return p;
 }
@@ -363,17 +380,12 @@ bool phx_staging_take_at(struct phx_device *dev, void *p, size_t len)
 		goto out;
 	}
 	i = (unsigned int)((size_t)((char *)p - s->mem) / s->unit);
-	n = (unsigned int)((len + s->unit - 1) / s->unit);
+	n = block_units(s, len);
 	for (u = i; u < i + n && ok; u++)
 		ok = u < s->units && !s->taken[u];
 	if (!ok)
 		goto out;
-	memset(s->taken + i, true, n * sizeof(*s->taken));
-	for (u = i; u < i + n; u++)
-		if (!s->touched[u]) {
-			fault_in(s->mem + (size_t)u * s->unit, s->unit);
-			s->touched[u] = true;
-		}
+	block_lend_locked(s, i, n);
 out:
 	pthread_mutex_unlock(&s->lock);
 	return ok;
@@ -383,7 +395,7 @@ void phx_staging_give(struct phx_device *dev, void *p, size_t len)
 {
 	struct phx_staging *s = dev->staging_block;
 	size_t i = (size_t)((char *)p - s->mem) / s->unit;
-	unsigned int n = (unsigned int)((len + s->unit - 1) / s->unit);
+	unsigned int n = block_units(s, len);
 
 	pthread_mutex_lock(&s->lock);
 	memset(s->taken + i, false, n * sizeof(*s->taken));

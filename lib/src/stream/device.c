@@ -46,17 +46,12 @@ static int device_flags(struct phx_device *dev, struct phx_stream_pool *w)
 	int ret = 0;
 
 	pthread_mutex_lock(&w->spawn_lock);
-	if (w->flags)
-		goto out;
-	ret = phx_mapped_alloc(dev, PHX_STREAM_FLAGS * sizeof(uint32_t), &flags,
-			       &w->flags_daddr);
-	if (ret)
-		goto out;
-	pthread_mutex_lock(&w->lock);
-	phx_pool_free_all_locked(w);
-	w->flags = flags;
-	pthread_mutex_unlock(&w->lock);
-out:
+	if (!w->flags) {
+		ret = phx_pool_map_entries(dev, w, sizeof(*w->flags), &flags,
+					   &w->flags_daddr);
+		if (!ret)
+			w->flags = flags;
+	}
 	pthread_mutex_unlock(&w->spawn_lock);
 	return ret;
 }
@@ -130,8 +125,7 @@ static int device_enqueue(struct phx_stream *stream, struct phx_stream_pool *w,
 	if (!ret)
 		ret = device_flag_get(dev, w, r);
 	if (ret) {
-		phx_pool_unreserve(w);
-		free(r);
+		phx_pool_unreserve(w, r);
 		return ret;
 	}
 	return device_queue(stream, w, r);

@@ -36,10 +36,8 @@ static int host_enqueue(struct phx_stream *stream, struct phx_stream_pool *w,
 	struct phx_device *dev = stream->dev;
 	int ret = dev->ops->launch_host_fn(dev, stream->native, host_fn, r);
 
-	if (ret) {
-		phx_pool_unreserve(w);
-		free(r);
-	}
+	if (ret)
+		phx_pool_unreserve(w, r);
 	return ret;
 }
 

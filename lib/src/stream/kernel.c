@@ -294,9 +294,8 @@ static int phx_feed_setup(struct phx_device *dev, struct phx_stream_pool *w)
 	pthread_mutex_lock(&w->spawn_lock);
 	if (w->ctls)
 		goto out;
-	ret = phx_mapped_alloc(dev,
-			       PHX_STREAM_FLAGS * sizeof(struct phx_feed_ctl),
-			       &ctls, &w->ctls_daddr);
+	ret = phx_pool_map_entries(dev, w, sizeof(*w->ctls), &ctls,
+				   &w->ctls_daddr);
 	if (ret)
 		goto out;
 	/* the workers share one engine's worth of staging, as for engines */
@@ -314,14 +313,10 @@ static int phx_feed_setup(struct phx_device *dev, struct phx_stream_pool *w)
 		t->feed_slots = slots;
 		t->slot_size = slot;
 	}
-	if (ret) {
+	if (ret)
 		phx_feed_teardown(dev, w, ctls);
-		goto out;
-	}
-	pthread_mutex_lock(&w->lock);
-	phx_pool_free_all_locked(w);
-	w->ctls = ctls;
-	pthread_mutex_unlock(&w->lock);
+	else
+		w->ctls = ctls;
 out:
 	pthread_mutex_unlock(&w->spawn_lock);
 	return ret;
@@ -365,10 +360,8 @@ static int kernel_enqueue(struct phx_stream *stream, struct phx_stream_pool *w,
 
 	if (!ret)
 		ret = phx_feed_enqueue(stream, w, r);
-	if (ret) {
-		phx_pool_unreserve(w);
-		free(r);
-	}
+	if (ret)
+		phx_pool_unreserve(w, r);
 	return ret;
 }
 

@@ -236,8 +236,8 @@ int phx_pool_create(struct phx_device *dev,
  * only when no worker at all could be started.
  */
 int phx_pool_reserve(struct phx_device *dev, struct phx_stream_pool *w);
-/* A reserved transfer that was not queued after all. */
-void phx_pool_unreserve(struct phx_stream_pool *w);
+/* A reserved transfer that was not queued after all: @r is freed. */
+void phx_pool_unreserve(struct phx_stream_pool *w, struct phx_stream_req *r);
 /* Hand @r to the workers (phx_pool_serve); the caller holds w->lock. */
 void phx_pool_queue_locked(struct phx_stream_pool *w, struct phx_stream_req *r);
 /* Serve a queued @r on @t's engine (the host and device modes' run). */
@@ -248,8 +248,6 @@ void phx_pool_destroy(struct phx_device *dev);
 /* The end of a transfer's life: its flag or control block back, one less queued. */
 void phx_pool_release_locked(struct phx_stream_pool *w,
 			     struct phx_stream_req *r);
-/* Every flag (or control block) free; w->lock held. */
-void phx_pool_free_all_locked(struct phx_stream_pool *w);
 /* A free flag (or control block) index, or -EBUSY when all are in use. */
 int phx_pool_take(struct phx_device *dev, struct phx_stream_pool *w,
 		  unsigned int *index);
@@ -260,6 +258,13 @@ int phx_pool_take(struct phx_device *dev, struct phx_stream_pool *w,
 int phx_mapped_alloc(struct phx_device *dev, size_t len, void **out,
 		     uint64_t *daddr);
 void phx_mapped_free(struct phx_device *dev, void *p, size_t len);
+/*
+ * A mode's PHX_STREAM_FLAGS entries of @size bytes each, mapped as
+ * phx_mapped_alloc() maps, and every flag (or control block) free from
+ * then on; the caller holds spawn_lock.
+ */
+int phx_pool_map_entries(struct phx_device *dev, struct phx_stream_pool *w,
+			 size_t size, void **out, uint64_t *daddr);
 
 /* ---- "kernel" mode (kernel.c) ---------------------------------------- */
 

@@ -28,15 +28,6 @@ void phx_pool_release_locked(struct phx_stream_pool *w,
 	pthread_cond_broadcast(&w->done);
 }
 
-/* Every flag (or control block) free, lowest index first out. */
-void phx_pool_free_all_locked(struct phx_stream_pool *w)
-{
-	phx_assert_held(&w->lock);
-	for (unsigned int i = 0; i < PHX_STREAM_FLAGS; i++)
-		w->free_flags[i] = PHX_STREAM_FLAGS - 1 - i;
-	w->nfree_flags = PHX_STREAM_FLAGS;
-}
-
 /*
  * Host memory the device reads and writes: @len bytes, zeroed, at *@out,
  * and at *@daddr for the device.  On the caller's thread, before any
@@ -61,6 +52,27 @@ int phx_mapped_alloc(struct phx_device *dev, size_t len, void **out,
 		return ret;
 	}
 	*out = p;
+	return 0;
+}
+
+/*
+ * A mode's PHX_STREAM_FLAGS entries of @size bytes each (the device
+ * mode's flags, the kernel mode's control blocks), mapped as
+ * phx_mapped_alloc() maps; every one free from then on, lowest index
+ * first out.  The caller holds spawn_lock.
+ */
+int phx_pool_map_entries(struct phx_device *dev, struct phx_stream_pool *w,
+			 size_t size, void **out, uint64_t *daddr)
+{
+	int ret = phx_mapped_alloc(dev, PHX_STREAM_FLAGS * size, out, daddr);
+
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&w->lock);
+	for (unsigned int i = 0; i < PHX_STREAM_FLAGS; i++)
+		w->free_flags[i] = PHX_STREAM_FLAGS - 1 - i;
+	w->nfree_flags = PHX_STREAM_FLAGS;
+	pthread_mutex_unlock(&w->lock);
 	return 0;
 }
 
@@ -274,12 +286,13 @@ static int pool_spawn(struct phx_device *dev, struct phx_stream_pool *w,
 	return 0;
 }
 
-void phx_pool_unreserve(struct phx_stream_pool *w)
+void phx_pool_unreserve(struct phx_stream_pool *w, struct phx_stream_req *r)
 {
 	pthread_mutex_lock(&w->lock);
 	w->outstanding--;
 	pthread_cond_broadcast(&w->done);
 	pthread_mutex_unlock(&w->lock);
+	free(r);
 }
 
 /*

@@ -137,10 +137,8 @@ static void cuda_close(struct phx_device *dev)
 
 	if (!cd)
 		return;
-	if (cd->zero_stream && cu_bind_ctx(dev, cd->ctx) == 0)
-		cu.cuStreamDestroy_v2(cd->zero_stream);
-	if (cd->feed_mod && cu_bind_ctx(dev, cd->ctx) == 0)
-		cu.cuModuleUnload(cd->feed_mod);
+	cu_destroy(dev, cd->zero_stream, cuStreamDestroy_v2);
+	cu_destroy(dev, cd->feed_mod, cuModuleUnload);
 	/* a child of fork() leaves the parent's context alone */
 	if (!cu_forked)
 		cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);

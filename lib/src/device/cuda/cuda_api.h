@@ -363,6 +363,29 @@ static inline int cuda_bind(struct phx_device *dev)
 		cu_ret_;                                                       \
 	})
 
+/*
+ * Make a driver object of type @type through @create(&obj, @flags) in
+ * @dev's context (cu_call(), the call named by @create) and hand it back,
+ * opaque, in *@out.
+ */
+#define cu_create(dev, out, type, create, flags)                           \
+	({                                                                 \
+		type cu_obj_;                                              \
+		int cu_err_ =                                              \
+			cu_call(dev, cu.create(&cu_obj_, flags), #create); \
+                                                                           \
+		if (!cu_err_)                                              \
+			*(out) = cu_obj_;                                  \
+		cu_err_;                                                   \
+	})
+
+/* Driver object @obj (NULL: none) to @destroy where @dev's context binds. */
+#define cu_destroy(dev, obj, destroy)             \
+	do {                                      \
+		if ((obj) && cuda_bind(dev) == 0) \
+			cu.destroy(obj);          \
+	} while (0)
+
 /* ---- streams, events, copies, the copy kernel (streams.c) ---------- */
 
 int phx_cuda_stream_create(struct phx_device *dev, void **stream);

@@ -14,19 +14,13 @@ static pthread_mutex_t feed_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int phx_cuda_stream_create(struct phx_device *dev, void **stream)
 {
-	CUstream s;
-	int ret = cu_call(dev, cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING),
-			  "cuStreamCreate");
-
-	if (!ret)
-		*stream = s;
-	return ret;
+	return cu_create(dev, stream, CUstream, cuStreamCreate,
+			 CU_STREAM_NON_BLOCKING);
 }
 
 void phx_cuda_stream_destroy(struct phx_device *dev, void *stream)
 {
-	if (stream && cuda_bind(dev) == 0)
-		cu.cuStreamDestroy_v2(stream);
+	cu_destroy(dev, stream, cuStreamDestroy_v2);
 }
 
 int phx_cuda_stream_sync(struct phx_device *dev, void *stream)
@@ -149,19 +143,13 @@ int phx_cuda_memset_d8(struct phx_device *dev, phx_dptr_t dst, uint8_t value,
 
 int phx_cuda_event_create(struct phx_device *dev, void **event)
 {
-	CUevent e;
-	int ret = cu_call(dev, cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING),
-			  "cuEventCreate");
-
-	if (!ret)
-		*event = e;
-	return ret;
+	return cu_create(dev, event, CUevent, cuEventCreate,
+			 CU_EVENT_DISABLE_TIMING);
 }
 
 void phx_cuda_event_destroy(struct phx_device *dev, void *event)
 {
-	if (event && cuda_bind(dev) == 0)
-		cu.cuEventDestroy_v2(event);
+	cu_destroy(dev, event, cuEventDestroy_v2);
 }
 
 int phx_cuda_event_record(struct phx_device *dev, void *event, void *stream)
