@@ -345,6 +345,23 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	close(fd);
 }
 
+/*
+ * The first (@first) or the next read step of libphoenix's stack: @io,
+ * 4 KiB, run on @dev.
+ */
+static void api_read(struct child_out *o, bool first, struct phx_device *dev,
+		     struct phx_io *io)
+{
+	double t = child_call(first ? "first phx_io_run" : "second phx_io_run");
+
+	phx_io_run(dev, io);
+	o->t[first ? ST_FIRST : ST_NEXT] = bl_now() - t;
+	if (io->result != 4096)
+		child_fail("%sphx_io_run: %" PRId64 ": %s",
+			   first ? "first " : "", io->result,
+			   phx_strerror_last());
+}
+
 /* Steps of libphoenix's own API: no registration exists to be paid. */
 static void stack_phx(struct kb *b, struct child_out *o, bool cuda)
 {
@@ -362,20 +379,10 @@ static void stack_phx(struct kb *b, struct child_out *o, bool cuda)
 		child_fail("open %s with O_DIRECT: %s", b->path,
 			   strerror(errno));
 	io.dptr = m16;
-	t = child_call("first phx_io_run");
-	phx_io_run(dev, &io);
-	o->t[ST_FIRST] = bl_now() - t;
-	if (io.result != 4096)
-		child_fail("first phx_io_run: %" PRId64 ": %s", io.result,
-			   phx_strerror_last());
+	api_read(o, true, dev, &io);
 	check_first(cuda, m16, "phx_io_run");
 	io.file_off = 1 * MiB;
-	t = child_call("second phx_io_run");
-	phx_io_run(dev, &io);
-	o->t[ST_NEXT] = bl_now() - t;
-	if (io.result != 4096)
-		child_fail("phx_io_run: %" PRId64 ": %s", io.result,
-			   phx_strerror_last());
+	api_read(o, false, dev, &io);
 	cur->closing = true;
 	t = child_call("phx_device_close");
 	phx_device_close(dev);
