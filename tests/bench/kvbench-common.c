@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench-common.c - what the phx-kvbench modes share: the peers'
- * libraries, device memory every peer can address, the data file, raw
- * io_uring, and the results table.
+ * libraries, a run of cuFile batch requests, device memory every peer can
+ * address, the data file, raw io_uring, and the results table.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench.h - shared parts of phx-kvbench: libphxfile loaded at run time,
- * device memory that every peer can use, the data file and its checks, raw
- * io_uring, the results (what phx-bench shares too is in benchlib.h).
+ * cuFile batch runs, device memory that every peer can use, the data file
+ * and its checks, raw io_uring, the results (what phx-bench shares too is
+ * in benchlib.h).
  *
  * The three modes are one file each: kvbench-kv.c (LMCache's slab
  * pattern), kvbench-small.c (small random reads), kvbench-setup.c (set-up
