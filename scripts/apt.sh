@@ -15,6 +15,13 @@
 #
 # debsrc_unpack PREFIX TREE: unpack the upstream tarball PREFIX*.orig.tar.*
 # (not Debian's patches, which concern packaging) into TREE.
+#
+# debsrc_tree WHO SUITE SPEC DIR HAVE PREFIX: the source package SPEC of
+# SUITE downloaded into DIR/src (debsrc_fetch), unless DIR/src holds a file
+# matching the pattern HAVE (then nothing is downloaded; otherwise DIR/src,
+# an older version's, is emptied first), and its upstream tarball
+# DIR/src/PREFIX*.orig.tar.* unpacked into DIR/src/tree (debsrc_unpack).
+# Where the download fails it says so, as WHO, and exits 1.
 
 apt_need() {
 	_who=$1
@@ -57,4 +64,16 @@ debsrc_unpack() {
 	mkdir -p "$2"
 	tar -xf "$(ls "$1"*.orig.tar.* | grep -v '\.asc$' | head -n 1)" \
 		-C "$2" --strip-components=1
+}
+
+debsrc_tree() {
+	# shellcheck disable=SC2086 # HAVE is a pattern
+	if ! ls "$4/src"/$5 >/dev/null 2>&1; then
+		rm -rf "$4/src"
+		debsrc_fetch "$2" "$3" "$4" || {
+			echo "$1: cannot download the source of $(echo "$3" | tr '=' ' ') from $2" >&2
+			exit 1
+		}
+	fi
+	debsrc_unpack "$4/src/$6" "$4/src/tree"
 }

@@ -17,9 +17,7 @@ set -eu
 . "$(dirname "$0")/apt.sh"
 
 BUILD=${1:-build}
-DIR=$BUILD/fio
-SRC=$DIR/src
-TREE=$SRC/tree
+TREE=$BUILD/fio/src/tree
 
 [ -f "$TREE/.configured" ] && exit 0
 
@@ -30,13 +28,8 @@ if [ -z "$ver" ]; then
 fi
 upstream=${ver%-*}
 upstream=${upstream#*:}
-if ! ls "$SRC/fio_$upstream.orig.tar."* >/dev/null 2>&1; then
-	debsrc_fetch bookworm "fio=$ver" "$DIR" || {
-		echo "fio-src: cannot download the source of fio $ver from bookworm" >&2
-		exit 1
-	}
-fi
-debsrc_unpack "$SRC/fio_$upstream" "$TREE"
+debsrc_tree fio-src bookworm "fio=$ver" "$BUILD/fio" \
+	"fio_$upstream.orig.tar.*" "fio_$upstream"
 # Debian configures with --disable-native; the structures an engine sees
 # do not depend on the optional libraries configure finds.
 (cd "$TREE" && ./configure --disable-native >configure.out 2>&1) || {

@@ -18,36 +18,28 @@ set -eu
 . "$(dirname "$0")/apt.sh"
 
 BUILD=${1:-build}
-DIR=$BUILD/libfuse
-SRC=$DIR/src
-PREFIX=$DIR/prefix
+PREFIX=$BUILD/libfuse/prefix
+TREE=$BUILD/libfuse/src/tree
 
 STAMP=$PREFIX/.built-3.18
 [ -f "$STAMP" ] && exit 0
 
 apt_need libfuse meson ninja-build dpkg-dev liburing-dev libnuma-dev
 
-if ! ls "$SRC"/fuse3_3.1[89]*.dsc >/dev/null 2>&1; then
-	rm -rf "$SRC" # an older version's
-	debsrc_fetch forky fuse3 "$DIR" || {
-		echo "libfuse: cannot download the source of fuse3 from forky" >&2
-		exit 1
-	}
-fi
-debsrc_unpack "$SRC/fuse3_" "$SRC/tree"
+debsrc_tree libfuse forky fuse3 "$BUILD/libfuse" "fuse3_3.1[89]*.dsc" fuse3_
 
 rm -rf "$PREFIX"
 prefix=$(mkdir -p "$PREFIX" && cd "$PREFIX" && pwd)
-(cd "$SRC/tree" &&
+(cd "$TREE" &&
 	meson setup build --prefix="$prefix" --libdir=lib \
 		-Ddefault_library=static -Dexamples=false -Dutils=false \
 		-Dtests=false -Ddisable-mtab=true -Denable-io-uring=true \
 		-Denable-custom-io=true >meson.log 2>&1 &&
 	ninja -C build >ninja.log 2>&1 && ninja -C build install >/dev/null) || {
-	echo "libfuse: building $SRC/tree failed; see meson.log and ninja.log there" >&2
+	echo "libfuse: building $TREE failed; see meson.log and ninja.log there" >&2
 	exit 1
 }
-grep -q "define HAVE_URING" "$SRC/tree/build/fuse_config.h" 2>/dev/null ||
+grep -q "define HAVE_URING" "$TREE/build/fuse_config.h" 2>/dev/null ||
 	echo "libfuse: built without FUSE over io_uring (see meson.log)" >&2
 touch "$STAMP"
 echo "libfuse: $(sed -n 's/^Version: //p' "$prefix/lib/pkgconfig/fuse3.pc") in $PREFIX"

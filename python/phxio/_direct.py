@@ -45,7 +45,6 @@ made there, so whatever load_weights does after its loop sees the data.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -55,7 +54,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import torch
 
 from . import _lib
-from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
+from ._pipeline import Pipeline, ios as new_ios, threads_of
 
 # How a known loader places a checkpoint tensor in its parameter.
 COPY = "copy"        # the whole parameter
@@ -558,18 +557,7 @@ def _map(path: str) -> Optional[Any]:
 
 
 def _failed(io: Any, path: str, name: str, param: str, dev: Any) -> None:
-    what = f"tensor {name!r} (into parameter {param!r})"
-    if io.result == NOT_RUN:
-        raise _lib.PhoenixError(errno.ECANCELED, f"reading {path} into "
-                                f"{dev.name}: {what}: cancelled after "
-                                "another failure")
-    at = io.file_off + max(io.result, 0)
-    if io.result >= 0:
-        from ._safetensors import SafetensorsError
+    from ._safetensors import read_error
 
-        raise SafetensorsError(f"{path}: {what}: truncated: the file ends "
-                               f"at byte {at}, before the data its header "
-                               "lists")
-    err = -io.result
-    raise _lib.PhoenixError(err, f"reading {path} at offset {at} into "
-                            f"{dev.name}: {what}: {os.strerror(err)}")
+    raise read_error(io, path, dev,
+                     f"tensor {name!r} (into parameter {param!r}): ")

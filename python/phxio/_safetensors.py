@@ -479,28 +479,38 @@ def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
     return True
 
 
+def read_error(io: Any, path: str, dev: Any, what: str = "") -> Exception:
+    """The error for @io, a read of @path into @dev that did not complete
+    (its result is not its length): cancelled after another failure, the
+    file shorter than its header says, or the read's errno.  @what names
+    the tensor it was for, ending in ": ", or is empty."""
+    if io.result == NOT_RUN:
+        return _lib.PhoenixError(errno.ECANCELED, f"reading {path} into "
+                                 f"{dev.name}: {what}cancelled after "
+                                 "another failure")
+    at = io.file_off + max(io.result, 0)
+    if io.result >= 0:
+        return SafetensorsError(f"{path}: {what}truncated: the file ends at "
+                                f"byte {at}, before the data its header "
+                                "lists")
+    err = -io.result
+    return _lib.PhoenixError(err, f"reading {path} at offset {at} into "
+                             f"{dev.name}: {what}{os.strerror(err)}")
+
+
 def _check_results(plan: _Plan, dev: "_core.Device") -> None:
     for group in plan.ios or ():
         for io in group:
             if io.result == io.len:
                 continue
-            if io.result == NOT_RUN:
-                raise _lib.PhoenixError(errno.ECANCELED, f"reading "
-                                        f"{plan.path} into {dev.name}: "
-                                        "cancelled after another failure")
-            at = io.file_off + max(io.result, 0)
-            who = next((t.name for t, off in plan.tensors
-                        if off <= io.buf_off + max(io.result, 0) <
-                        off + (t.end - t.begin)), None)
-            what = f"tensor {who!r}: " if who else ""
-            if io.result >= 0:
-                raise SafetensorsError(f"{plan.path}: {what}truncated: the "
-                                       f"file ends at byte {at}, before the "
-                                       "data its header lists")
-            err = -io.result
-            raise _lib.PhoenixError(err, f"reading {plan.path} at offset "
-                                    f"{at} into {dev.name}: {what}"
-                                    f"{os.strerror(err)}")
+            # a cancelled read names no tensor: another read's failure
+            # stopped it
+            who = None if io.result == NOT_RUN else next(
+                (t.name for t, off in plan.tensors
+                 if off <= io.buf_off + max(io.result, 0) <
+                 off + (t.end - t.begin)), None)
+            raise read_error(io, plan.path, dev,
+                             f"tensor {who!r}: " if who else "")
 
 
 def _wrap(plans: list[_Plan], fw: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench-common.c - what the phx-kvbench modes share: the peers'
- * libraries, device memory every peer can address, the data file, raw
- * io_uring, and the results table.
+ * libraries, a run of cuFile batch requests, device memory every peer can
+ * address, the data file, raw io_uring, and the results table.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,7 +72,7 @@ const char *kb_cferr(CUfileError_t e)
 }
 
 void kb_batch_param(CUfileIOParams_t *p, void *fh, void *base, off_t dev_off,
-		    off_t file_off, size_t size, int opcode, void *cookie)
+		    off_t file_off, size_t size, int opcode)
 {
 	memset(p, 0, sizeof(*p));
 	p->mode = 1; /* CUFILE_BATCH */
@@ -82,12 +82,17 @@ void kb_batch_param(CUfileIOParams_t *p, void *fh, void *base, off_t dev_off,
 	p->u.batch.size = size;
 	p->fh = fh;
 	p->opcode = opcode;
-	p->cookie = cookie;
 }
 
-int kb_batch_turn(void *batch, CUfileIOParams_t *p, unsigned int m,
-		  unsigned int *inflight, CUfileIOEvents_t *ev,
-		  unsigned int *nr, char *note, size_t size)
+/*
+ * One turn of a cuFile batch: submit the @m requests at @p (none: only
+ * wait), then wait for at least one of the *@inflight; their events in
+ * @ev, *@nr of them, no longer in *@inflight's count until the caller
+ * says so.  0, or -1 with the failing call in @note.
+ */
+static int kb_batch_turn(void *batch, CUfileIOParams_t *p, unsigned int m,
+			 unsigned int *inflight, CUfileIOEvents_t *ev,
+			 unsigned int *nr, char *note, size_t size)
 {
 	CUfileError_t e;
 
@@ -107,6 +112,34 @@ int kb_batch_turn(void *batch, CUfileIOParams_t *p, unsigned int m,
 		return -1;
 	}
 	return 0;
+}
+
+double kb_batch_run(void *batch, unsigned int qd, int n,
+		    void (*fill)(void *ctx, int i, CUfileIOParams_t *p),
+		    void (*done)(void *ctx, int i, const CUfileIOEvents_t *ev),
+		    void *ctx, char *note, size_t size)
+{
+	CUfileIOParams_t p[KB_MAX_QD];
+	CUfileIOEvents_t ev[KB_MAX_QD];
+	unsigned int inflight = 0, nr;
+	int next = 0, finished = 0;
+	double t0 = bl_now();
+
+	while (finished < n) {
+		unsigned int m = 0;
+
+		for (; inflight + m < qd && next < n; m++, next++) {
+			fill(ctx, next, &p[m]);
+			p[m].cookie = (void *)(uintptr_t)next;
+		}
+		if (kb_batch_turn(batch, p, m, &inflight, ev, &nr, note, size))
+			return -1;
+		for (unsigned int i = 0; i < nr; i++)
+			done(ctx, (int)(uintptr_t)ev[i].cookie, &ev[i]);
+		inflight -= nr;
+		finished += (int)nr;
+	}
+	return bl_now() - t0;
 }
 
 void kb_load_phxfile(struct kb *b, const char *argv0)

@@ -253,61 +253,53 @@ out:
 	return t;
 }
 
+struct kv_batch {
+	struct kv *k;
+	void *fh;
+};
+
+static void kv_batch_fill(void *ctx, int i, CUfileIOParams_t *p)
+{
+	struct kv_batch *kvb = ctx;
+	struct kv *k = kvb->k;
+	void *base;
+	int64_t off;
+
+	region_of(k, i * k->chunk, &base, &off);
+	kb_batch_param(p, kvb->fh, base, (off_t)off, (off_t)k->offs[i],
+		       k->chunk, k->write ? 1 : 0);
+}
+
+static void kv_batch_done(void *ctx, int i, const CUfileIOEvents_t *ev)
+{
+	struct kv *k = ((struct kv_batch *)ctx)->k;
+
+	if (ev->status != BL_CUFILE_COMPLETE || ev->ret != k->chunk)
+		bl_die("cuFile batch: status %d, %zu bytes of %" PRIu64
+		       " at %" PRIu64,
+		       ev->status, ev->ret, k->chunk, k->offs[i]);
+}
+
 static double run_cufile_batch(struct kv *k)
 {
-	unsigned int qd = (unsigned int)k->nstreams, inflight = 0, nr;
-	CUfileIOParams_t p[KV_MAX_STREAMS];
-	CUfileIOEvents_t ev[KV_MAX_STREAMS];
-	void *fh = cufile_handle(k), *batch = NULL;
-	int next = 0, done = 0;
-	double t0, t = -1;
+	struct kv_batch kvb = { .k = k, .fh = cufile_handle(k) };
+	void *batch = NULL;
+	double t = -1;
 	CUfileError_t e;
 
-	if (!fh)
+	if (!kvb.fh)
 		return -1;
-	e = blcf.cuFileBatchIOSetUp(&batch, qd);
+	e = blcf.cuFileBatchIOSetUp(&batch, (unsigned int)k->nstreams);
 	if (e.err) {
 		snprintf(k->note, sizeof(k->note), "cuFileBatchIOSetUp: %s",
 			 kb_cferr(e));
 		goto out;
 	}
-	t0 = bl_now();
-	while (done < k->n) {
-		unsigned int m = 0;
-
-		while (inflight + m < qd && next < k->n) {
-			void *base;
-			int64_t off;
-
-			region_of(k, next * k->chunk, &base, &off);
-			kb_batch_param(&p[m], fh, base, (off_t)off,
-				       (off_t)k->offs[next], k->chunk,
-				       k->write ? 1 : 0,
-				       (void *)(uintptr_t)next);
-			m++;
-			next++;
-		}
-		if (kb_batch_turn(batch, p, m, &inflight, ev, &nr, k->note,
-				  sizeof(k->note)))
-			goto out_batch;
-		for (unsigned int i = 0; i < nr; i++) {
-			int idx = (int)(uintptr_t)ev[i].cookie;
-
-			if (ev[i].status != BL_CUFILE_COMPLETE ||
-			    ev[i].ret != k->chunk)
-				bl_die("cuFile batch: status %d, %zu bytes of %" PRIu64
-				       " at %" PRIu64,
-				       ev[i].status, ev[i].ret, k->chunk,
-				       k->offs[idx]);
-		}
-		inflight -= nr;
-		done += (int)nr;
-	}
-	t = bl_now() - t0;
-out_batch:
+	t = kb_batch_run(batch, (unsigned int)k->nstreams, k->n, kv_batch_fill,
+			 kv_batch_done, &kvb, k->note, sizeof(k->note));
 	blcf.cuFileBatchIODestroy(batch);
 out:
-	cufile_release(k, fh);
+	cufile_release(k, kvb.fh);
 	return t;
 }
 

@@ -101,6 +101,18 @@ static double child_call(const char *call)
 	return bl_now();
 }
 
+/*
+ * In a child: step @s, whose call began at @t (child_call()), is over;
+ * @why, unless NULL, says how its call failed (then the child fails).
+ */
+static void child_step(struct child_out *o, enum step s, double t,
+		       const char *why)
+{
+	o->t[s] = bl_now() - t;
+	if (why)
+		child_fail("%s: %s", cur->call, why);
+}
+
 /* GPU memory for the registrations, or host memory on the simulated
  * device (where device addresses are host addresses). */
 static uint64_t mem_alloc(bool cuda, uint64_t size)
@@ -214,14 +226,10 @@ static void stack_cufile(struct kb *b, struct child_out *o, bool cuda)
 	o->t[ST_LOAD] = bl_now() - t;
 	t = child_call("cuFileDriverOpen");
 	e = blcf.cuFileDriverOpen();
-	o->t[ST_OPEN] = bl_now() - t;
-	if (e.err)
-		child_fail("cuFileDriverOpen: %s", cf_err(e, errno));
+	child_step(o, ST_OPEN, t, e.err ? cf_err(e, errno) : NULL);
 	t = child_call("cuFileBufRegister(16 MiB)");
 	e = blcf.cuFileBufRegister((void *)(uintptr_t)m16, 16 * MiB, 0);
-	o->t[ST_REG16] = bl_now() - t;
-	if (e.err)
-		child_fail("cuFileBufRegister(16 MiB): %s", cf_err(e, errno));
+	child_step(o, ST_REG16, t, e.err ? cf_err(e, errno) : NULL);
 	t = child_call("cuFileBufRegister(1 GiB)");
 	e = blcf.cuFileBufRegister((void *)(uintptr_t)m1g, GiB, 0);
 	o->t[ST_REG1G] = bl_now() - t;
@@ -263,9 +271,7 @@ static void stack_cufile(struct kb *b, struct child_out *o, bool cuda)
 	blcf.cuFileHandleDeregister(fh);
 	child_call("cuFileDriverClose");
 	e = blcf.cuFileDriverClose();
-	o->t[ST_CLOSE] = bl_now() - t;
-	if (e.err)
-		child_fail("cuFileDriverClose: %s", cf_err(e, errno));
+	child_step(o, ST_CLOSE, t, e.err ? cf_err(e, errno) : NULL);
 	close(fd);
 }
 
@@ -312,28 +318,20 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	o->t[ST_LOAD] = bl_now() - t;
 	t = child_call("phxFileDriverOpen");
 	ret = kbpf.DriverOpen();
-	o->t[ST_OPEN] = bl_now() - t;
-	if (ret)
-		child_fail("phxFileDriverOpen: %s", strerror(-ret));
+	child_step(o, ST_OPEN, t, ret ? strerror(-ret) : NULL);
 	t = child_call("phxFileBufRegister(16 MiB)");
 	ret = kbpf.BufRegister((void *)(uintptr_t)m16, 16 * MiB);
-	o->t[ST_REG16] = bl_now() - t;
-	if (ret)
-		child_fail("phxFileBufRegister(16 MiB): %s", strerror(-ret));
+	child_step(o, ST_REG16, t, ret ? strerror(-ret) : NULL);
 	t = child_call("phxFileBufRegister(1 GiB)");
 	ret = kbpf.BufRegister((void *)(uintptr_t)m1g, GiB);
-	o->t[ST_REG1G] = bl_now() - t;
-	if (ret)
-		child_fail("phxFileBufRegister(1 GiB): %s", strerror(-ret));
+	child_step(o, ST_REG1G, t, ret ? strerror(-ret) : NULL);
 	fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (fd < 0)
 		child_fail("open %s with O_DIRECT: %s", b->path,
 			   strerror(errno));
 	t = child_call("phxFileHandleRegister");
 	ret = kbpf.HandleRegister(&fh, fd);
-	o->t[ST_HANDLE] = bl_now() - t;
-	if (ret)
-		child_fail("phxFileHandleRegister: %s", strerror(-ret));
+	child_step(o, ST_HANDLE, t, ret ? strerror(-ret) : NULL);
 	phxfile_read(o, true, fh, m16, 0, 0, &done);
 	check_first(cuda, m16, "phxFileReadAsync");
 	phxfile_read(o, false, fh, m16, 1 * MiB, 4096, &done);
@@ -347,6 +345,23 @@ static void stack_phxfile(struct kb *b, struct child_out *o, bool cuda,
 	close(fd);
 }
 
+/*
+ * The first (@first) or the next read step of libphoenix's stack: @io,
+ * 4 KiB, run on @dev.
+ */
+static void api_read(struct child_out *o, bool first, struct phx_device *dev,
+		     struct phx_io *io)
+{
+	double t = child_call(first ? "first phx_io_run" : "second phx_io_run");
+
+	phx_io_run(dev, io);
+	o->t[first ? ST_FIRST : ST_NEXT] = bl_now() - t;
+	if (io->result != 4096)
+		child_fail("%sphx_io_run: %" PRId64 ": %s",
+			   first ? "first " : "", io->result,
+			   phx_strerror_last());
+}
+
 /* Steps of libphoenix's own API: no registration exists to be paid. */
 static void stack_phx(struct kb *b, struct child_out *o, bool cuda)
 {
@@ -354,30 +369,20 @@ static void stack_phx(struct kb *b, struct child_out *o, bool cuda)
 	struct phx_device *dev;
 	struct phx_io io = { .op = PHX_OP_READ, .len = 4096 };
 	double t;
+	int ret;
 
 	t = child_call("phx_device_open");
-	if (phx_device_open(NULL, &dev))
-		child_fail("phx_device_open: %s", phx_strerror_last());
-	o->t[ST_OPEN] = bl_now() - t;
+	ret = phx_device_open(NULL, &dev);
+	child_step(o, ST_OPEN, t, ret ? phx_strerror_last() : NULL);
 	io.fd = open(b->path, O_RDONLY | O_DIRECT);
 	if (io.fd < 0)
 		child_fail("open %s with O_DIRECT: %s", b->path,
 			   strerror(errno));
 	io.dptr = m16;
-	t = child_call("first phx_io_run");
-	phx_io_run(dev, &io);
-	o->t[ST_FIRST] = bl_now() - t;
-	if (io.result != 4096)
-		child_fail("first phx_io_run: %" PRId64 ": %s", io.result,
-			   phx_strerror_last());
+	api_read(o, true, dev, &io);
 	check_first(cuda, m16, "phx_io_run");
 	io.file_off = 1 * MiB;
-	t = child_call("second phx_io_run");
-	phx_io_run(dev, &io);
-	o->t[ST_NEXT] = bl_now() - t;
-	if (io.result != 4096)
-		child_fail("phx_io_run: %" PRId64 ": %s", io.result,
-			   phx_strerror_last());
+	api_read(o, false, dev, &io);
 	cur->closing = true;
 	t = child_call("phx_device_close");
 	phx_device_close(dev);

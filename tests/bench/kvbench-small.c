@@ -197,15 +197,44 @@ static double run_threads(struct sm *s, bool cufile)
 
 /* ---- cuFile batch -------------------------------------------------------- */
 
+/* A cuFile batch run's slots: those free, and when each one's read began. */
+struct sm_batch {
+	struct sm *s;
+	unsigned int free_slots[KB_MAX_QD], nfree;
+	double start[KB_MAX_QD];
+};
+
+static void sm_batch_fill(void *ctx, int i, CUfileIOParams_t *p)
+{
+	struct sm_batch *sb = ctx;
+	struct sm *s = sb->s;
+	unsigned int q = sb->free_slots[--sb->nfree];
+
+	kb_batch_param(p, s->cufh, (void *)(uintptr_t)s->dm.dptr,
+		       (off_t)(q * s->bs), (off_t)s->reqs[i].off, s->bs, 0);
+	s->slot_of[i] = (int)q;
+	sb->start[q] = bl_now();
+}
+
+static void sm_batch_done(void *ctx, int i, const CUfileIOEvents_t *ev)
+{
+	struct sm_batch *sb = ctx;
+	struct sm *s = sb->s;
+	unsigned int q = (unsigned int)s->slot_of[i];
+
+	if (ev->status != BL_CUFILE_COMPLETE || ev->ret != s->bs)
+		bl_die("cuFile batch read at %" PRIu64 ": status %d, %zu bytes",
+		       s->reqs[i].off, ev->status, ev->ret);
+	s->lat[i] = bl_now() - sb->start[q];
+	sb->free_slots[sb->nfree++] = q;
+}
+
 static double run_cubatch(struct sm *s)
 {
-	CUfileIOParams_t p[KB_MAX_QD];
-	CUfileIOEvents_t ev[KB_MAX_QD];
-	double start[KB_MAX_QD], t0, t = -1;
-	unsigned int free_slots[KB_MAX_QD], nfree = 0, inflight = 0, nr;
-	int next = 0, finished = 0;
+	struct sm_batch sb = { .s = s };
 	void *batch = NULL;
 	CUfileError_t e = blcf.cuFileBatchIOSetUp(&batch, s->qd);
+	double t;
 
 	if (e.err) {
 		snprintf(s->note, sizeof(s->note), "cuFileBatchIOSetUp(%u): %s",
@@ -213,46 +242,9 @@ static double run_cubatch(struct sm *s)
 		return -1;
 	}
 	for (unsigned int q = 0; q < s->qd; q++)
-		free_slots[nfree++] = s->qd - 1 - q;
-	t0 = bl_now();
-	while (finished < s->n) {
-		unsigned int m = 0;
-
-		while (nfree && next < s->n) {
-			unsigned int q = free_slots[--nfree];
-
-			kb_batch_param(
-				&p[m], s->cufh, (void *)(uintptr_t)s->dm.dptr,
-				(off_t)(q * s->bs), (off_t)s->reqs[next].off,
-				s->bs, 0,
-				(void *)(uintptr_t)((uint64_t)next << 16 | q));
-			s->slot_of[next] = (int)q;
-			start[q] = bl_now();
-			m++;
-			next++;
-		}
-		if (kb_batch_turn(batch, p, m, &inflight, ev, &nr, s->note,
-				  sizeof(s->note)))
-			goto out;
-		for (unsigned int i = 0; i < nr; i++) {
-			uint64_t c = (uint64_t)(uintptr_t)ev[i].cookie;
-			unsigned int q = c & 0xffff;
-			int idx = (int)(c >> 16);
-
-			if (ev[i].status != BL_CUFILE_COMPLETE ||
-			    ev[i].ret != s->bs)
-				bl_die("cuFile batch read at %" PRIu64
-				       ": status %d, %zu bytes",
-				       s->reqs[idx].off, ev[i].status,
-				       ev[i].ret);
-			s->lat[idx] = bl_now() - start[q];
-			free_slots[nfree++] = q;
-		}
-		inflight -= nr;
-		finished += (int)nr;
-	}
-	t = bl_now() - t0;
-out:
+		sb.free_slots[sb.nfree++] = s->qd - 1 - q;
+	t = kb_batch_run(batch, s->qd, s->n, sm_batch_fill, sm_batch_done, &sb,
+			 s->note, sizeof(s->note));
 	blcf.cuFileBatchIODestroy(batch);
 	return t;
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvbench.h - shared parts of phx-kvbench: libphxfile loaded at run time,
- * device memory that every peer can use, the data file and its checks, raw
- * io_uring, the results (what phx-bench shares too is in benchlib.h).
+ * cuFile batch runs, device memory that every peer can use, the data file
+ * and its checks, raw io_uring, the results (what phx-bench shares too is
+ * in benchlib.h).
  *
  * The three modes are one file each: kvbench-kv.c (LMCache's slab
  * pattern), kvbench-small.c (small random reads), kvbench-setup.c (set-up
@@ -72,16 +73,18 @@ void kb_load_cufile(struct kb *b);
 const char *kb_cferr(CUfileError_t e);
 /* Request @p of a cuFile batch: @size bytes, @opcode 0 read, 1 write. */
 void kb_batch_param(CUfileIOParams_t *p, void *fh, void *base, off_t dev_off,
-		    off_t file_off, size_t size, int opcode, void *cookie);
+		    off_t file_off, size_t size, int opcode);
 /*
- * One turn of a cuFile batch: submit the @m requests at @p (none: only
- * wait), then wait for at least one of the *@inflight; their events in
- * @ev, *@nr of them, no longer in *@inflight's count until the caller
- * says so.  0, or -1 with the failing call in @note.
+ * Requests 0 to @n - 1 through the cuFile batch @batch, at most @qd (up
+ * to KB_MAX_QD) in flight: @fill makes request i's parameters (all but
+ * the cookie) when it may start, @done checks i's event when it has
+ * completed.  Returns the elapsed time, or -1 with the failing call in
+ * @note.
  */
-int kb_batch_turn(void *batch, CUfileIOParams_t *p, unsigned int m,
-		  unsigned int *inflight, CUfileIOEvents_t *ev,
-		  unsigned int *nr, char *note, size_t size);
+double kb_batch_run(void *batch, unsigned int qd, int n,
+		    void (*fill)(void *ctx, int i, CUfileIOParams_t *p),
+		    void (*done)(void *ctx, int i, const CUfileIOEvents_t *ev),
+		    void *ctx, char *note, size_t size);
 void kb_load_phxfile(struct kb *b, const char *argv0);
 
 void kb_dmem_alloc(struct kb *b, struct kb_dmem *m, uint64_t size);

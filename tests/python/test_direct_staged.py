@@ -90,33 +90,44 @@ def _check_bytes(p, files):
         assert param_bytes(part) == file_bytes(f.path, f, info), name
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_staged_tensors_are_copied_from_device_memory(mount, tmp_path,
-                                                      opened, threads):
+def _load(mount, sd, paths, files, threads=None):
+    """@sd's model loaded from @paths (@files, their headers) by one pass
+    with @threads threads, checked against the model its own loaders load
+    from @sd, the direct tensors' bytes against the files': the pass, and
+    the reads through the mount during it."""
     dev, where = _where(mount)
-    sd = state()
-    paths, files = _stage(mount, tmp_path, f"ck-{threads}", sd)
-    assert {f.staged for f in files} == {dev.name}
     want, want_loaded = reference(sd, where)
     model = Model().to(where)
     before = _reads(mount)
     loaded, p = run_pass(model, paths, dev, threads, files=files)
+    reads = _reads(mount) - before
+    assert not p.reason and loaded == want_loaded
+    assert_same(want, model)
+    _check_bytes(p, files)
+    return p, reads
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_staged_tensors_are_copied_from_device_memory(mount, tmp_path,
+                                                      opened, threads):
+    dev, _ = _where(mount)
+    sd = state()
+    paths, files = _stage(mount, tmp_path, f"ck-{threads}", sd)
+    assert {f.staged for f in files} == {dev.name}
+    p, reads = _load(mount, sd, paths, files, threads)
     # the direct tensors copied from the mapped files, the rest loaded
     # from views of them: through the mount, at most the header of each
     # file the loaders' tensors come from
     of = {t.name: f.path for f in files for t in f.tensors}
     again = {of[c.name] for c in p.calls if c.target in p.redone}
-    assert again and _reads(mount) - before <= len(again)
-    assert not p.reason and loaded == want_loaded
+    assert again and reads <= len(again)
     assert set(p.direct) == DIRECT and p.staged_parts == len(DIRECT)
-    assert_same(want, model)
     # each file mapped once, by the pass's threads, and freed at its end
     assert sorted(path for path, _, _ in opened.calls) == paths
     assert all(name.startswith("phx-staged") for _, name, _ in
                opened.calls)
     assert all(buf is not None for _, _, buf in opened.calls)
     assert opened.all_freed()
-    _check_bytes(p, files)
     shutil.rmtree(mount / f"ck-{threads}")
 
 
@@ -124,25 +135,18 @@ def test_files_phxfs_does_not_hand_over_are_read(mount, tmp_path,
                                                  monkeypatch):
     refused = Opened(refuse=True)
     monkeypatch.setattr(_phxfs, "open_file", refused)
-    dev, where = _where(mount)
     sd = state()
     paths, files = _stage(mount, tmp_path, "ck-refused", sd)
-    want, want_loaded = reference(sd, where)
-    model = Model().to(where)
-    before = _reads(mount)
-    loaded, p = run_pass(model, paths, dev, files=files)
+    p, reads = _load(mount, sd, paths, files)
     # the direct tensors' data through the mount, beyond the headers
-    assert _reads(mount) - before > len(files)
-    assert not p.reason and loaded == want_loaded
+    assert reads > len(files)
     assert set(p.direct) == DIRECT and p.staged_parts == 0
     assert sorted(path for path, _, _ in refused.calls) == paths
-    assert_same(want, model)
-    _check_bytes(p, files)
     shutil.rmtree(mount / "ck-refused")
 
 
 def test_staged_and_plain_files_in_one_checkpoint(mount, tmp_path, opened):
-    dev, where = _where(mount)
+    dev, _ = _where(mount)
     sd = state()
     staged, _ = _stage(mount, tmp_path, "ck-mixed", sd)
     # the last shard from the local copy instead of the mount
@@ -150,17 +154,12 @@ def test_staged_and_plain_files_in_one_checkpoint(mount, tmp_path, opened):
     paths = staged[:2] + [plain]
     files = _weights.headers(paths)
     assert [f.staged for f in files] == [dev.name, dev.name, None]
-    want, want_loaded = reference(sd, where)
-    model = Model().to(where)
-    loaded, p = run_pass(model, paths, dev, files=files)
-    assert not p.reason and loaded == want_loaded
+    p, _ = _load(mount, sd, paths, files)
     on_mount = {t.name for f in files[:2] for t in f.tensors}
     assert p.staged_parts == len(set(p.direct) & on_mount) > 0
     assert set(p.direct) == DIRECT
     assert sorted(path for path, _, _ in opened.calls) == staged[:2]
     assert opened.all_freed()
-    assert_same(want, model)
-    _check_bytes(p, files)
     shutil.rmtree(mount / "ck-mixed")
 
 
