@@ -38,8 +38,10 @@ model changes before its loader (a transposed or renamed weight) ends
 the pass: then every tensor goes through ``model.load_weights`` group by
 group, as with direct false.  Either way no second copy of the whole
 model is held.  Files of a checkpoint staged on phxfs are device memory
-already: the direct tensors are copied from it device to device, the
-others are views of it.
+already: where every file is staged on the model's device there is
+nothing to read, and the loaders get views of that memory (the stand-in
+pass would only add its own cost); where some are, the direct tensors of
+those are copied from it device to device, the others are views of it.
 
 What a process's first load would set up (the device opened, the
 pipeline's engines: io_uring, pinned staging, copy streams) is built in a
@@ -382,6 +384,9 @@ def _make_class() -> Any:
                               for t in f.tensors))
                 loaded, done = None, None
                 why = _why_not_direct(model_config, self.options)
+                if why is None and files and \
+                        report["staged"] == len(files):
+                    why = "every file is staged on phxfs on " + dev.name
                 if why is None:
                     # the model's pass starts while the device is still
                     # being set up beside it

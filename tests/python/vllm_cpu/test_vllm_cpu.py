@@ -206,6 +206,6 @@ def test_staged_checkpoint_loads_from_device_memory(ckpt, reference, mount):
                   r"groups", res["log"])
     assert m, res["log"][-4000:]
     assert m.groups() == (str(nfiles), str(nfiles), "0")
-    # copied device to device into the parameters
-    tensors, _, _, staged, rest, _ = _direct(res, ckpt)
-    assert staged == tensors and rest == 0
+    # nothing to read: the loaders get views of the staged memory
+    assert "load format phoenix: direct reads off: every file is staged " \
+        "on phxfs on" in res["log"], res["log"][-4000:]
