@@ -281,3 +281,23 @@ def test_prepare_builds_the_engines_the_load_borrows(tmp_path):
         # the load borrowed the prepared engines and built none
         assert st["loaded"]["built"] == threads
         assert st["sum"] == pytest.approx(want)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_weight_phase_holds_the_collector_and_restores_it(enabled):
+    import gc
+
+    from phxio import vllm_loader
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with vllm_loader._collector_held():
+            assert not gc.isenabled()
+        assert gc.isenabled() == enabled
+        with pytest.raises(RuntimeError):
+            with vllm_loader._collector_held():
+                raise RuntimeError("a load that fails")
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
