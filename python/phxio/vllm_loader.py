@@ -247,13 +247,19 @@ def _one_rank() -> Optional[str]:
     return None
 
 
-def _why_not_direct(model_config: Any, opts: dict) -> Optional[str]:
-    """Why no tensor can be read straight into a parameter, or None."""
+def _why_not_direct(model_config: Any, opts: dict, files: list,
+                    dev: Any) -> Optional[str]:
+    """Why no tensor is to be read straight into a parameter, or None.
+    A checkpoint whose @files are all staged on @dev has nothing to read:
+    its views go to the loaders, and the stand-in pass would only add its
+    own cost."""
     quant = getattr(model_config, "quantization", None)
     if not opts["direct"]:
         return "option direct is false"
     if quant is not None:
         return f"quantization {quant}"
+    if files and all(f.staged == dev.name for f in files):
+        return f"every file is staged on phxfs on {dev.name}"
     return _one_rank()
 
 
@@ -407,10 +413,8 @@ def _make_class() -> Any:
                     bytes=sum(t.end - t.begin for f in files
                               for t in f.tensors))
                 loaded, done = None, None
-                why = _why_not_direct(model_config, self.options)
-                if why is None and files and \
-                        report["staged"] == len(files):
-                    why = "every file is staged on phxfs on " + dev.name
+                why = _why_not_direct(model_config, self.options, files,
+                                      dev)
                 if why is None:
                     # the model's pass starts while the device is still
                     # being set up beside it
