@@ -112,6 +112,89 @@ Test(batch, mixed_reads_and_writes_to_raw_addresses)
 	free(back);
 }
 
+/* Submit @n entries to @b and wait for all of them; each moved its length. */
+static void run_all(struct phx_batch *b, struct phx_io *ios, unsigned int n)
+{
+	cr_assert_eq(phx_batch_submit(b, ios, n), (int)n, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_batch_wait(b, n, NULL, 0, -1), (int)n);
+	for (unsigned int i = 0; i < n; i++)
+		cr_assert_eq(ios[i].result, (int64_t)ios[i].len,
+			     "entry %u: %lld %s", i, (long long)ios[i].result,
+			     phx_strerror_last());
+}
+
+/*
+ * A batch started on a hot read longer than a slot re-cuts its idle
+ * engine into the hot slots, as phx_read() does; a cold read, a few
+ * small reads and a write after it get the batch's own cut back: each
+ * moves the right bytes by the path it should take.
+ */
+Test(batch, hot_cold_and_write_on_one_batch_land_their_bytes)
+{
+	setenv("PHX_CHUNK_SIZE", "4M", 1);
+	setenv("PHX_STAGING_SIZE", "16M", 1);
+	struct phx_device *dev = open_default();
+	size_t len = 40 * MiB + 777, off = 4097;
+	unsigned char *data, *back = xmalloc(off + len);
+	struct phx_buf *buf = buf_new(dev, off + len + 123, 0);
+	struct phx_batch *b;
+	struct phx_io io[3];
+	int fd = make_file(dir_direct(), off + len, 57, false, (void **)&data);
+	int out = empty_file(dir_direct());
+
+	/* four slots of 4 MiB: more than a hot slot */
+	cr_assert_eq(phx_batch_create(dev, 4, 0, &b), 0, "%s",
+		     phx_strerror_last());
+	for (unsigned int round = 0; round < 2; round++) {
+		if (round) { /* cold: the same bytes out of the disk */
+			fsync(fd);
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		}
+		io[0] = (struct phx_io){ .op = PHX_OP_READ,
+					 .fd = fd,
+					 .file_off = (int64_t)off,
+					 .buf = buf,
+					 .buf_off = 123,
+					 .len = len };
+		run_all(b, io, 1);
+		cr_expect_eq(
+			io[0].path, round ? PHX_PATH_STAGED : PHX_PATH_BUFFERED,
+			"round %u: path %s", round, phx_path_name(io[0].path));
+		assert_buf_eq(buf, 123, data + off, len);
+	}
+	for (unsigned int i = 0; i < 3; i++)
+		io[i] = (struct phx_io){ .op = PHX_OP_READ,
+					 .fd = fd,
+					 .file_off = (int64_t)(i * 5 * MiB + 3),
+					 .buf = buf,
+					 .buf_off = i * 4096,
+					 .len = 4096 - i };
+	run_all(b, io, 3);
+	for (unsigned int i = 0; i < 3; i++)
+		assert_buf_eq(buf, i * 4096, data + i * 5 * MiB + 3, 4096 - i);
+	/* the whole file back into the buffer, hot again, then out of it */
+	io[0] = (struct phx_io){
+		.op = PHX_OP_READ, .fd = fd, .buf = buf, .len = off + len
+	};
+	cr_assert_eq(pread(fd, back, off + len, 0), (ssize_t)(off + len));
+	run_all(b, io, 1);
+	io[0] = (struct phx_io){
+		.op = PHX_OP_WRITE, .fd = out, .buf = buf, .len = off + len
+	};
+	run_all(b, io, 1);
+	memset(back, 0, off + len);
+	cr_assert_eq(pread(out, back, off + len, 0), (ssize_t)(off + len));
+	cr_assert(!memcmp(back, data, off + len), "written bytes differ");
+	phx_batch_destroy(b);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	close(out);
+	free(data);
+	free(back);
+}
+
 /* One entry fails in the kernel; the others complete with their bytes. */
 Test(batch, error_mid_batch_others_complete)
 {

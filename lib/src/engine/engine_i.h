@@ -35,10 +35,11 @@
 #define PHX_BATCH_COPY_MAX (256u << 10)
 
 /*
- * A synchronous read served by the page cache (staged.c) re-cuts its
- * engine's staging into slots of PHX_HOT_CHUNK: the page-cache copies run
- * on io_uring's workers one slot each, so more, smaller slots are more
- * CPUs copying at once, and a slot reaches the copy engine sooner.  An
+ * A read served by the page cache, started on an idle engine, re-cuts its
+ * staging into slots of PHX_HOT_CHUNK (phx_engine_fit): the page-cache
+ * copies run on io_uring's workers one slot each, so more, smaller slots
+ * are more CPUs copying at once, and a slot reaches the copy engine
+ * sooner.  An
  * io_uring has room for PHX_MAX_SLOTS slots, twice as many entries.
  */
 #define PHX_HOT_CHUNK (1u << 20)
@@ -265,6 +266,9 @@ int phx_engine_create(struct phx_device *dev, struct phx_engine_shape sh,
 		      struct phx_engine **out);
 bool phx_engine_fits(const struct phx_engine *e, struct phx_engine_shape sh);
 int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh);
+/* Before idle @e starts @j: the hot cut for a page-cache read, else @home. */
+void phx_engine_fit(struct phx_engine *e, const struct phx_job *j,
+		    struct phx_engine_shape home);
 
 /* Queue @j on @e; a job with nothing to move completes at once. */
 void phx_engine_queue(struct phx_engine *e, struct phx_job *j);

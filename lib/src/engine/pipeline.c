@@ -213,6 +213,36 @@ int phx_engine_slice(struct phx_engine *e, struct phx_engine_shape sh)
 }
 
 /*
+ * Cut idle @e for @j, its next job: a read the page cache serves that is
+ * longer than a slot runs on slots of PHX_HOT_CHUNK, so that more of
+ * io_uring's workers copy out of the page cache at once and a slot
+ * reaches the copy engine sooner; any other job runs on @home, the shape
+ * @e's owner asked for (a synchronous call's, a batch's depth).  Nothing
+ * may be in flight on @e.  Where the cut cannot change (an event short,
+ * staging another engine took back) the old one stands.
+ */
+void phx_engine_fit(struct phx_engine *e, const struct phx_job *j,
+		    struct phx_engine_shape home)
+{
+	struct phx_engine_shape sh = home;
+	struct phx_engine_shape hot = {
+		.chunk = PHX_HOT_CHUNK,
+		.nslots = (unsigned int)phx_min(e->staging_len / PHX_HOT_CHUNK,
+						PHX_MAX_SLOTS),
+	};
+
+	if (j->io->op == PHX_OP_READ && j->nregions == 1 &&
+	    !j->region[0].direct && home.chunk > hot.chunk &&
+	    hot.nslots > home.nslots && j->end - j->start > home.chunk &&
+	    phx_engine_fits(e, hot))
+		sh = hot;
+	if (sh.nslots == e->nslots && sh.chunk == e->chunk)
+		return;
+	if (phx_engine_slice(e, sh))
+		phx_err_clear();
+}
+
+/*
  * The engine's io_uring.  A read's completion is task work of the thread
  * that submitted it; by default the kernel interrupts that thread for it
  * (an inter-processor interrupt if it runs, per completion).  Engines

@@ -469,30 +469,6 @@ static int engine_run_job(struct phx_engine *e, struct phx_job *j)
 	return 0;
 }
 
-/*
- * A read the page cache serves, on an engine lent from the pool for this
- * one call: cut its staging into more, smaller slots (PHX_HOT_CHUNK), so
- * that more of io_uring's workers copy out of the page cache at once.
- * The pool re-cuts the engine to the next caller's shape when it is lent
- * again; the events of the extra slots stay with it.
- */
-static void hot_recut(struct phx_engine *e, const struct phx_job *j)
-{
-	struct phx_engine_shape sh = {
-		.chunk = PHX_HOT_CHUNK,
-		.nslots = (unsigned int)phx_min(e->staging_len / PHX_HOT_CHUNK,
-						PHX_MAX_SLOTS),
-	};
-
-	if (!e->lent_sync || j->io->op != PHX_OP_READ || j->nregions != 1 ||
-	    j->region[0].direct || e->chunk <= sh.chunk ||
-	    sh.nslots <= e->nslots || j->end - j->start <= e->chunk ||
-	    !phx_engine_fits(e, sh))
-		return;
-	if (phx_engine_slice(e, sh))
-		phx_err_clear(); /* an event short: the old cut stands */
-}
-
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
 int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
 {
@@ -504,7 +480,10 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io)
 		atomic_fetch_add(&e->dev->errors, 1);
 		return io->result = ret;
 	}
-	hot_recut(e, j);
+	/* the shape it was lent with is the call's own */
+	phx_engine_fit(e, j,
+		       (struct phx_engine_shape){ .nslots = e->nslots,
+						  .chunk = e->chunk });
 	phx_engine_queue(e, j);
 	ret = engine_run_job(e, j);
 	/* the job is on the done list now */

@@ -365,6 +365,7 @@ PHX_EXPORT int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
 struct phx_batch {
 	struct phx_device *dev;
 	struct phx_engine *engine;
+	struct phx_engine_shape shape; /* its depth's cut */
 };
 
 PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
@@ -386,6 +387,8 @@ PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
 		return ret;
 	}
 	b->engine->polled = flags & PHX_BATCH_POLL;
+	b->shape = (struct phx_engine_shape){ .nslots = b->engine->nslots,
+					      .chunk = b->engine->chunk };
 	*out = b;
 	return 0;
 }
@@ -419,6 +422,9 @@ static int batch_queue(struct phx_batch *b, struct phx_io *ios, unsigned int n)
 						   "out of host memory");
 			j->io = &ios[i];
 			j->err = ret;
+		} else if (!phx_engine_busy(e)) {
+			/* a hot load runs on the hot cut as phx_read() does */
+			phx_engine_fit(e, j, b->shape);
 		}
 		phx_engine_queue(e, j);
 	}
