@@ -2,8 +2,8 @@
 
 The library is found in this order: the PHX_LIBRARY environment variable (a
 path), the copy the wheel carries (phxio/_libs/), the build tree of a
-source checkout (build/libphoenix.so next to python/), then the system's
-library search (ctypes.util.find_library).
+source checkout (build/libphoenix.so next to python/), then the dynamic
+loader's search (libphoenix.so.0), then ctypes.util.find_library.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import functools
 import os
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 c_int = ctypes.c_int
 c_uint = ctypes.c_uint
@@ -162,31 +162,34 @@ class PhoenixError(OSError):
     """A libphoenix call failed: ``errno`` is set and the message says why."""
 
 
-def _candidates() -> list[str]:
+def _candidates() -> Iterator[str]:
+    """Where libphoenix may be, nearest first.  The system's library
+    search (ctypes.util.find_library runs ldconfig or a compiler, which
+    costs milliseconds) is asked last, only when nothing before loaded."""
     env = os.environ.get("PHX_LIBRARY")
     if env:
-        return [env]
-    found = []
+        yield env
+        return
     here = Path(__file__).resolve().parent
     if (here / "_libs" / "libphoenix.so").is_file():
-        found.append(str(here / "_libs" / "libphoenix.so"))
+        yield str(here / "_libs" / "libphoenix.so")
     root = here.parent.parent
     build = os.environ.get("BUILD", "build")
     for name in (build, "build"):
         p = root / name / "libphoenix.so"
         if p.is_file() and (root / "lib" / "include" / "phoenix.h").is_file():
-            found.append(str(p))
+            yield str(p)
+    yield "libphoenix.so.0"
     sys_name = ctypes.util.find_library("phoenix")
     if sys_name:
-        found.append(sys_name)
-    found.append("libphoenix.so.0")
-    return found
+        yield sys_name
 
 
-def load_first(what: str, candidates: list[str], install: str,
+def load_first(what: str, candidates: Iterable[str], install: str,
                env: str) -> tuple[ctypes.CDLL, str]:
     """The first of @candidates that loads, and its name; else one error
-    that lists why each failed and how to get the library."""
+    that lists why each failed and how to get the library.  Those after
+    the one that loads are not looked at."""
     errors = []
     for cand in candidates:
         try:

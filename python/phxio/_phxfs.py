@@ -14,7 +14,7 @@ import ctypes
 import ctypes.util
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import _core
 from ._lib import PhoenixError, check, lib, load_first, loaded_once
@@ -23,18 +23,21 @@ XATTR_HANDLE = "user.phx.handle"
 XATTR_DEVICE = "user.phx.device"
 XATTR_PATH = "user.phx.path"
 
-def _ctl_candidates() -> list[str]:
+
+def _ctl_candidates() -> Iterator[str]:
+    """Where libphxfsctl may be, nearest first (the system's library
+    search last, as for libphoenix)."""
     env = os.environ.get("PHX_CTL_LIBRARY")
     if env:
-        return [env]
+        yield env
+        return
     # next to the libphoenix in use (a build tree or an install prefix)
-    found = [str(Path(getattr(lib(), "_phx_path", "")).resolve().parent /
-                 "libphxfsctl.so")]
+    yield str(Path(getattr(lib(), "_phx_path", "")).resolve().parent /
+              "libphxfsctl.so")
+    yield "libphxfsctl.so.0"
     sys_name = ctypes.util.find_library("phxfsctl")
     if sys_name:
-        found.append(sys_name)
-    found.append("libphxfsctl.so.0")
-    return found
+        yield sys_name
 
 
 @loaded_once
