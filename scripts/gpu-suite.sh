@@ -26,6 +26,9 @@
 #                     default direct, also over io_uring (switched on
 #                     for the run) and with 16 MiB st_blksize: cat's
 #                     read size)
+#   hot 150           scripts/bench-hot.py: hot read_into and load_safetensors
+#                     of a 2 GiB file against the pinned copy rate, with
+#                     the default staging and 128 MiB of it
 #   alloc 100         scripts/bench-alloc.py, 2 GiB, by PHX_ALLOC_CHUNK
 #   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
@@ -76,6 +79,9 @@ for s in "$@"; do
 	phxfs) step phxfs 300 env SIZE="${PHXFS_SIZE:-4G}" URING=on \
 		MODES="${MODES:-direct direct,io_uring direct,blksize=16M}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
+	hot) step hot 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
+		PYTHONPATH=python python3 scripts/bench-hot.py \
+		PHX_STAGING_SIZE=128M ;;
 	alloc) step alloc 100 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-alloc.py --size 2G ;;
 	kv) step kv 250 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \

@@ -166,12 +166,8 @@ def iter_files(files: list[File], device: Any = None, *,
                       tensors=sum(len(f.tensors) for f in files),
                       bytes=sum(t.end - t.begin for f in files
                                 for t in f.tensors), groups=len(groups))
-    for f in staged:
-        names = [t.name for t in f.tensors]
-        sd = load(f.path, device=dev, framework="pt", threads=threads,
-                  select=names)
-        for name in names:
-            yield name, sd.pop(name)
+    if staged:
+        yield from _staged_views(staged, dev, threads)
     if not groups:
         return
 
@@ -189,4 +185,24 @@ def iter_files(files: list[File], device: Any = None, *,
             for _, names in group:
                 for name in names:
                     yield name, sd.pop(name)
+            del sd
+
+
+def _staged_views(staged: list[File], dev: Any, threads: Optional[int]
+                  ) -> Iterator[tuple[str, Any]]:
+    """The tensors of files staged on phxfs, as views of their memory.
+    Each file is mapped through the phxfs daemon (a round trip and an
+    import of its memory); up to four are mapped at once, and their
+    tensors come in file order."""
+    def view(f: File) -> dict:
+        return load(f.path, device=dev, framework="pt", threads=threads,
+                    select=[t.name for t in f.tensors])
+
+    with ThreadPoolExecutor(min(4, len(staged)),
+                            thread_name_prefix="phx-staged") as pool:
+        maps = [pool.submit(view, f) for f in staged]
+        for f, m in zip(staged, maps):
+            sd = m.result()
+            for t in f.tensors:
+                yield t.name, sd.pop(t.name)
             del sd
