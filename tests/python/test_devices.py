@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import errno
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -131,3 +135,39 @@ def test_typed_views(dev, rng):
 def test_stats(dev, scratch):
     s = dev.stats()
     assert set(s) >= {"staged", "buffered", "p2p", "ios", "errors"}
+
+
+def _fresh(code: str, **env: str) -> subprocess.CompletedProcess:
+    """@code in a fresh interpreter that imports phxio as these tests do."""
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], env=e,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_library_nearby_loads_without_the_system_search():
+    # find_library runs ldconfig or a compiler: a process's first call
+    # must not pay for it when the copy phxio is pointed at (here
+    # PHX_LIBRARY, else the wheel's or the build tree's) loads, nor for
+    # libphxfsctl (the first staged open) when the copy beside it loads
+    code = textwrap.dedent("""
+        import ctypes.util
+        def forbidden(name):
+            raise AssertionError(f"find_library({name!r}) was called")
+        ctypes.util.find_library = forbidden
+        import phxio
+        from phxio import _phxfs
+        _phxfs.ctl()  # libphxfsctl, beside libphoenix
+        print(phxio.devices()[0].name)
+    """)
+    r = _fresh(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+
+
+def test_missing_library_is_one_clear_error(tmp_path):
+    missing = tmp_path / "libphoenix.so"
+    r = _fresh("import phxio; phxio.devices()", PHX_LIBRARY=str(missing))
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert "cannot load libphoenix" in last and str(missing) in last, last
+    assert "PHX_LIBRARY" in last, last
