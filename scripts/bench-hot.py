@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from pinned import pinned_rate
+
 
 def child(path: str, repeat: int, pieces: int) -> dict:
     import torch
@@ -58,20 +60,6 @@ def child(path: str, repeat: int, pieces: int) -> dict:
     res["load_safetensors"] = timed(
         lambda: phxio.load_safetensors(path, device="cuda:0"))
     return res
-
-
-def pinned_rate() -> float:
-    import torch
-
-    x = torch.empty(1 << 30, dtype=torch.uint8).pin_memory()
-    y = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    y.copy_(x)
-    torch.cuda.synchronize()
-    a = time.perf_counter()
-    for _ in range(5):
-        y.copy_(x, non_blocking=True)
-    torch.cuda.synchronize()
-    return 5 * (1 << 30) / 1e9 / (time.perf_counter() - a)
 
 
 def main() -> int:

@@ -17,6 +17,8 @@ import time
 
 import torch
 
+from pinned import pinned_rate
+
 MiB = 1 << 20
 PROT_READ, MAP_SHARED, MADV_POPULATE_READ = 1, 1, 22
 RO = 0x08  # CU_MEMHOSTREGISTER_READ_ONLY
@@ -51,17 +53,8 @@ def main() -> int:
         while f.read(64 * MiB):
             pass
 
-    h = torch.empty(1 << 30, dtype=torch.uint8).pin_memory()
-    d = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    d.copy_(h, non_blocking=True)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(4):
-        d.copy_(h, non_blocking=True)
-    torch.cuda.synchronize()
-    pinned = 4 * (1 << 30) / (time.perf_counter() - t0) / 1e9
+    pinned = pinned_rate(4)
     print(f"pinned host-to-device copy: {pinned:.2f} GB/s")
-    del h, d
 
     def run(win: int, threads: int, populate: bool) -> None:
         a = libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)

@@ -179,10 +179,17 @@ def _candidates() -> Iterator[str]:
         p = root / name / "libphoenix.so"
         if p.is_file() and (root / "lib" / "include" / "phoenix.h").is_file():
             yield str(p)
-    yield "libphoenix.so.0"
-    sys_name = ctypes.util.find_library("phoenix")
-    if sys_name:
-        yield sys_name
+    yield from system_candidates("phoenix")
+
+
+def system_candidates(name: str) -> Iterator[str]:
+    """lib@name as the system has it: its soname through the dynamic
+    loader's search, then ctypes.util.find_library (which runs ldconfig or
+    a compiler, milliseconds: asked only when the soname did not load)."""
+    yield f"lib{name}.so.0"
+    found = ctypes.util.find_library(name)
+    if found:
+        yield found
 
 
 def load_first(what: str, candidates: Iterable[str], install: str,

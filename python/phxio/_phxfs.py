@@ -11,13 +11,13 @@ in place, without a copy.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
 from . import _core
-from ._lib import PhoenixError, check, lib, load_first, loaded_once
+from ._lib import (PhoenixError, check, lib, load_first, loaded_once,
+                   system_candidates)
 
 XATTR_HANDLE = "user.phx.handle"
 XATTR_DEVICE = "user.phx.device"
@@ -34,10 +34,7 @@ def _ctl_candidates() -> Iterator[str]:
     # next to the libphoenix in use (a build tree or an install prefix)
     yield str(Path(getattr(lib(), "_phx_path", "")).resolve().parent /
               "libphxfsctl.so")
-    yield "libphxfsctl.so.0"
-    sys_name = ctypes.util.find_library("phxfsctl")
-    if sys_name:
-        yield sys_name
+    yield from system_candidates("phxfsctl")
 
 
 @loaded_once

@@ -39,8 +39,8 @@
  * staging into slots of PHX_HOT_CHUNK (phx_engine_fit): the page-cache
  * copies run on io_uring's workers one slot each, so more, smaller slots
  * are more CPUs copying at once, and a slot reaches the copy engine
- * sooner.  An
- * io_uring has room for PHX_MAX_SLOTS slots, twice as many entries.
+ * sooner.  An io_uring has room for PHX_MAX_SLOTS slots, twice as many
+ * entries.
  */
 #define PHX_HOT_CHUNK (1u << 20)
 #define PHX_MAX_SLOTS 128u
