@@ -148,22 +148,6 @@ Test(buf, sparse_until_written)
 	phx_device_close(dev);
 }
 
-/* Every byte of [@off, @off + @len) of @buf is zero. */
-static void assert_zeros(struct phx_buf *buf, uint64_t off, size_t len,
-			 const char *what)
-{
-	unsigned char *back = xmalloc(len);
-
-	memset(back, 0xff, len);
-	cr_assert_eq(phx_memcpy_from_buf(back, buf, off, len), 0, "%s",
-		     phx_strerror_last());
-	for (size_t i = 0; i < len; i++)
-		if (back[i])
-			cr_assert_fail("%s: byte %zu of %zu is %u", what, i,
-				       len, back[i]);
-	free(back);
-}
-
 Test(buf, memory_given_back_reads_as_zeros_when_allocated_again)
 {
 	struct phx_device *dev = open_default();

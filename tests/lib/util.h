@@ -193,6 +193,22 @@ static inline void assert_buf_eq(struct phx_buf *buf, uint64_t off,
 	free(got);
 }
 
+/* Every byte of [@off, @off + @len) of @buf is zero (@what names it). */
+static inline void assert_zeros(struct phx_buf *buf, uint64_t off, size_t len,
+				const char *what)
+{
+	unsigned char *back = xmalloc(len);
+
+	memset(back, 0xff, len);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, off, len), 0, "%s",
+		     phx_strerror_last());
+	for (size_t i = 0; i < len; i++)
+		if (back[i])
+			cr_assert_fail("%s: byte %zu of %zu is %u", what, i,
+				       len, back[i]);
+	free(back);
+}
+
 /*
  * What most transfer tests start from: a device, a file of @n random
  * bytes in @dir (@data holds them) and, from rig_open(), a buffer of @n

@@ -397,18 +397,18 @@ PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 		return ret;
 	ret = phx_buf_new(dev, reserve_for(dev->granularity, size), flags,
 			  false, &buf);
-	if (!ret) {
-		buf->size = size;
+	if (ret)
+		return ret;
+	buf->size = size;
+	if (!(flags & PHX_BUF_SPARSE)) {
 		/* no one sees @buf yet, but the lock rule has no exception */
 		pthread_mutex_lock(&buf->lock);
-		if (!(flags & PHX_BUF_SPARSE))
-			ret = phx_buf_commit_locked(buf, 0, size);
+		ret = phx_buf_commit_locked(buf, 0, size);
 		pthread_mutex_unlock(&buf->lock);
-	}
-	if (ret) {
-		if (buf)
+		if (ret) {
 			phx_buf_destroy(buf);
-		return ret;
+			return ret;
+		}
 	}
 	*out = buf;
 	phx_err_clear();
