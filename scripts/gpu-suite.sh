@@ -21,6 +21,9 @@
 #   st-first 450      bench-safetensors.py, 4 GiB single file and sharded:
 #                     each process's first load against its later ones, and
 #                     with the device's set-up done before it
+#   first 300         scripts/bench-first-load.py --profile: the first load
+#                     of a process after each part of the set-up, and
+#                     what its first and second loads spend, by function
 #   phxfs 300         scripts/bench-phxfs.sh, 4 GiB as its figures are
 #                     published (PHXFS_SIZE, MODES from the environment;
 #                     default direct, also over io_uring (switched on
@@ -76,6 +79,8 @@ for s in "$@"; do
 	st-first) wheels
 		step st-first 450 $st --size-gib 4 --repeat 3 \
 			--cases single,sharded --loaders phxio,phxio-setup-apart ;;
+	first) step first 300 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
+		PYTHONPATH=python python3 scripts/bench-first-load.py --profile ;;
 	phxfs) step phxfs 300 env SIZE="${PHXFS_SIZE:-4G}" URING=on \
 		MODES="${MODES:-direct direct,io_uring direct,blksize=16M}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
