@@ -147,6 +147,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3,
                     help="fresh processes per row")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--steps", default=",".join(STEPS),
+                    help="which rows, of " + ",".join(STEPS))
     ap.add_argument("--child")
     ap.add_argument("--step", choices=STEPS, default="none")
     args = ap.parse_args()
@@ -169,7 +171,9 @@ def main() -> int:
         print("| before the first load | set-up before (ms) | first (ms) "
               "| later (ms) | first GB/s | first vs later |")
         print("|---|---|---|---|---|---|")
-        for step in STEPS:
+        for step in args.steps.split(","):
+            if step not in STEPS:
+                raise SystemExit(f"--steps: no step {step!r}")
             rs = [run_child(path, step, args) for _ in range(args.runs)]
             before = statistics.median(r["before_s"] for r in rs)
             first = statistics.median(r["first_s"] for r in rs)
