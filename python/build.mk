@@ -41,11 +41,11 @@ install: install-python
 # The stream-ordered tests run again for the other ways of holding a
 # stream: PHX_STREAM_WAIT=kernel, host and device (the default is copy).
 test-python: $(LIB_SO) $(PHXFILE_SO)
-	@PYTHON=$(PYTHON) sh tests/python/run.sh $(BUILD)
+	@PYTHON=$(PYTHON) sh tests/python/run.sh $(BUILD) -rfE
 	@for mode in kernel host device; do \
 		echo "== stream-ordered transfers with PHX_STREAM_WAIT=$$mode"; \
 		PHX_STREAM_WAIT=$$mode PYTHON=$(PYTHON) sh tests/python/run.sh \
-			$(BUILD) -k 'stream or phxfile' || exit 1; \
+			$(BUILD) -rfE -k 'stream or phxfile' || exit 1; \
 	done
 
 # pytest as pure-Python files under $(BUILD)/pylib, for machines that have
