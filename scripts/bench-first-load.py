@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+from bench_safetensors_sim import read_through_cache
+
 STEPS = ("none", "open", "prepare", "alloc")
 
 
@@ -64,12 +66,17 @@ def write_cases(size_gib: float) -> list[str]:
     return out
 
 
+def files_of(path: str) -> list[str]:
+    """The safetensors files of @path: itself, or its index's folder's."""
+    if not path.endswith(".json"):
+        return [path]
+    d = os.path.dirname(path)
+    return sorted(os.path.join(d, f) for f in os.listdir(d)
+                  if f.endswith(".safetensors"))
+
+
 def nbytes(path: str) -> int:
-    if path.endswith(".json"):
-        d = os.path.dirname(path)
-        return sum(os.path.getsize(os.path.join(d, f))
-                   for f in os.listdir(d) if f.endswith(".safetensors"))
-    return os.path.getsize(path)
+    return sum(os.path.getsize(f) for f in files_of(path))
 
 
 def child(path: str, step: str, device: str, repeat: int,
@@ -158,13 +165,7 @@ def main() -> int:
         return 0
     paths = args.paths or write_cases(args.size_gib)
     for path in paths:
-        # hot: read once through the page cache
-        for f in ([os.path.join(os.path.dirname(path), x)
-                   for x in os.listdir(os.path.dirname(path))]
-                  if path.endswith(".json") else [path]):
-            with open(f, "rb") as fh:
-                while fh.read(64 << 20):
-                    pass
+        read_through_cache(files_of(path))  # hot
         n = nbytes(path)
         print(f"== {path}: {n / 1e9:.2f} GB, {args.runs} processes a row "
               "(medians)")
