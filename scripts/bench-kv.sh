@@ -134,8 +134,11 @@ for f in os.listdir(out):
     if j.get("error") or not r.get("total_ios"):
         continue
     pct = r.get("lat_ns", {}).get("percentile", {})
+    # fio's own CPU share of the job's thread, per I/O, in us
+    cpu = ((j.get("usr_cpu", 0) + j.get("sys_cpu", 0)) / 100 *
+           j.get("job_runtime", 0) * 1e3 / r["total_ios"])
     rows[(int(qd), name)] = (r["iops"], pct.get("50.000000", 0) / 1e3,
-                             pct.get("99.000000", 0) / 1e3)
+                             pct.get("99.000000", 0) / 1e3, cpu)
 print("\nfio 4 KiB random reads, cold, %s s per job, the same job on each engine:"
       % runtime)
 print("IOPS (x io_uring), p50/p99 latency in us; io_uring = fio's engine into "
@@ -148,8 +151,20 @@ for qd in sorted({q for q, _ in rows}):
         if (qd, e) not in rows:
             line += " %-26s" % ("-" if e == "phx-sync" and qd != 1 else "n/a")
             continue
-        iops, p50, p99 = rows[(qd, e)]
+        iops, p50, p99, _ = rows[(qd, e)]
         ratio = " (%.2fx)" % (iops / ref) if ref and e != "io_uring" else ""
         line += " %-26s" % ("%.1fk%s %.0f/%.0f" % (iops / 1e3, ratio, p50, p99))
+    print(line.rstrip())
+print("\nCPU time of the job's thread per I/O (fio's usr + sys), us (x io_uring):")
+print(("%-4s" % "QD" + "".join(" %-26s" % e for e in engines)).rstrip())
+for qd in sorted({q for q, _ in rows}):
+    ref = rows.get((qd, "io_uring"), (0, 0, 0, 0))[3]
+    line = "%-4d" % qd
+    for e in engines:
+        cpu = rows[(qd, e)][3] if (qd, e) in rows else None
+        cell = "n/a" if cpu is None else "%.1f" % cpu
+        if cpu is not None and ref and e != "io_uring":
+            cell += " (%.2fx)" % (cpu / ref)
+        line += " %-26s" % cell
     print(line.rstrip())
 EOF

@@ -25,6 +25,8 @@ void bl_die(const char *fmt, ...)
 void bl_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Seconds on the monotonic clock. */
 double bl_now(void);
+/* User and system CPU seconds of the whole process so far (all threads). */
+double bl_cpu_seconds(void);
 
 /* -s SIZE: a multiple of 1 MiB, at least @min; dies with why otherwise. */
 uint64_t bl_opt_size(const char *s, uint64_t min);

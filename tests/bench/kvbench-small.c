@@ -290,7 +290,7 @@ static struct kb_result *measure(struct sm *s, enum sm_peer p,
 		return r;
 	}
 	for (int run = -1; run < s->b->runs; run++) {
-		double t;
+		double t, cpu0, cpu;
 
 		s->note[0] = 0;
 		if (p == SM_RAW)
@@ -298,6 +298,7 @@ static struct kb_result *measure(struct sm *s, enum sm_peer p,
 		else
 			kb_dmem_zero(s->b, &s->dm);
 		kb_cold(s->b);
+		cpu0 = bl_cpu_seconds();
 		switch (p) {
 		case SM_RAW:
 			t = kb_uring(s->fd, false, s->reqs, s->n, s->qd,
@@ -318,6 +319,7 @@ static struct kb_result *measure(struct sm *s, enum sm_peer p,
 			t = run_threads(s, true);
 			break;
 		}
+		cpu = bl_cpu_seconds() - cpu0;
 		if (t < 0) {
 			snprintf(r->note, sizeof(r->note), "%s", s->note);
 			r->n = 0;
@@ -329,6 +331,7 @@ static struct kb_result *measure(struct sm *s, enum sm_peer p,
 		r->v[r->n] = s->n / t;
 		r->p50[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.50);
 		r->p99[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.99);
+		r->cpu[r->n] = 1e6 * cpu / s->n;
 		r->n++;
 	}
 	return r;
@@ -343,13 +346,40 @@ static const char *const sm_short[SM_PEERS] = {
 
 typedef struct kb_result *sm_table[8][8][SM_PEERS];
 
-/*
- * One row per block size and queue depth, the peers side by side:
- * thousands of IOPS, the ratio to raw io_uring, p50/p99 latency in us.
- */
-static void print_side_by_side(sm_table res, const struct kb_opts *o)
+/* One table cell: @r's median against the row's limit @lim. */
+typedef void sm_cell_fn(char *cell, size_t len, const struct kb_result *r,
+			const struct kb_result *lim);
+
+static void iops_cell(char *cell, size_t len, const struct kb_result *r,
+		      const struct kb_result *lim)
 {
-	printf("\nSmall random reads side by side: kIOPS (x io_uring) p50/p99 us\n");
+	double v = bl_median(r->v, r->n);
+	char ratio[16] = "";
+
+	if (r != lim && lim && lim->n)
+		snprintf(ratio, sizeof(ratio), " (%.2fx)",
+			 v / bl_median(lim->v, lim->n));
+	snprintf(cell, len, "%.1fk%s %.0f/%.0f", v / 1e3, ratio,
+		 bl_median(r->p50, r->n), bl_median(r->p99, r->n));
+}
+
+static void cpu_cell(char *cell, size_t len, const struct kb_result *r,
+		     const struct kb_result *lim)
+{
+	double v = bl_median(r->cpu, r->n);
+	char ratio[16] = "";
+
+	if (r != lim && lim && lim->n)
+		snprintf(ratio, sizeof(ratio), " (%.2fx)",
+			 v / bl_median(lim->cpu, lim->n));
+	snprintf(cell, len, "%.1f%s", v, ratio);
+}
+
+/* One row per block size and queue depth, the peers side by side. */
+static void print_side_by_side(sm_table res, const struct kb_opts *o,
+			       const char *title, sm_cell_fn *cell_of)
+{
+	printf("\n%s\n", title);
 	printf("%-5s %4s", "size", "QD");
 	for (int p = 0; p < SM_PEERS; p++)
 		printf(" %-25s", sm_short[p]);
@@ -357,32 +387,17 @@ static void print_side_by_side(sm_table res, const struct kb_opts *o)
 	for (int si = 0; si < o->nsizes; si++) {
 		for (int qi = 0; qi < o->nqds; qi++) {
 			struct kb_result **row = res[si][qi];
-			double lim = row[SM_RAW] && row[SM_RAW]->n ?
-					     bl_median(row[SM_RAW]->v,
-						       row[SM_RAW]->n) :
-					     NAN;
 			char size[24];
 
 			snprintf(size, sizeof(size), "%" PRIu64 "K",
 				 o->sizes[si] / KiB);
 			printf("%-5s %4d", size, o->qds[qi]);
 			for (int p = 0; p < SM_PEERS; p++) {
-				struct kb_result *r = row[p];
-				char cell[64], ratio[16] = "";
-				double v;
+				char cell[64] = "n/a";
 
-				if (!r || !r->n) {
-					printf(" %-25s", "n/a");
-					continue;
-				}
-				v = bl_median(r->v, r->n);
-				if (p != SM_RAW && lim > 0)
-					snprintf(ratio, sizeof(ratio),
-						 " (%.2fx)", v / lim);
-				snprintf(cell, sizeof(cell),
-					 "%.1fk%s %.0f/%.0f", v / 1e3, ratio,
-					 bl_median(r->p50, r->n),
-					 bl_median(r->p99, r->n));
+				if (row[p] && row[p]->n)
+					cell_of(cell, sizeof(cell), row[p],
+						row[SM_RAW]);
 				printf(" %-25s", cell);
 			}
 			printf("\n");
@@ -460,5 +475,12 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 	kb_print_table(
 		"Small random reads, cold (IOPS; x us = against phx batch)",
 		true);
-	print_side_by_side(res, o);
+	print_side_by_side(
+		res, o,
+		"Small random reads side by side: kIOPS (x io_uring) p50/p99 us",
+		iops_cell);
+	print_side_by_side(
+		res, o,
+		"CPU time of the whole process per read, us (x io_uring)",
+		cpu_cell);
 }

@@ -130,6 +130,7 @@ struct kb_result {
 	const char *unit; /* "GB/s", "IOPS", "us" */
 	double v[BL_MAX_RUNS];
 	double p50[BL_MAX_RUNS], p99[BL_MAX_RUNS]; /* latencies, us */
+	double cpu[BL_MAX_RUNS]; /* the process's CPU time per operation, us */
 	int n;
 	bool limit; /* the group's limit */
 	bool ours; /* the group's reference for "x us" */
