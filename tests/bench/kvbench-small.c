@@ -350,15 +350,24 @@ typedef struct kb_result *sm_table[8][8][SM_PEERS];
 typedef void sm_cell_fn(char *cell, size_t len, const struct kb_result *r,
 			const struct kb_result *lim);
 
+/* " (0.83x)": @v against the row's limit @lim (IOPS, or CPU per read). */
+static void ratio_to_limit(char *out, size_t len, double v,
+			   const struct kb_result *r,
+			   const struct kb_result *lim, bool cpu)
+{
+	out[0] = 0;
+	if (r != lim && lim && lim->n)
+		snprintf(out, len, " (%.2fx)",
+			 v / bl_median(cpu ? lim->cpu : lim->v, lim->n));
+}
+
 static void iops_cell(char *cell, size_t len, const struct kb_result *r,
 		      const struct kb_result *lim)
 {
 	double v = bl_median(r->v, r->n);
-	char ratio[16] = "";
+	char ratio[16];
 
-	if (r != lim && lim && lim->n)
-		snprintf(ratio, sizeof(ratio), " (%.2fx)",
-			 v / bl_median(lim->v, lim->n));
+	ratio_to_limit(ratio, sizeof(ratio), v, r, lim, false);
 	snprintf(cell, len, "%.1fk%s %.0f/%.0f", v / 1e3, ratio,
 		 bl_median(r->p50, r->n), bl_median(r->p99, r->n));
 }
@@ -367,11 +376,9 @@ static void cpu_cell(char *cell, size_t len, const struct kb_result *r,
 		     const struct kb_result *lim)
 {
 	double v = bl_median(r->cpu, r->n);
-	char ratio[16] = "";
+	char ratio[16];
 
-	if (r != lim && lim && lim->n)
-		snprintf(ratio, sizeof(ratio), " (%.2fx)",
-			 v / bl_median(lim->cpu, lim->n));
+	ratio_to_limit(ratio, sizeof(ratio), v, r, lim, true);
 	snprintf(cell, len, "%.1f%s", v, ratio);
 }
 
