@@ -4,13 +4,15 @@
 #   kv     LMCache's slab pattern: 16K-16M chunks at random slab offsets,
 #          1 and 4 streams, hot, cold and writes; libphxfile (as LMCache
 #          calls it), phx_io_run, cuFile async and batch, raw io_uring
-#   small  4-64 KiB cold random reads at QD 1, 8, 32, 128: IOPS and
-#          p50/p99 of libphoenix (batch, polled, sync), cuFile (batch,
-#          sync) and raw io_uring O_DIRECT
+#   small  4-64 KiB cold random reads at QD 1, 8, 32, 128: IOPS,
+#          p50/p99 and the process's CPU time per read of libphoenix
+#          (batch, polled, sync), cuFile (batch, sync) and raw io_uring
+#          O_DIRECT
 #   setup  library load, driver open, 16 MiB / 1 GiB registration, first
 #          4 KiB read and close, each in a fresh process, against cuFile
 #   fio    4 KiB random reads with fio: its io_uring engine against the
-#          Phoenix engine (libphxfio.so) on the same job
+#          Phoenix engine (libphxfio.so) on the same job; IOPS, latency
+#          and the job thread's CPU time per I/O
 #
 # Usage: scripts/bench-kv.sh [DIR] MODE [phx-kvbench options]
 #        (fio: FIO_SIZE=4G, FIO_RUNTIME=5 seconds per job, FIO_QDS="1 32 128")
