@@ -69,6 +69,10 @@ run "small: 4K reads at QD 1 and 4, every peer but cuFile" \
 grep -Eq "^4K +4 +[0-9.]+k [0-9]+/[0-9]+ +[0-9.]+k \([0-9.]+x\) [0-9]+/[0-9]+ " "$dir/out" &&
 	ok "small: the side-by-side table has each queue depth" ||
 	bad "small: the side-by-side table has each queue depth"
+sed -n '/^CPU time of the whole process per read/,$p' "$dir/out" |
+	grep -Eq "^4K +4 +[0-9.]+ +[0-9.]+ \([0-9.]+x\) " &&
+	ok "small: the CPU table has each queue depth, against raw io_uring" ||
+	bad "small: the CPU table has each queue depth, against raw io_uring"
 run "setup: phxFile and libphoenix each in fresh processes" \
 	"^first 4 KiB read \(cold\) +[0-9.]+ [mu]s +[0-9.]+ [mu]s +-$" \
 	-r 2 setup "$dir"
