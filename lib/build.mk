@@ -21,7 +21,7 @@ LIB_DEBUG := -DPHX_DEBUG
 endif
 lib_inc = $(addprefix -Ilib/src/,$(LIB_INC_$(patsubst lib/src/%/,%,$(dir $(1)))))
 LIB_SRCS := $(foreach d,$(LIB_DIRS),$(wildcard lib/src/$(d)/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/feed_ptx.o
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/lib/kernels_ptx.o
 LIB_A := $(BUILD)/libphoenix.a
 LIB_SO := $(BUILD)/libphoenix.so
 PHX_CPPFLAGS := -Ilib/include
@@ -55,16 +55,16 @@ $(BUILD)/lib/src/%.o: lib/src/%.c
 	@$(CC) $(CFLAGS) $(LIB_DEBUG) $(PHX_CPPFLAGS) $(call lib_inc,$<) \
 		-fvisibility=hidden -c $< -o $@
 
-# The copy kernel's PTX as a C string (lib/src/device/feed.h, phx_feed_ptx).
-$(BUILD)/lib/feed_ptx.c: lib/src/device/feed.ptx
+# The device kernels' PTX as a C string (lib/src/device/device.h, phx_kernels_ptx).
+$(BUILD)/lib/kernels_ptx.c: lib/src/device/kernels.ptx
 	@mkdir -p $(dir $@)
 	@echo "  GEN     $@"
-	@{ echo '/* Generated from lib/src/device/feed.ptx by lib/build.mk. */'; \
-	  echo 'const char phx_feed_ptx[] ='; \
+	@{ echo '/* Generated from lib/src/device/kernels.ptx by lib/build.mk. */'; \
+	  echo 'const char phx_kernels_ptx[] ='; \
 	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $<; \
 	  echo ';'; } > $@
 
-$(BUILD)/lib/feed_ptx.o: $(BUILD)/lib/feed_ptx.c
+$(BUILD)/lib/kernels_ptx.o: $(BUILD)/lib/kernels_ptx.c
 	@echo "  CC      $<"
 	@$(CC) $(CFLAGS) -Wno-missing-variable-declarations -fvisibility=hidden \
 		-c $< -o $@
@@ -112,7 +112,7 @@ test-layers: $(LIB_A)
 
 TESTS += test-layers
 
-# The copy kernel's PTX, assembled by ptxas (no GPU needed).
+# The device kernels' PTX, assembled by ptxas (no GPU needed).
 .PHONY: test-ptx
 test-ptx:
 	@mkdir -p $(BUILD)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Assemble the copy kernel (lib/src/device/feed.ptx) with ptxas for the GPU
+# Assemble the device kernels (lib/src/device/kernels.ptx) with ptxas for the GPU
 # generations the library targets, so that a PTX mistake fails here and
 # not at cuModuleLoadData on a GPU.  ptxas comes from the CUDA toolkit
 # when one is installed, else from PyPI's nvidia-cuda-nvcc-cu12 wheel,
@@ -8,7 +8,7 @@
 #   scripts/check-ptx.sh BUILD_DIR
 set -eu
 build=$1
-ptx=lib/src/device/feed.ptx
+ptx=lib/src/device/kernels.ptx
 cd "$(dirname "$0")/.."
 
 ptxas=$(command -v ptxas || true)
@@ -27,7 +27,7 @@ if [ -z "$ptxas" ]; then
 	fi
 fi
 for arch in sm_75 sm_80 sm_90; do
-	"$ptxas" -arch=$arch "$ptx" -o "$build/feed-$arch.cubin" ||
+	"$ptxas" -arch=$arch "$ptx" -o "$build/kernels-$arch.cubin" ||
 		{ echo "check-ptx: $ptx does not assemble for $arch" >&2; exit 1; }
 done
 echo "check-ptx: $ptx assembles for sm_75, sm_80 and sm_90 ($("$ptxas" --version | tail -1))"

@@ -26,7 +26,7 @@
 struct phx_device;
 
 /*
- * The copy kernel (feed.ptx) and its control block, shared by a
+ * The copy kernel (phx_feed in kernels.ptx) and its control block, shared by a
  * stream-ordered transfer's worker and the kernel on its stream: how
  * stream-ordered transfers move their bytes in PHX_STREAM_WAIT=kernel
  * (lib/src/stream/kernel.c).  The block lives in pinned host memory
@@ -36,8 +36,8 @@ struct phx_device;
  */
 #define PHX_FEED_SLOTS 8
 
-/* feed.ptx, NUL-terminated, for cuModuleLoadData (built from it). */
-extern const char phx_feed_ptx[];
+/* kernels.ptx, NUL-terminated, for cuModuleLoadData (built from it). */
+extern const char phx_kernels_ptx[];
 
 struct phx_feed_ctl {
 	uint32_t reached; /* kernel -> host: the stream got here */
@@ -54,11 +54,11 @@ struct phx_feed_ctl {
 	uint32_t exited[PHX_FEED_SLOTS];
 };
 
-_Static_assert(offsetof(struct phx_feed_ctl, ready) == 32, "feed.ptx");
-_Static_assert(offsetof(struct phx_feed_ctl, freed) == 64, "feed.ptx");
-_Static_assert(offsetof(struct phx_feed_ctl, off) == 96, "feed.ptx");
-_Static_assert(offsetof(struct phx_feed_ctl, len) == 160, "feed.ptx");
-_Static_assert(offsetof(struct phx_feed_ctl, exited) == 192, "feed.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, ready) == 32, "kernels.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, freed) == 64, "kernels.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, off) == 96, "kernels.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, len) == 160, "kernels.ptx");
+_Static_assert(offsetof(struct phx_feed_ctl, exited) == 192, "kernels.ptx");
 
 /*
  * What the kernel does, on the CPU: the stream layer hands it to the
@@ -219,9 +219,10 @@ struct phx_backend_ops {
 	 * the stream's work: what comes after them on the stream waits for
 	 * all of them, among themselves they run in any order (so no two may
 	 * overlap).  What many small copies cost in calls and stream ops
-	 * then counts once (cuda: cuMemcpyBatchAsync where the driver has
-	 * it; sim: one op of its stream's thread).  @src is host memory
-	 * pinned with host_register.
+	 * then counts once (cuda: small ones in one launch of the gather
+	 * kernel once kernels_load has run, the others cuMemcpyBatchAsync
+	 * where the driver has it; sim: one op of its stream's thread).
+	 * @src is host memory pinned with host_register.
 	 */
 	int (*copy_htod_batch)(struct phx_device *dev,
 			       const struct phx_htod *copies, unsigned int n,
@@ -287,12 +288,15 @@ struct phx_backend_ops {
 			   struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
 			   phx_dptr_t buf, phx_feed_play_fn *play);
 	/*
-	 * Load the copy kernel now, where loading can wait for the GPU:
-	 * when a device opens in kernel or copy mode, the stream layer has
-	 * the device's set-up thread call it, before any stream-ordered
-	 * transfer is queued.  NULL where nothing needs loading.
+	 * Load the device's kernels (kernels.ptx) now, where loading can
+	 * wait for the GPU: loading waits for what the device has queued,
+	 * so it must not run while a stream of ours waits on the host.  The
+	 * stream layer calls it when a device opens in kernel or copy mode,
+	 * before any stream-ordered transfer is queued; a batch when it is
+	 * created (its small copies gather in one launch once the kernels
+	 * are there).  NULL where nothing needs loading.
 	 */
-	int (*feed_load)(struct phx_device *dev);
+	int (*kernels_load)(struct phx_device *dev);
 };
 
 struct phx_engine_pool;

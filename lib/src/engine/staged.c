@@ -185,7 +185,8 @@ static bool copy_held(struct phx_engine *e, struct phx_slot *sl)
 	struct phx_job *j = sl->job;
 	uint64_t cs = slot_span(sl, true);
 
-	if (!sl->copied || sl->copied > PHX_BATCH_COPY_MAX)
+	/* a batch's sources must be pinned (copy_htod_batch) */
+	if (!sl->copied || sl->copied > PHX_BATCH_COPY_MAX || !e->pinned)
 		return false;
 	sl->htod.dst = j->dptr + (cs - j->start);
 	sl->htod.src = sl->mem + (cs - sl->foff);

@@ -381,6 +381,13 @@ PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
 	if (!b)
 		return phx_err(ENOMEM, "out of host memory for a batch");
 	b->dev = dev;
+	/*
+	 * Now, before any of its transfers: loading waits for the device's
+	 * queued work (device.h).  Without the kernels the small copies
+	 * take the copy engine's way.
+	 */
+	if (dev->ops->kernels_load && dev->ops->kernels_load(dev))
+		phx_err_clear();
 	ret = phx_engine_get(dev, phx_shape_batch(depth), false, &b->engine);
 	if (ret) {
 		free(b);

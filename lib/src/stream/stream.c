@@ -170,7 +170,7 @@ int phx_stream_device_open(struct phx_device *dev)
 	 * which tries again.
 	 */
 	if ((mode == PHX_STREAM_WAIT_KERNEL || mode == PHX_STREAM_WAIT_COPY) &&
-	    dev->ops->feed_load && dev->ops->feed_load(dev))
+	    dev->ops->kernels_load && dev->ops->kernels_load(dev))
 		phx_err_clear();
 	return 0;
 }

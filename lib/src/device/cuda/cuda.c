@@ -138,7 +138,7 @@ static void cuda_close(struct phx_device *dev)
 	if (!cd)
 		return;
 	cu_destroy(dev, cd->zero_stream, cuStreamDestroy_v2);
-	cu_destroy(dev, cd->feed_mod, cuModuleUnload);
+	cu_destroy(dev, cd->kernels_mod, cuModuleUnload);
 	/* a child of fork() leaves the parent's context alone */
 	if (!cu_forked)
 		cu.cuDevicePrimaryCtxRelease_v2(cd->cudev);
@@ -195,7 +195,7 @@ static int cuda_open(struct phx_device *dev)
 	CUmemAllocationProp prop;
 	struct phx_cuda_dev *cd;
 	size_t min_gran = 0, rec_gran = 0;
-	int vmm = 0, posix_fd = 0, ret;
+	int vmm = 0, posix_fd = 0, host_ptr = 0, ret;
 	CUresult res;
 
 	if (dev->index < 0 || dev->index >= cu_probe(NULL))
@@ -224,6 +224,11 @@ static int cuda_open(struct phx_device *dev)
 			dev->name);
 		goto err_free;
 	}
+	cu.cuDeviceGetAttribute(
+		&host_ptr,
+		CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+		cd->cudev);
+	cd->host_ptr_ok = host_ptr;
 	cu.cuDeviceGetAttribute(
 		&posix_fd,
 		CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
@@ -504,7 +509,10 @@ static int cuda_host_register(struct phx_device *dev, void *p, size_t len)
 
 	if (ret)
 		return ret;
-	res = cu.cuMemHostRegister_v2(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+	/* mapped: the gather kernel reads the engine's slots in place */
+	res = cu.cuMemHostRegister_v2(p, len,
+				      CU_MEMHOSTREGISTER_PORTABLE |
+					      CU_MEMHOSTREGISTER_DEVICEMAP);
 	/* Failing to pin is a host memory problem. */
 	if (res != CUDA_SUCCESS)
 		return cu_fail_sized(dev, res, ENOMEM, "cuMemHostRegister",
@@ -566,5 +574,5 @@ const struct phx_backend_ops phx_cuda_ops = {
 	.host_map = phx_cuda_host_map,
 	.host_unmap = phx_cuda_host_unmap,
 	.feed_launch = phx_cuda_feed_launch,
-	.feed_load = phx_cuda_feed_load,
+	.kernels_load = phx_cuda_kernels_load,
 };

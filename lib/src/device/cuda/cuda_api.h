@@ -45,6 +45,7 @@ typedef struct CUevent_st *CUevent;
 typedef void (*CUhostFn)(void *userData);
 
 typedef enum CUdevice_attribute_enum {
+	CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91,
 	CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
 	CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
 	CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID = 134,
@@ -327,12 +328,16 @@ struct phx_cuda_dev {
 	CUmemAccessDesc access[PHX_CUDA_MAX_GPUS];
 	int naccess;
 	/*
-	 * The copy kernel (feed.ptx), loaded when the device opens: loading
-	 * a module waits for the GPU to finish what is queued, which at the
-	 * first launch can be a stream held for the transfer being queued.
+	 * The device's kernels (kernels.ptx), loaded before they are needed
+	 * (kernels_load): loading a module waits for the GPU to finish what
+	 * is queued, which at the first launch can be a stream held for the
+	 * transfer being queued.  gather_fn is set once both are.
 	 */
-	CUmodule feed_mod;
+	CUmodule kernels_mod;
 	CUfunction feed_fn;
+	CUfunction gather_fn;
+	/* registered host memory is at its own address on the device */
+	bool host_ptr_ok;
 };
 
 static inline struct phx_cuda_dev *cuda_priv(struct phx_device *dev)
@@ -417,7 +422,7 @@ int phx_cuda_stream_wait_value(struct phx_device *dev, void *stream,
 			       uint32_t *word, uint64_t daddr, uint32_t value);
 int phx_cuda_stream_write_value(struct phx_device *dev, void *stream,
 				uint32_t *word, uint64_t daddr, uint32_t value);
-int phx_cuda_feed_load(struct phx_device *dev);
+int phx_cuda_kernels_load(struct phx_device *dev);
 int phx_cuda_feed_launch(struct phx_device *dev, void *stream,
 			 struct phx_feed_ctl *ctl, uint64_t ctl_daddr,
 			 phx_dptr_t buf, phx_feed_play_fn *play);

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * streams.c - the cuda backend's streams, events and asynchronous copies,
- * the stream-ordered waits and stores on mapped host memory, and the copy
- * kernel (feed.ptx): its loading and its launch.
+ * the stream-ordered waits and stores on mapped host memory, and the
+ * device's kernels (kernels.ptx): their loading and their launches.
  */
 #include <pthread.h>
 
 #include "device.h"
 #include "cuda_api.h"
 
-/* Serialises loading the copy kernel into a device's context. */
-static pthread_mutex_t feed_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Serialises loading the kernels into a device's context. */
+static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int phx_cuda_stream_create(struct phx_device *dev, void **stream)
 {
@@ -69,17 +69,17 @@ static int copy_htod_each(struct phx_device *dev, const struct phx_htod *copies,
 static bool cu_batch_refused;
 
 /*
- * One cuMemcpyBatchAsync call per CU_BATCH_MAX copies, which costs the
- * driver one submission where a loop of cuMemcpyHtoDAsync costs one per
- * copy; sources in stream order (the slots were filled before).  Without
- * the call (a driver before 12.8), on the legacy default stream (which it
+ * The copy engine's way: one cuMemcpyBatchAsync call per CU_BATCH_MAX
+ * copies, which costs the driver one submission where a loop of
+ * cuMemcpyHtoDAsync costs one per copy (though still a part per copy);
+ * sources in stream order (the slots were filled before).  Without the
+ * call (a driver before 12.8), on the legacy default stream (which it
  * refuses) or once a driver refused the batch itself, a loop of
  * cuMemcpyHtoDAsync: a copy it would not take is then named with its own
  * error.
  */
-int phx_cuda_copy_htod_batch(struct phx_device *dev,
-			     const struct phx_htod *copies, unsigned int n,
-			     void *stream)
+static int copy_htod_dma(struct phx_device *dev, const struct phx_htod *copies,
+			 unsigned int n, void *stream)
 {
 	struct phx_cu_memcpy_attrs attrs = {
 		.src_access_order = PHX_CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
@@ -120,6 +120,103 @@ int phx_cuda_copy_htod_batch(struct phx_device *dev,
 		/* copies already queued are queued again: the same bytes */
 		__atomic_store_n(&cu_batch_refused, true, __ATOMIC_RELAXED);
 		return copy_htod_each(dev, copies + i, n - i, stream);
+	}
+	return 0;
+}
+
+/* Copies per launch of the gather kernel: its parameters (kernels.ptx). */
+#define CU_GATHER_MAX 64
+/* The longest copy it takes: 16 bytes a thread, 1024 threads, one pass. */
+#define CU_GATHER_LEN (16u << 10)
+/*
+ * Fewer fitting copies than this go to the copy engine: one launch costs
+ * the driver about what this many copies do, and lands no sooner.
+ */
+#define CU_GATHER_MIN 4
+
+/* Set when a launch of the gather kernel failed: the copy engine's way. */
+static bool cu_gather_refused;
+
+/* Whether the gather kernel can take @c: short, every part 16-aligned. */
+static bool gather_fits(const struct phx_htod *c)
+{
+	return c->len && c->len <= CU_GATHER_LEN &&
+	       !((c->dst | (uintptr_t)c->src | c->len) & 15);
+}
+
+/* One launch of phx_gather for @n (at most CU_GATHER_MAX) fitting copies. */
+static int gather_launch(CUfunction fn, const struct phx_htod *const *fit,
+			 unsigned int n, void *stream)
+{
+	uint64_t dst[CU_GATHER_MAX], src[CU_GATHER_MAX];
+	uint32_t len[CU_GATHER_MAX] = { 0 };
+	void *params[] = { dst, src, len };
+	size_t longest = 0;
+	unsigned int i, threads;
+
+	for (i = 0; i < n; i++) {
+		dst[i] = fit[i]->dst;
+		src[i] = (uintptr_t)fit[i]->src;
+		len[i] = (uint32_t)fit[i]->len;
+		if (fit[i]->len > longest)
+			longest = fit[i]->len;
+	}
+	/* a thread per 16 bytes of the longest, whole warps */
+	threads = (unsigned int)phx_align_up(longest / 16, 32);
+	return cu.cuLaunchKernel(fn, n, 1, 1, threads, 1, 1, 0, stream, params,
+				 NULL) == CUDA_SUCCESS ?
+		       0 :
+		       -EAGAIN;
+}
+
+/*
+ * Small copies out of registered host memory cost the copy engine's way
+ * a driver call part each, and land one after another; the gather kernel
+ * (once kernels_load loaded it, where the device reads registered memory
+ * at its host address) takes up to CU_GATHER_MAX of them in one launch
+ * and moves them at once, each block reading its source across PCIe.
+ * Each window of CU_GATHER_MAX copies: those that fit the kernel go in
+ * one launch where there are CU_GATHER_MIN of them, the others (and all,
+ * where the kernel is not there) the copy engine's way.
+ */
+int phx_cuda_copy_htod_batch(struct phx_device *dev,
+			     const struct phx_htod *copies, unsigned int n,
+			     void *stream)
+{
+	struct phx_cuda_dev *cd = cuda_priv(dev);
+	CUfunction fn = __atomic_load_n(&cd->gather_fn, __ATOMIC_ACQUIRE);
+	const struct phx_htod *fit[CU_GATHER_MAX];
+	struct phx_htod rest[CU_GATHER_MAX];
+	unsigned int i, k, w, nfit, nrest;
+	int ret;
+
+	if (!fn || !cd->host_ptr_ok || !stream || n < CU_GATHER_MIN ||
+	    __atomic_load_n(&cu_gather_refused, __ATOMIC_RELAXED))
+		return copy_htod_dma(dev, copies, n, stream);
+	ret = cuda_bind(dev);
+	if (ret)
+		return ret;
+	for (i = 0; i < n; i += w) {
+		w = n - i < CU_GATHER_MAX ? n - i : CU_GATHER_MAX;
+		nfit = nrest = 0;
+		for (k = i; k < i + w; k++) {
+			if (gather_fits(&copies[k]))
+				fit[nfit++] = &copies[k];
+			else
+				rest[nrest++] = copies[k];
+		}
+		if (nfit < CU_GATHER_MIN ||
+		    gather_launch(fn, fit, nfit, stream)) {
+			if (nfit >= CU_GATHER_MIN)
+				__atomic_store_n(&cu_gather_refused, true,
+						 __ATOMIC_RELAXED);
+			ret = copy_htod_dma(dev, copies + i, w, stream);
+		} else {
+			ret = nrest ? copy_htod_dma(dev, rest, nrest, stream) :
+				      0;
+		}
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
@@ -234,33 +331,37 @@ int phx_cuda_stream_write_value(struct phx_device *dev, void *stream,
 		"cuStreamWriteValue32");
 }
 
-/* Load the copy kernel (feed.ptx) into @dev's context, once. */
-int phx_cuda_feed_load(struct phx_device *dev)
+/* Load the kernels (kernels.ptx) into @dev's context, once. */
+int phx_cuda_kernels_load(struct phx_device *dev)
 {
 	struct phx_cuda_dev *cd = cuda_priv(dev);
 	CUresult res = CUDA_SUCCESS;
-	CUfunction fn;
+	CUfunction feed, gather;
+	CUmodule mod;
 
-	if (__atomic_load_n(&cd->feed_fn, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&cd->gather_fn, __ATOMIC_ACQUIRE))
 		return 0;
-	pthread_mutex_lock(&feed_lock);
-	if (!cd->feed_fn) {
-		res = cu.cuModuleLoadData(&cd->feed_mod, phx_feed_ptx);
+	pthread_mutex_lock(&kernels_lock);
+	if (!cd->gather_fn) {
+		res = cu.cuModuleLoadData(&mod, phx_kernels_ptx);
 		if (res == CUDA_SUCCESS) {
-			res = cu.cuModuleGetFunction(&fn, cd->feed_mod,
-						     "phx_feed");
+			res = cu.cuModuleGetFunction(&feed, mod, "phx_feed");
+			if (res == CUDA_SUCCESS)
+				res = cu.cuModuleGetFunction(&gather, mod,
+							     "phx_gather");
 			if (res == CUDA_SUCCESS) {
-				__atomic_store_n(&cd->feed_fn, fn,
+				cd->kernels_mod = mod;
+				cd->feed_fn = feed;
+				__atomic_store_n(&cd->gather_fn, gather,
 						 __ATOMIC_RELEASE);
 			} else {
-				cu.cuModuleUnload(cd->feed_mod);
-				cd->feed_mod = NULL;
+				cu.cuModuleUnload(mod);
 			}
 		}
 	}
-	pthread_mutex_unlock(&feed_lock);
+	pthread_mutex_unlock(&kernels_lock);
 	if (res != CUDA_SUCCESS)
-		return cu_fail(dev, res, 0, "loading the copy kernel");
+		return cu_fail(dev, res, 0, "loading the device's kernels");
 	return 0;
 }
 
@@ -277,7 +378,7 @@ int phx_cuda_feed_launch(struct phx_device *dev, void *stream,
 
 	(void)ctl;
 	if (!ret)
-		ret = phx_cuda_feed_load(dev);
+		ret = phx_cuda_kernels_load(dev);
 	if (ret)
 		return ret;
 	res = cu.cuLaunchKernel(cd->feed_fn, PHX_FEED_SLOTS, 1, 1, 256, 1, 1, 0,
