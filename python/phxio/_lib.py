@@ -80,6 +80,7 @@ class SettingsStruct(ctypes.Structure):
         ("sim_capacity", c_uint64),
         ("stream_wait", c_int),
         ("stream_rings", c_uint),
+        ("gather", c_int),
     ]
 
 

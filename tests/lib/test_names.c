@@ -75,9 +75,11 @@ Test(names, settings_name_their_enums, .init = cr_redirect_stderr)
 
 	setenv("PHX_STREAM_WAIT", "device", 1);
 	setenv("PHX_DIRECT", "sometimes", 1);
+	setenv("PHX_GATHER", "off", 1);
 	phx_settings_get(&s);
 	cr_assert_eq(s.stream_wait, PHX_STREAM_WAIT_DEVICE);
 	cr_assert_eq(s.direct, PHX_DIRECT_AUTO, "a bad value is ignored");
+	cr_assert_eq(s.gather, 0);
 }
 
 Test(names, settings_default_to_auto)
@@ -86,7 +88,9 @@ Test(names, settings_default_to_auto)
 
 	unsetenv("PHX_STREAM_WAIT");
 	unsetenv("PHX_DIRECT");
+	unsetenv("PHX_GATHER");
 	phx_settings_get(&s);
 	cr_assert_eq(s.stream_wait, PHX_STREAM_WAIT_AUTO);
 	cr_assert_eq(s.direct, PHX_DIRECT_AUTO);
+	cr_assert_eq(s.gather, -1);
 }

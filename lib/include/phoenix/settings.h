@@ -47,6 +47,8 @@ enum phx_stream_wait {
  *   PHX_STREAM_WAIT    auto | copy | kernel | device | host
  *   PHX_STREAM_RINGS   1                     copy mode: rings (1-4) the
  *                                            staging is split into
+ *   PHX_GATHER         auto | on | off       small copies of a batch in
+ *                                            one kernel launch (cuda)
  */
 struct phx_settings {
 	uint64_t staging_size;
@@ -59,6 +61,7 @@ struct phx_settings {
 	uint64_t sim_capacity;
 	enum phx_stream_wait stream_wait; /* phx_io_enqueue() */
 	unsigned int stream_rings; /* copy mode: rings sharing the staging */
+	int gather; /* 0: off; on (1) and auto (-1): where the device can */
 };
 
 /**

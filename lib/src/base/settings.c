@@ -141,6 +141,7 @@ static void settings_init(void)
 		.sim_capacity = 4ULL << 30,
 		.stream_wait = PHX_STREAM_WAIT_AUTO,
 		.stream_rings = 1,
+		.gather = -1,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, PHX_MIN_SLOT);
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, PHX_PAGE);
@@ -170,6 +171,9 @@ static void settings_init(void)
 				       [PHX_STREAM_WAIT_COPY] = "copy",
 				       NULL },
 		settings.stream_wait);
+	settings.gather = env_choice(
+		"PHX_GATHER", (const char *const[]){ "off", "on", NULL },
+		settings.gather);
 
 	/* Exported buffers travel as one fd per chunk: allow many. */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {

@@ -177,7 +177,10 @@ static int gather_launch(CUfunction fn, const struct phx_htod *const *fit,
  * and moves them at once, each block reading its source across PCIe.
  * Each window of CU_GATHER_MAX copies: those that fit the kernel go in
  * one launch where there are CU_GATHER_MIN of them, the others (and all,
- * where the kernel is not there) the copy engine's way.
+ * where the kernel is not there or PHX_GATHER=off) the copy engine's
+ * way.  A launch needs a free multiprocessor where a copy needs a copy
+ * engine: on a GPU that kernels of the application fill, the copy
+ * engine's way may land sooner.
  */
 int phx_cuda_copy_htod_batch(struct phx_device *dev,
 			     const struct phx_htod *copies, unsigned int n,
@@ -191,6 +194,7 @@ int phx_cuda_copy_htod_batch(struct phx_device *dev,
 	int ret;
 
 	if (!fn || !cd->host_ptr_ok || !stream || n < CU_GATHER_MIN ||
+	    !phx_settings()->gather ||
 	    __atomic_load_n(&cu_gather_refused, __ATOMIC_RELAXED))
 		return copy_htod_dma(dev, copies, n, stream);
 	ret = cuda_bind(dev);
