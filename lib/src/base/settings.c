@@ -171,9 +171,9 @@ static void settings_init(void)
 				       [PHX_STREAM_WAIT_COPY] = "copy",
 				       NULL },
 		settings.stream_wait);
-	settings.gather = env_choice(
-		"PHX_GATHER", (const char *const[]){ "off", "on", NULL },
-		settings.gather);
+	settings.gather = env_choice("PHX_GATHER",
+				     (const char *const[]){ "off", "on", NULL },
+				     settings.gather);
 
 	/* Exported buffers travel as one fd per chunk: allow many. */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
