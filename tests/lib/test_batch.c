@@ -436,91 +436,91 @@ Test(batch, queued_entries_start_with_the_next_submit_or_wait)
 	free(data);
 }
 
-/*
- * The backend's batch of host-to-device copies: pieces of pinned host
- * memory to scattered places of a buffer, one of them adjacent to the
- * next, all in one call on one stream.
- */
-Test(batch, backend_copies_a_batch_host_to_device)
-{
-	struct phx_device *dev = open_default();
-	size_t len = 2 * MiB;
-	unsigned char *host = mmap(NULL, len, PROT_READ | PROT_WRITE,
-				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	struct phx_htod c[100];
-	struct phx_buf *buf;
-	void *stream;
-	uint64_t s = 5;
-
-	cr_assert_neq(host, MAP_FAILED);
-	fill_random(host, len, 71);
-	cr_assert_eq(phx_buf_alloc(dev, 8 * MiB, 0, &buf), 0);
-	cr_assert_eq(dev->ops->host_register(dev, host, len), 0, "%s",
-		     phx_strerror_last());
-	cr_assert_eq(dev->ops->stream_create(dev, &stream), 0);
-	for (unsigned int i = 0; i < 100; i++)
-		c[i] = (struct phx_htod){
-			.dst = buf->dptr + i * 80 * 1024 + rnd_next(&s) % 1000,
-			.src = host + i * 20 * 1024 + rnd_next(&s) % 1000,
-			.len = 1 + rnd_next(&s) % (16 * 1024),
-		};
-	c[51].dst = c[50].dst + c[50].len;
-	cr_assert_eq(dev->ops->copy_htod_batch(dev, c, 100, stream), 0, "%s",
-		     phx_strerror_last());
-	cr_assert_eq(dev->ops->stream_sync(dev, stream), 0);
-	for (unsigned int i = 0; i < 100; i++)
-		assert_buf_eq(buf, c[i].dst - buf->dptr, c[i].src, c[i].len);
-	dev->ops->stream_destroy(dev, stream);
-	dev->ops->host_unregister(dev, host);
-	phx_buf_free(buf);
-	munmap(host, len);
-	phx_device_close(dev);
-}
+/* Fills @c with @n copies from @host into the buffer at @dst. */
+typedef void make_copies_fn(struct phx_htod *c, unsigned int n, phx_dptr_t dst,
+			    unsigned char *host);
 
 /*
- * Aligned small copies, as the engine's slots send them, with the
- * device's kernels loaded: on a GPU most go in one launch of the gather
- * kernel, the longer ones and the odd-sized one the copy engine's way,
- * all in the same call; every byte lands where it was sent.
+ * The backend's batch of host-to-device copies: @n copies that @make
+ * lays out, from 8 MiB of registered host memory into a 16 MiB buffer,
+ * in one call on one stream (with the device's kernels loaded first if
+ * @load); every byte lands where it was sent.
  */
-Test(batch, backend_gathers_small_aligned_copies)
+static void backend_batch(unsigned int n, make_copies_fn *make, bool load)
 {
 	struct phx_device *dev = open_default();
 	size_t len = 8 * MiB;
 	unsigned char *host = mmap(NULL, len, PROT_READ | PROT_WRITE,
 				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	struct phx_htod c[150];
+	struct phx_htod *c = calloc(n, sizeof(*c));
 	struct phx_buf *buf;
 	void *stream;
-	uint64_t s = 9;
 
-	cr_assert_neq(host, MAP_FAILED);
-	fill_random(host, len, 72);
+	cr_assert(host != MAP_FAILED && c);
+	fill_random(host, len, 71);
 	cr_assert_eq(phx_buf_alloc(dev, 16 * MiB, 0, &buf), 0);
-	if (dev->ops->kernels_load)
+	if (load && dev->ops->kernels_load)
 		cr_assert_eq(dev->ops->kernels_load(dev), 0, "%s",
 			     phx_strerror_last());
 	cr_assert_eq(dev->ops->host_register(dev, host, len), 0, "%s",
 		     phx_strerror_last());
 	cr_assert_eq(dev->ops->stream_create(dev, &stream), 0);
-	for (unsigned int i = 0; i < 150; i++)
-		c[i] = (struct phx_htod){
-			.dst = buf->dptr + i * 96 * 1024 +
-			       16 * (rnd_next(&s) % 64),
-			.src = host + i * 48 * 1024 + 16 * (rnd_next(&s) % 64),
-			.len = 16 * (1 + rnd_next(&s) % (i % 5 ? 1024 : 2048)),
-		};
-	c[7].len = 4093;
-	cr_assert_eq(dev->ops->copy_htod_batch(dev, c, 150, stream), 0, "%s",
+	make(c, n, buf->dptr, host);
+	cr_assert_eq(dev->ops->copy_htod_batch(dev, c, n, stream), 0, "%s",
 		     phx_strerror_last());
 	cr_assert_eq(dev->ops->stream_sync(dev, stream), 0);
-	for (unsigned int i = 0; i < 150; i++)
+	for (unsigned int i = 0; i < n; i++)
 		assert_buf_eq(buf, c[i].dst - buf->dptr, c[i].src, c[i].len);
 	dev->ops->stream_destroy(dev, stream);
 	dev->ops->host_unregister(dev, host);
 	phx_buf_free(buf);
 	munmap(host, len);
+	free(c);
 	phx_device_close(dev);
+}
+
+/* Pieces of any length and alignment, one adjacent to the next. */
+static void scattered_copies(struct phx_htod *c, unsigned int n, phx_dptr_t dst,
+			     unsigned char *host)
+{
+	uint64_t s = 5;
+
+	for (unsigned int i = 0; i < n; i++)
+		c[i] = (struct phx_htod){
+			.dst = dst + i * 80 * 1024 + rnd_next(&s) % 1000,
+			.src = host + i * 20 * 1024 + rnd_next(&s) % 1000,
+			.len = 1 + rnd_next(&s) % (16 * 1024),
+		};
+	c[51].dst = c[50].dst + c[50].len;
+}
+
+/*
+ * As the engine's slots send them: addresses and lengths multiples of
+ * 16, most up to 16 KiB (on a GPU, one launch of the gather kernel), a
+ * fifth up to 32 KiB and one of an odd length (the copy engine's way).
+ */
+static void aligned_copies(struct phx_htod *c, unsigned int n, phx_dptr_t dst,
+			   unsigned char *host)
+{
+	uint64_t s = 9;
+
+	for (unsigned int i = 0; i < n; i++)
+		c[i] = (struct phx_htod){
+			.dst = dst + i * 96 * 1024 + 16 * (rnd_next(&s) % 64),
+			.src = host + i * 48 * 1024 + 16 * (rnd_next(&s) % 64),
+			.len = 16 * (1 + rnd_next(&s) % (i % 5 ? 1024 : 2048)),
+		};
+	c[7].len = 4093;
+}
+
+Test(batch, backend_copies_a_batch_host_to_device)
+{
+	backend_batch(100, scattered_copies, false);
+}
+
+Test(batch, backend_gathers_small_aligned_copies)
+{
+	backend_batch(150, aligned_copies, true);
 }
 
 /*

@@ -137,6 +137,15 @@ static int copy_htod_dma(struct phx_device *dev, const struct phx_htod *copies,
 /* Set when a launch of the gather kernel failed: the copy engine's way. */
 static bool cu_gather_refused;
 
+/* Whether @n copies on @stream may gather, with @fn the loaded kernel. */
+static bool gather_on(const struct phx_cuda_dev *cd, CUfunction fn,
+		      unsigned int n, void *stream)
+{
+	return fn && cd->host_ptr_ok && stream && n >= CU_GATHER_MIN &&
+	       phx_settings()->gather &&
+	       !__atomic_load_n(&cu_gather_refused, __ATOMIC_RELAXED);
+}
+
 /* Whether the gather kernel can take @c: short, every part 16-aligned. */
 static bool gather_fits(const struct phx_htod *c)
 {
@@ -169,16 +178,41 @@ static int gather_launch(CUfunction fn, const struct phx_htod *const *fit,
 		       -EAGAIN;
 }
 
+/* One window of @w (at most CU_GATHER_MAX) copies; see below. */
+static int gather_window(struct phx_device *dev, CUfunction fn,
+			 const struct phx_htod *copies, unsigned int w,
+			 void *stream)
+{
+	const struct phx_htod *fit[CU_GATHER_MAX];
+	struct phx_htod rest[CU_GATHER_MAX];
+	unsigned int k, nfit = 0, nrest = 0;
+
+	for (k = 0; k < w; k++) {
+		if (gather_fits(&copies[k]))
+			fit[nfit++] = &copies[k];
+		else
+			rest[nrest++] = copies[k];
+	}
+	if (nfit < CU_GATHER_MIN)
+		return copy_htod_dma(dev, copies, w, stream);
+	if (gather_launch(fn, fit, nfit, stream)) {
+		/* nothing of the window is queued: all of it another way */
+		__atomic_store_n(&cu_gather_refused, true, __ATOMIC_RELAXED);
+		return copy_htod_dma(dev, copies, w, stream);
+	}
+	return nrest ? copy_htod_dma(dev, rest, nrest, stream) : 0;
+}
+
 /*
  * Small copies out of registered host memory cost the copy engine's way
  * a driver call part each, and land one after another; the gather kernel
  * (once kernels_load loaded it, where the device reads registered memory
  * at its host address) takes up to CU_GATHER_MAX of them in one launch
  * and moves them at once, each block reading its source across PCIe.
- * Each window of CU_GATHER_MAX copies: those that fit the kernel go in
- * one launch where there are CU_GATHER_MIN of them, the others (and all,
- * where the kernel is not there or PHX_GATHER=off) the copy engine's
- * way.  A launch needs a free multiprocessor where a copy needs a copy
+ * Each window of CU_GATHER_MAX copies (gather_window): those that fit
+ * the kernel go in one launch where there are CU_GATHER_MIN of them, the
+ * others (and all, where the kernel is not there or PHX_GATHER=off) the
+ * copy engine's way.  A launch needs a free multiprocessor where a copy needs a copy
  * engine: on a GPU that kernels of the application fill, the copy
  * engine's way may land sooner.
  */
@@ -188,41 +222,17 @@ int phx_cuda_copy_htod_batch(struct phx_device *dev,
 {
 	struct phx_cuda_dev *cd = cuda_priv(dev);
 	CUfunction fn = __atomic_load_n(&cd->gather_fn, __ATOMIC_ACQUIRE);
-	const struct phx_htod *fit[CU_GATHER_MAX];
-	struct phx_htod rest[CU_GATHER_MAX];
-	unsigned int i, k, w, nfit, nrest;
+	unsigned int i, w;
 	int ret;
 
-	if (!fn || !cd->host_ptr_ok || !stream || n < CU_GATHER_MIN ||
-	    !phx_settings()->gather ||
-	    __atomic_load_n(&cu_gather_refused, __ATOMIC_RELAXED))
+	if (!gather_on(cd, fn, n, stream))
 		return copy_htod_dma(dev, copies, n, stream);
-	ret = cuda_bind(dev);
-	if (ret)
-		return ret;
-	for (i = 0; i < n; i += w) {
-		w = n - i < CU_GATHER_MAX ? n - i : CU_GATHER_MAX;
-		nfit = nrest = 0;
-		for (k = i; k < i + w; k++) {
-			if (gather_fits(&copies[k]))
-				fit[nfit++] = &copies[k];
-			else
-				rest[nrest++] = copies[k];
-		}
-		if (nfit < CU_GATHER_MIN ||
-		    gather_launch(fn, fit, nfit, stream)) {
-			if (nfit >= CU_GATHER_MIN)
-				__atomic_store_n(&cu_gather_refused, true,
-						 __ATOMIC_RELAXED);
-			ret = copy_htod_dma(dev, copies + i, w, stream);
-		} else {
-			ret = nrest ? copy_htod_dma(dev, rest, nrest, stream) :
-				      0;
-		}
-		if (ret)
-			return ret;
+	/* the launch needs the context; the copy engine's way binds too */
+	for (i = 0, ret = cuda_bind(dev); i < n && !ret; i += w) {
+		w = (unsigned int)phx_min(n - i, CU_GATHER_MAX);
+		ret = gather_window(dev, fn, copies + i, w, stream);
 	}
-	return 0;
+	return ret;
 }
 
 int phx_cuda_copy_dtod(struct phx_device *dev, phx_dptr_t dst, phx_dptr_t src,
