@@ -212,9 +212,9 @@ static int gather_window(struct phx_device *dev, CUfunction fn,
  * Each window of CU_GATHER_MAX copies (gather_window): those that fit
  * the kernel go in one launch where there are CU_GATHER_MIN of them, the
  * others (and all, where the kernel is not there or PHX_GATHER=off) the
- * copy engine's way.  A launch needs a free multiprocessor where a copy needs a copy
- * engine: on a GPU that kernels of the application fill, the copy
- * engine's way may land sooner.
+ * copy engine's way.  A launch needs a free multiprocessor where a copy
+ * needs a copy engine: on a GPU that kernels of the application fill,
+ * the copy engine's way may land sooner.
  */
 int phx_cuda_copy_htod_batch(struct phx_device *dev,
 			     const struct phx_htod *copies, unsigned int n,
