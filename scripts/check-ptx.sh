@@ -1,7 +1,7 @@
 #!/bin/sh
 # Assemble the device kernels (lib/src/device/kernels.ptx) with ptxas for
-# the GPU generations the library targets, so that a PTX mistake fails here and
-# not at cuModuleLoadData on a GPU.  ptxas comes from the CUDA toolkit
+# the GPU generations the library targets, so that a PTX mistake fails
+# here and not at cuModuleLoadData on a GPU.  ptxas comes from the CUDA toolkit
 # when one is installed, else from PyPI's nvidia-cuda-nvcc-cu12 wheel,
 # fetched once into BUILD_DIR/ptxas.
 #
