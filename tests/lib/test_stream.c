@@ -222,3 +222,17 @@ Test(settings, bad_choices_are_reported_and_ignored, .init = cr_redirect_stderr)
 		"phoenix: ignoring PHX_DIRECT=maybe: use auto, off or on\n"
 		"phoenix: ignoring PHX_STREAM_WAIT=sideways: use auto, host, device, kernel or copy\n");
 }
+
+/* The same for the gather switch: a typo leaves the kernel on. */
+Test(settings, bad_gather_choice_is_reported_and_ignored,
+     .init = cr_redirect_stderr)
+{
+	struct phx_settings s;
+
+	setenv("PHX_GATHER", "yes", 1);
+	phx_settings_get(&s);
+	cr_assert_eq(s.gather, -1);
+	fflush(stderr);
+	cr_assert_stderr_eq_str(
+		"phoenix: ignoring PHX_GATHER=yes: use auto, off or on\n");
+}
