@@ -475,8 +475,12 @@ PHX_EXPORT int phx_batch_wait(struct phx_batch *b, unsigned int min,
 	ret = phx_device_bind(b->dev);
 	if (ret)
 		return ret;
-	/* what phx_batch_queue() left goes out with one submission */
-	if (!TAILQ_EMPTY(&e->issue)) {
+	/*
+	 * What phx_batch_queue() left goes out with one submission; a job
+	 * whose segments are all out (the queue is pruned lazily) does not
+	 * need the extra round.
+	 */
+	if (phx_engine_next_job(e)) {
 		ret = phx_engine_step(e, false);
 		if (ret)
 			return ret;
