@@ -273,11 +273,13 @@ class Device(_Handle):
 
     def engine_stats(self) -> dict[str, int]:
         """The device's transfer engines: "built" since it opened, "alive"
-        in its pool (idle or lent), "idle", and their "staging_bytes"."""
+        in its pool (idle or lent), "idle", their "staging_bytes", and the
+        "threaded_reads" that ran on reader threads (PHX_HOT_READERS)."""
         s = _lib.EngineStatsStruct()
         check(lib().phx_engine_stats_get(self.handle, ctypes.byref(s)))
         return {"built": s.built, "alive": s.alive, "idle": s.idle,
-                "staging_bytes": s.staging_bytes}
+                "staging_bytes": s.staging_bytes,
+                "threaded_reads": s.threaded_reads}
 
     def __repr__(self) -> str:
         return f"<phxio.Device {self.name} ({self.info.model})>"

@@ -81,6 +81,7 @@ class SettingsStruct(ctypes.Structure):
         ("stream_wait", c_int),
         ("stream_rings", c_uint),
         ("gather", c_int),
+        ("hot_readers", c_uint),
     ]
 
 
@@ -99,6 +100,7 @@ class EngineStatsStruct(ctypes.Structure):
         ("alive", c_uint),
         ("idle", c_uint),
         ("staging_bytes", c_uint64),
+        ("threaded_reads", c_uint64),
     ]
 
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test_io.c - synchronous reads and writes between files and buffers. */
 #include <sys/resource.h>
+#include <pthread.h>
 #include <signal.h>
 
 #include "util.h"
@@ -387,6 +388,131 @@ Test(io, hot_and_cold_reads_share_one_engine)
 	}
 	cr_assert_eq(engine_stats(dev).built, built,
 		     "the cold and hot reads after the first built engines");
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+/*
+ * A hot read at least as long as the staging runs on the engine's reader
+ * threads (PHX_HOT_READERS, eight by default): 4 MiB of staging makes
+ * eight readers of two 256 KiB slots each.  Unaligned offsets on both
+ * sides; the second read reuses the engine and its threads.
+ */
+Test(io, long_hot_read_runs_on_reader_threads)
+{
+	setenv("PHX_STAGING_SIZE", "4M", 1);
+	struct phx_device *dev = open_default();
+	size_t len = 24 * MiB + 777, file_off = 4097, buf_off = 123;
+	struct phx_buf *buf = buf_new(dev, buf_off + len, 0);
+	uint64_t built;
+	void *data;
+	int fd = make_file(dir_direct(), file_off + len, 95, false, &data);
+
+	cr_assert_eq(read_checked(dev, fd, file_off, buf, buf_off, len, data),
+		     PHX_PATH_BUFFERED);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 1);
+	built = engine_stats(dev).built;
+	/* a new buffer: none holds the last read's bytes */
+	phx_buf_free(buf);
+	buf = buf_new(dev, buf_off + len, 0);
+	cr_assert_eq(read_checked(dev, fd, file_off, buf, buf_off, len, data),
+		     PHX_PATH_BUFFERED);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 2);
+	cr_assert_eq(engine_stats(dev).built, built);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+/* Asked for more than the file holds: what it holds, from every reader. */
+Test(io, threaded_read_stops_at_end_of_file)
+{
+	setenv("PHX_STAGING_SIZE", "4M", 1);
+	struct phx_device *dev = open_default();
+	size_t fsize = 9 * MiB + 5, file_off = 1000, len = 20 * MiB;
+	struct phx_buf *buf = buf_new(dev, len, 0);
+	void *data;
+	int fd = make_file(dir_tmpfs(), fsize, 96, false, &data);
+	struct phx_io io = { .op = PHX_OP_READ,
+			     .fd = fd,
+			     .file_off = (int64_t)file_off,
+			     .buf = buf,
+			     .len = len };
+
+	cr_assert_eq(phx_io_run(dev, &io), (int64_t)(fsize - file_off), "%s",
+		     phx_strerror_last());
+	cr_assert_eq(io.path, PHX_PATH_BUFFERED);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 1);
+	assert_buf_eq(buf, 0, (char *)data + file_off, fsize - file_off);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+/* PHX_HOT_READERS=0: the same read on the pipeline's one thread. */
+Test(io, hot_readers_off_reads_on_the_pipeline)
+{
+	setenv("PHX_STAGING_SIZE", "4M", 1);
+	setenv("PHX_HOT_READERS", "0", 1);
+	struct phx_device *dev = open_default();
+	size_t len = 12 * MiB + 3;
+	struct phx_buf *buf = buf_new(dev, len, 0);
+	void *data;
+	int fd = make_file(dir_direct(), len, 97, false, &data);
+
+	cr_assert_eq(read_checked(dev, fd, 0, buf, 0, len, data),
+		     PHX_PATH_BUFFERED);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 0);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	close(fd);
+	free(data);
+}
+
+struct hot_reader_arg {
+	struct phx_device *dev;
+	struct phx_buf *buf;
+	int fd;
+	size_t len;
+	int64_t got;
+};
+
+static void *hot_reader(void *p)
+{
+	struct hot_reader_arg *a = p;
+
+	a->got = phx_read(a->buf, 0, a->fd, 0, a->len);
+	return NULL;
+}
+
+/* Two threads' long hot reads at once, each on an engine of its own. */
+Test(io, threaded_reads_of_two_callers_at_once)
+{
+	setenv("PHX_STAGING_SIZE", "4M", 1);
+	struct phx_device *dev = open_default();
+	size_t len = 16 * MiB + 4321;
+	struct hot_reader_arg a[2];
+	pthread_t t[2];
+	void *data;
+	int fd = make_file(dir_tmpfs(), len, 98, false, &data);
+
+	for (int i = 0; i < 2; i++) {
+		a[i] = (struct hot_reader_arg){ .dev = dev,
+						.buf = buf_new(dev, len, 0),
+						.fd = fd,
+						.len = len };
+		cr_assert_eq(pthread_create(&t[i], NULL, hot_reader, &a[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		cr_assert_eq(a[i].got, (int64_t)len);
+		assert_buf_eq(a[i].buf, 0, data, len);
+		phx_buf_free(a[i].buf);
+	}
+	cr_assert_eq(engine_stats(dev).threaded_reads, 2);
 	phx_device_close(dev);
 	close(fd);
 	free(data);

@@ -89,8 +89,19 @@ Test(names, settings_default_to_auto)
 	unsetenv("PHX_STREAM_WAIT");
 	unsetenv("PHX_DIRECT");
 	unsetenv("PHX_GATHER");
+	unsetenv("PHX_HOT_READERS");
 	phx_settings_get(&s);
 	cr_assert_eq(s.stream_wait, PHX_STREAM_WAIT_AUTO);
 	cr_assert_eq(s.direct, PHX_DIRECT_AUTO);
 	cr_assert_eq(s.gather, -1);
+	cr_assert_eq(s.hot_readers, 8);
+}
+
+Test(names, hot_readers_take_a_count)
+{
+	struct phx_settings s;
+
+	setenv("PHX_HOT_READERS", "3", 1);
+	phx_settings_get(&s);
+	cr_assert_eq(s.hot_readers, 3);
 }

@@ -49,6 +49,9 @@ enum phx_stream_wait {
  *                                            staging is split into
  *   PHX_GATHER         auto | on | off       small copies of a batch in
  *                                            one kernel launch (cuda)
+ *   PHX_HOT_READERS    8                     threads a long read the
+ *                                            page cache serves runs on
+ *                                            (0 or 1: the pipeline's)
  */
 struct phx_settings {
 	uint64_t staging_size;
@@ -62,6 +65,7 @@ struct phx_settings {
 	enum phx_stream_wait stream_wait; /* phx_io_enqueue() */
 	unsigned int stream_rings; /* copy mode: rings sharing the staging */
 	int gather; /* 0: off; on (1) and auto (-1): where the device can */
+	unsigned int hot_readers; /* threads of a long page-cache read */
 };
 
 /**

@@ -34,6 +34,7 @@ struct phx_engine_stats {
 	unsigned int alive; /* engines of the pool now, idle or lent */
 	unsigned int idle; /* of those, waiting in the pool */
 	uint64_t staging_bytes; /* host staging memory all engines hold */
+	uint64_t threaded_reads; /* reads run on PHX_HOT_READERS threads */
 };
 
 /**

@@ -142,6 +142,7 @@ static void settings_init(void)
 		.stream_wait = PHX_STREAM_WAIT_AUTO,
 		.stream_rings = 1,
 		.gather = -1,
+		.hot_readers = 8,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, PHX_MIN_SLOT);
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, PHX_PAGE);
@@ -152,6 +153,7 @@ static void settings_init(void)
 	env_count("PHX_STREAM_RINGS", &settings.stream_rings, 1, 4);
 	env_count("PHX_SIM_DEVICES", &settings.sim_devices, 1, 64);
 	env_count("PHX_HOT_FRACTION", &settings.hot_fraction, 0, 101);
+	env_count("PHX_HOT_READERS", &settings.hot_readers, 0, 64);
 
 	settings.chunk_size = phx_align_up(settings.chunk_size, PHX_PAGE);
 	if (settings.staging_size < settings.chunk_size)

@@ -321,6 +321,7 @@ struct phx_device {
 
 	atomic_uint_fast64_t staging; /* staging memory of all engines */
 	atomic_uint_fast64_t engines_built;
+	atomic_uint_fast64_t threaded_reads; /* engine/readers.c */
 
 	/*
 	 * Each layer's own state, private to the file that owns it and made

@@ -231,6 +231,7 @@ struct phx_engine {
 	pid_t owner; /* the process that built it: only it may use it */
 	const struct phx_slot_consumer *consumer;
 	unsigned int idle_polls; /* idle steps in a row (the sink polls) */
+	struct phx_readers *readers; /* readers.c: made by its first read */
 };
 
 /* How an engine cuts its staging: @nslots slots of @chunk bytes. */
@@ -286,6 +287,8 @@ bool phx_engine_io_ready(struct phx_engine *e, bool *run_tw);
 
 /* What the consumers share of the pipeline. */
 void phx_job_fail(struct phx_job *j, int err);
+/* @j, queued on @e, is done: its result and the device's counts. */
+void phx_job_complete(struct phx_engine *e, struct phx_job *j);
 void phx_slot_prep_io(struct phx_engine *e, struct phx_slot *sl);
 void phx_slot_free(struct phx_engine *e, struct phx_slot *sl);
 void phx_slot_finish(struct phx_engine *e, struct phx_slot *sl);
@@ -315,6 +318,18 @@ void phx_probe_record(dev_t st_dev, bool direct_faster);
 
 /* Run @io to completion on @e, which nothing else uses meanwhile. */
 int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
+
+/* ---- reader threads (readers.c) ------------------------------------- */
+
+/*
+ * While @e (the staged consumer's) has nothing in flight, run each next
+ * job that is a long read the page cache serves, not yet started, on
+ * @e's reader threads and the calling one (PHX_HOT_READERS), to its
+ * completion; the pipeline runs the rest.
+ */
+void phx_readers_take(struct phx_engine *e);
+/* Stop and free @e's readers, if it has any. */
+void phx_readers_destroy(struct phx_engine *e);
 
 /* ---- the pool (transfer.c) ------------------------------------------ */
 

@@ -45,6 +45,7 @@ void phx_engine_destroy(struct phx_engine *e)
 	unsigned int i;
 
 	phx_device_bind(dev);
+	phx_readers_destroy(e);
 	for (i = 0; i < PHX_NR_STREAMS; i++)
 		if (e->streams[i]) {
 			dev->ops->stream_sync(dev, e->streams[i]);
@@ -348,7 +349,7 @@ out:
 
 /* ---- jobs ----------------------------------------------------------- */
 
-static void job_complete(struct phx_engine *e, struct phx_job *j)
+void phx_job_complete(struct phx_engine *e, struct phx_job *j)
 {
 	struct phx_device *dev = e->dev;
 	unsigned int p, best = PHX_PATH_NONE;
@@ -446,7 +447,7 @@ void phx_slot_free(struct phx_engine *e, struct phx_slot *sl)
 	sl->job = NULL;
 	sl->target = NULL;
 	if (--j->pending == 0 && !e->consumer->issuable(j))
-		job_complete(e, j);
+		phx_job_complete(e, j);
 }
 
 /* Account a finished segment and release the slot. */
@@ -621,7 +622,7 @@ void phx_engine_queue(struct phx_engine *e, struct phx_job *j)
 {
 	e->nactive++;
 	if (!e->consumer->issuable(j)) {
-		job_complete(e, j); /* nothing to move */
+		phx_job_complete(e, j); /* nothing to move */
 		return;
 	}
 	TAILQ_INSERT_TAIL(&e->issue, j, issue);

@@ -317,6 +317,7 @@ static void staged_fill(struct phx_engine *e)
 
 	if (TAILQ_EMPTY(&e->issue))
 		return;
+	phx_readers_take(e);
 	for (i = 0; i < e->nslots; i++) {
 		struct phx_slot *sl = &e->slots[i];
 		struct phx_job_region *r;

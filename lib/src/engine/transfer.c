@@ -207,6 +207,7 @@ PHX_EXPORT int phx_engine_stats_get(struct phx_device *dev,
 	pthread_mutex_unlock(&dev->engines->lock);
 	out->built = atomic_load(&dev->engines_built);
 	out->staging_bytes = atomic_load(&dev->staging);
+	out->threaded_reads = atomic_load(&dev->threaded_reads);
 	return 0;
 }
 

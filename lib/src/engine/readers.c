@@ -1,0 +1,413 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * readers.c - a long read the page cache serves, on several threads.
+ *
+ * In the pipeline (pipeline.c) one thread reaps every slot's read and
+ * queues every slot's device copy, so a slot that io_uring's worker has
+ * filled waits for that thread before its bytes move on.  For a read
+ * served by the page cache the copy out of the cache is the CPU's work
+ * and the rest is the copy engine's, so when an engine's next job is a
+ * long one (at least its staging's length), not yet started, and nothing
+ * is in flight, the pipeline's fill (staged.c) lends the engine's
+ * staging to reader threads of its own instead, PHX_HOT_READERS of them
+ * with the calling thread: two slots per reader, and each reader takes
+ * the file's next piece, reads it into its free slot with pread() and
+ * queues the slot's device copy at once on its own stream, reading the
+ * next piece into its other slot meanwhile.  The job is complete when
+ * the call returns, as io_uring completes a cached read within its
+ * submission: a synchronous read, a batch's submit or wait, a stream
+ * worker's transfer.  The staging and its pinning are the engine's: host
+ * memory stays at the same budget.
+ *
+ * The threads, their streams and events are made by the engine's first
+ * such read and kept with the engine; the engine is used by one thread
+ * at a time, so one read at a time runs on them.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine_i.h"
+
+/*
+ * Each reader's slots; the bounds of a slot's size: a smaller copy costs
+ * the copy engine more per byte, a larger one leaves readers idle at the
+ * end of the read.
+ */
+#define PHX_READER_SLOTS 2
+#define PHX_READER_PIECE_MIN (256u << 10)
+#define PHX_READER_PIECE_MAX (4u << 20)
+/* A thread's stack: a reader calls pread() and the backend's copy. */
+#define PHX_READER_STACK (256u << 10)
+
+/* One read, shared by the readers running it. */
+struct phx_read_run {
+	struct phx_device *dev;
+	int fd;
+	uint64_t start, end;
+	phx_dptr_t dptr; /* device address of file offset @start */
+	uint64_t piece;
+	char *staging;
+	_Atomic uint64_t next; /* the next piece to take */
+	_Atomic uint64_t short_at; /* where the file ended (UINT64_MAX) */
+	_Atomic int err; /* the first reader's failure, negative errno */
+	char msg[256]; /* its message; written once, under the lock */
+};
+
+struct phx_reader {
+	struct phx_readers *rs;
+	unsigned int index;
+	void *stream;
+	void *event[PHX_READER_SLOTS];
+	unsigned int nevents;
+	pthread_t tid;
+	bool started;
+};
+
+struct phx_readers {
+	pthread_mutex_t lock; /* protects everything below */
+	pthread_cond_t go; /* a read for the threads, or stop */
+	pthread_cond_t idle; /* the last thread finished its part */
+	struct phx_read_run *run;
+	uint64_t gen; /* reads handed out */
+	unsigned int busy; /* threads still on the current read */
+	unsigned int threads; /* threads started */
+	bool stop;
+	unsigned int n; /* readers: the calling thread's and the threads' */
+	struct phx_reader r[];
+};
+
+/* Record @err, @r's failure, as the read's if it is the first. */
+static void run_fail(struct phx_readers *rs, struct phx_read_run *run, int err)
+{
+	int none = 0;
+
+	if (!atomic_compare_exchange_strong(&run->err, &none, err))
+		return;
+	pthread_mutex_lock(&rs->lock);
+	snprintf(run->msg, sizeof(run->msg), "%s", phx_strerror_last());
+	pthread_mutex_unlock(&rs->lock);
+}
+
+/* Read up to @n bytes at @off: how many (fewer only at end of file). */
+static int64_t read_piece(struct phx_read_run *run, char *p, uint64_t n,
+			  uint64_t off)
+{
+	uint64_t got = 0;
+
+	while (got < n) {
+		ssize_t r =
+			pread(run->fd, p + got, n - got, (off_t)(off + got));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return phx_err(
+				errno,
+				"read of fd %d at offset %llu failed: %s",
+				run->fd, (unsigned long long)(off + got),
+				strerror(errno));
+		if (!r)
+			break;
+		got += (uint64_t)r;
+	}
+	return (int64_t)got;
+}
+
+/* Reader @r's part of @run: pieces until none is left or one failed. */
+static void reader_run(struct phx_reader *r, struct phx_read_run *run)
+{
+	struct phx_device *dev = run->dev;
+	bool used[PHX_READER_SLOTS] = { false };
+	unsigned int k = 0;
+	int ret = 0;
+
+	for (;; k = (k + 1) % PHX_READER_SLOTS) {
+		char *slot =
+			run->staging +
+			((size_t)r->index * PHX_READER_SLOTS + k) * run->piece;
+		uint64_t off, n;
+		int64_t got;
+
+		if (atomic_load(&run->err))
+			break;
+		off = atomic_fetch_add(&run->next, run->piece);
+		if (off >= run->end || off >= atomic_load(&run->short_at))
+			break;
+		n = phx_min(run->piece, run->end - off);
+		/* the slot's last copy must have left it */
+		if (used[k]) {
+			ret = dev->ops->event_sync(dev, r->event[k]);
+			if (ret)
+				break;
+			used[k] = false;
+		}
+		got = read_piece(run, slot, n, off);
+		if (got < 0) {
+			ret = (int)got;
+			break;
+		}
+		if ((uint64_t)got < n) {
+			uint64_t end = off + (uint64_t)got;
+			uint64_t cur = atomic_load(&run->short_at);
+
+			while (end < cur && !atomic_compare_exchange_weak(
+						    &run->short_at, &cur, end))
+				;
+		}
+		if (!got)
+			continue;
+		ret = dev->ops->copy_htod(dev, run->dptr + (off - run->start),
+					  slot, (uint64_t)got, r->stream);
+		if (!ret)
+			ret = dev->ops->event_record(dev, r->event[k],
+						     r->stream);
+		if (ret)
+			break;
+		used[k] = true;
+	}
+	/* every copy this reader queued has landed when it is done */
+	if (!ret)
+		ret = dev->ops->stream_sync(dev, r->stream);
+	else
+		dev->ops->stream_sync(dev, r->stream);
+	if (ret)
+		run_fail(r->rs, run, ret);
+}
+
+static void *reader_thread(void *arg)
+{
+	struct phx_reader *r = arg;
+	struct phx_readers *rs = r->rs;
+	uint64_t seen = 0;
+	bool bound = false;
+
+	pthread_mutex_lock(&rs->lock);
+	for (;;) {
+		struct phx_read_run *run;
+
+		while (!rs->stop && rs->gen == seen)
+			pthread_cond_wait(&rs->go, &rs->lock);
+		if (rs->stop)
+			break;
+		seen = rs->gen;
+		run = rs->run;
+		pthread_mutex_unlock(&rs->lock);
+		if (!bound) {
+			int ret = phx_device_bind(run->dev);
+
+			if (ret)
+				run_fail(rs, run, ret);
+			bound = !ret;
+		}
+		if (bound)
+			reader_run(r, run);
+		pthread_mutex_lock(&rs->lock);
+		if (!--rs->busy)
+			pthread_cond_signal(&rs->idle);
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return NULL;
+}
+
+void phx_readers_destroy(struct phx_engine *e)
+{
+	struct phx_readers *rs = e->readers;
+	struct phx_device *dev = e->dev;
+	unsigned int i, k;
+
+	if (!rs)
+		return;
+	e->readers = NULL;
+	/* a child of fork() has the memory, not the threads or streams */
+	if (e->owner != getpid()) {
+		free(rs);
+		return;
+	}
+	pthread_mutex_lock(&rs->lock);
+	rs->stop = true;
+	pthread_cond_broadcast(&rs->go);
+	pthread_mutex_unlock(&rs->lock);
+	for (i = 0; i < rs->n; i++) {
+		struct phx_reader *r = &rs->r[i];
+
+		if (r->started)
+			pthread_join(r->tid, NULL);
+		for (k = 0; k < r->nevents; k++)
+			dev->ops->event_destroy(dev, r->event[k]);
+		if (r->stream)
+			dev->ops->stream_destroy(dev, r->stream);
+	}
+	pthread_mutex_destroy(&rs->lock);
+	pthread_cond_destroy(&rs->go);
+	pthread_cond_destroy(&rs->idle);
+	free(rs);
+}
+
+/* Reader @i's stream and events; 0 or a negative errno. */
+static int reader_init(struct phx_device *dev, struct phx_reader *r)
+{
+	int ret = dev->ops->stream_create(dev, &r->stream);
+
+	if (ret) {
+		r->stream = NULL;
+		return ret;
+	}
+	for (; r->nevents < PHX_READER_SLOTS; r->nevents++) {
+		ret = dev->ops->event_create(dev, &r->event[r->nevents]);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * @e's readers, made the first time: @n of them, the calling thread's
+ * first; fewer where threads could not start.  NULL where none can run
+ * (the error cleared: the pipeline reads instead).
+ */
+static struct phx_readers *readers_get(struct phx_engine *e, unsigned int n)
+{
+	struct phx_readers *rs = e->readers;
+	pthread_attr_t attr;
+	unsigned int i;
+
+	if (rs)
+		return rs->n > 1 ? rs : NULL;
+	rs = calloc(1, sizeof(*rs) + n * sizeof(rs->r[0]));
+	if (!rs)
+		return NULL;
+	pthread_mutex_init(&rs->lock, NULL);
+	pthread_cond_init(&rs->go, NULL);
+	pthread_cond_init(&rs->idle, NULL);
+	rs->n = n;
+	e->readers = rs;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, PHX_READER_STACK);
+	for (i = 0; i < n; i++) {
+		struct phx_reader *r = &rs->r[i];
+
+		r->rs = rs;
+		r->index = i;
+		if (reader_init(e->dev, r))
+			break;
+		if (i && pthread_create(&r->tid, &attr, reader_thread, r))
+			break;
+		r->started = i > 0;
+		rs->threads += i > 0;
+	}
+	pthread_attr_destroy(&attr);
+	/* the readers past the first that could not start stay unused */
+	if (i < n) {
+		phx_err_clear();
+		rs->n = i ? i : 1;
+		if (i < n && rs->r[i].stream) {
+			for (unsigned int k = 0; k < rs->r[i].nevents; k++)
+				e->dev->ops->event_destroy(e->dev,
+							   rs->r[i].event[k]);
+			e->dev->ops->stream_destroy(e->dev, rs->r[i].stream);
+			rs->r[i].stream = NULL;
+			rs->r[i].nevents = 0;
+		}
+	}
+	return rs->n > 1 ? rs : NULL;
+}
+
+/* How many readers @e would run @j on (0: the pipeline runs it). */
+static unsigned int readers_for(const struct phx_engine *e,
+				const struct phx_job *j)
+{
+	unsigned int n = phx_settings()->hot_readers;
+	uint64_t len;
+
+	if (j->io->op != PHX_OP_READ || j->nregions != 1 ||
+	    j->region[0].direct || j->p2p || j->err ||
+	    e->consumer != &phx_staged_consumer || j->start >= j->fde->size)
+		return 0;
+	n = (unsigned int)phx_min(
+		n, e->staging_len / (PHX_READER_SLOTS * PHX_READER_PIECE_MIN));
+	len = phx_min(j->end, j->fde->size) - j->start;
+	/* a read shorter than the staging gains less than it costs */
+	if (n < 2 || len < e->staging_len)
+		return 0;
+	return n;
+}
+
+/* Run @j on @e's readers if it is for them; whether it ran. */
+static bool readers_run(struct phx_engine *e, struct phx_job *j)
+{
+	unsigned int n = readers_for(e, j);
+	struct phx_readers *rs;
+	struct phx_read_run run;
+	uint64_t end;
+
+	if (!n || phx_fd_buffered(j->fde) < 0) {
+		phx_err_clear();
+		return false;
+	}
+	rs = readers_get(e, n);
+	if (!rs)
+		return false;
+	run = (struct phx_read_run){
+		.dev = e->dev,
+		.fd = j->fde->buffered_fd,
+		.start = j->start,
+		.end = j->end,
+		.dptr = j->dptr,
+		.piece = phx_align_down(
+			phx_min(e->staging_len / (PHX_READER_SLOTS * rs->n),
+				PHX_READER_PIECE_MAX),
+			PHX_PAGE),
+		.staging = e->staging,
+	};
+	atomic_init(&run.next, j->start);
+	atomic_init(&run.short_at, UINT64_MAX);
+	atomic_init(&run.err, 0);
+
+	pthread_mutex_lock(&rs->lock);
+	rs->run = &run;
+	rs->gen++;
+	rs->busy = rs->threads;
+	pthread_cond_broadcast(&rs->go);
+	pthread_mutex_unlock(&rs->lock);
+	reader_run(&rs->r[0], &run);
+	pthread_mutex_lock(&rs->lock);
+	while (rs->busy)
+		pthread_cond_wait(&rs->idle, &rs->lock);
+	rs->run = NULL;
+	pthread_mutex_unlock(&rs->lock);
+
+	if (atomic_load(&run.err)) {
+		/* the failing reader's message, on the calling thread */
+		phx_job_fail(j, phx_err(-atomic_load(&run.err), "%s", run.msg));
+	} else {
+		end = phx_min(atomic_load(&run.short_at), j->end);
+		j->moved = end - j->start;
+		j->by_path[PHX_PATH_BUFFERED] = j->moved;
+		j->eof = end < j->end;
+	}
+	atomic_fetch_add(&e->dev->threaded_reads, 1);
+	phx_job_complete(e, j);
+	return true;
+}
+
+/* Whether none of @e's slots is in use. */
+static bool engine_idle(const struct phx_engine *e)
+{
+	for (unsigned int i = 0; i < e->nslots; i++)
+		if (e->slots[i].state != PHX_SLOT_FREE)
+			return false;
+	return !e->inflight && !e->to_submit;
+}
+
+void phx_readers_take(struct phx_engine *e)
+{
+	struct phx_job *j;
+
+	while (engine_idle(e) && (j = phx_engine_next_job(e)) && !j->pending &&
+	       !j->cur && j->pos == j->region[0].from && readers_run(e, j))
+		;
+}
