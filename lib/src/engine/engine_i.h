@@ -173,6 +173,8 @@ struct phx_slot_consumer {
 	 * held back for the others (NULL: it holds nothing).
 	 */
 	void (*flush)(struct phx_engine *e);
+	/* Free what it keeps of @e, before @e goes (NULL: nothing). */
+	void (*teardown)(struct phx_engine *e);
 	/* A failed read's slot is still published: its reader waits on it. */
 	bool publish_failed;
 };
@@ -322,7 +324,7 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
 /* ---- reader threads (readers.c) ------------------------------------- */
 
 /*
- * While @e (the staged consumer's) has nothing in flight, run each next
+ * For the staged consumer (staged.c): while @e has nothing in flight, run each next
  * job that is a long read the page cache serves, not yet started, on
  * @e's reader threads and the calling one (PHX_HOT_READERS), to its
  * completion; the pipeline runs the rest.

@@ -45,7 +45,8 @@ void phx_engine_destroy(struct phx_engine *e)
 	unsigned int i;
 
 	phx_device_bind(dev);
-	phx_readers_destroy(e);
+	if (e->consumer && e->consumer->teardown)
+		e->consumer->teardown(e);
 	for (i = 0; i < PHX_NR_STREAMS; i++)
 		if (e->streams[i]) {
 			dev->ops->stream_sync(dev, e->streams[i]);

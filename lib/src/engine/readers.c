@@ -324,8 +324,7 @@ static unsigned int readers_for(const struct phx_engine *e,
 	uint64_t len;
 
 	if (j->io->op != PHX_OP_READ || j->nregions != 1 ||
-	    j->region[0].direct || j->p2p || j->err ||
-	    e->consumer != &phx_staged_consumer || j->start >= j->fde->size)
+	    j->region[0].direct || j->p2p || j->err || j->start >= j->fde->size)
 		return 0;
 	n = (unsigned int)phx_min(
 		n, e->staging_len / (PHX_READER_SLOTS * PHX_READER_PIECE_MIN));

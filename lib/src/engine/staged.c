@@ -456,6 +456,7 @@ const struct phx_slot_consumer phx_staged_consumer = {
 	.consumed = staged_consumed,
 	.idle = staged_idle,
 	.flush = staged_flush,
+	.teardown = phx_readers_destroy,
 };
 
 /* Run until @j completes (and no request of it is left in flight). */
