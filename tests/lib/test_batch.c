@@ -196,20 +196,21 @@ Test(batch, hot_cold_and_write_on_one_batch_land_their_bytes)
 }
 
 /*
- * A long hot read at the head of a batch runs on the engine's reader
- * threads; the small reads queued behind it, and a long read queued
- * while a small one is in flight, go through the pipeline after it.
+ * Long hot reads at the head of a batch run on the engine's reader
+ * threads, one after the other without a pause; the small reads queued
+ * behind them, and a long read queued behind a small one, go through the
+ * pipeline.
  */
-Test(batch, long_hot_read_first_runs_on_reader_threads)
+Test(batch, long_hot_reads_first_run_on_reader_threads)
 {
 	setenv("PHX_CHUNK_SIZE", "1M", 1);
 	setenv("PHX_STAGING_SIZE", "4M", 1);
 	struct phx_device *dev = open_default();
-	size_t len = 20 * MiB + 555;
+	size_t len = 20 * MiB + 555, small = 2 * len;
 	unsigned char *data;
-	struct phx_buf *buf = buf_new(dev, 2 * len, 0);
+	struct phx_buf *buf = buf_new(dev, 3 * len, 0);
 	struct phx_batch *b;
-	struct phx_io io[4];
+	struct phx_io io[5];
 	int fd = make_file(dir_tmpfs(), len, 58, false, (void **)&data);
 
 	cr_assert_eq(phx_batch_create(dev, 4, 0, &b), 0, "%s",
@@ -217,18 +218,25 @@ Test(batch, long_hot_read_first_runs_on_reader_threads)
 	io[0] = (struct phx_io){
 		.op = PHX_OP_READ, .fd = fd, .buf = buf, .len = len
 	};
-	for (unsigned int i = 1; i < 4; i++)
+	io[1] = (struct phx_io){ .op = PHX_OP_READ,
+				 .fd = fd,
+				 .file_off = 555,
+				 .buf = buf,
+				 .buf_off = len,
+				 .len = len - 555 };
+	for (unsigned int i = 2; i < 5; i++)
 		io[i] = (struct phx_io){ .op = PHX_OP_READ,
 					 .fd = fd,
 					 .file_off = (int64_t)(i * 3 * MiB + i),
 					 .buf = buf,
-					 .buf_off = len + i * 8192,
+					 .buf_off = small + i * 8192,
 					 .len = 8000 };
-	run_all(b, io, 4);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 1);
+	run_all(b, io, 5);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 2);
 	assert_buf_eq(buf, 0, data, len);
-	for (unsigned int i = 1; i < 4; i++)
-		assert_buf_eq(buf, len + i * 8192, data + i * 3 * MiB + i,
+	assert_buf_eq(buf, len, data + 555, len - 555);
+	for (unsigned int i = 2; i < 5; i++)
+		assert_buf_eq(buf, small + i * 8192, data + i * 3 * MiB + i,
 			      8000);
 	/* small first: the long one behind it takes the pipeline's way */
 	io[0] = (struct phx_io){ .op = PHX_OP_READ,
@@ -242,7 +250,7 @@ Test(batch, long_hot_read_first_runs_on_reader_threads)
 				 .buf_off = len,
 				 .len = len };
 	run_all(b, io, 2);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 1);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 2);
 	assert_buf_eq(buf, 0, data + 3 * MiB + 1, 8000);
 	assert_buf_eq(buf, len, data, len);
 	phx_batch_destroy(b);

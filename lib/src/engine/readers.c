@@ -13,15 +13,18 @@
  * with the calling thread: two slots per reader, and each reader takes
  * the file's next piece, reads it into its free slot with pread() and
  * queues the slot's device copy at once on its own stream, reading the
- * next piece into its other slot meanwhile.  The job is complete when
- * the call returns, as io_uring completes a cached read within its
- * submission: a synchronous read, a batch's submit or wait, a stream
- * worker's transfer.  The staging and its pinning are the engine's: host
- * memory stays at the same budget.
+ * next piece into its other slot meanwhile.  Such jobs queued one after
+ * another (a loader's pieces of a file) run together, the readers going
+ * on from one job's pieces to the next's without waiting for each other.
+ * The jobs are complete when the call returns, as io_uring completes a
+ * cached read within its submission: a synchronous read, a batch's
+ * submit or wait, a stream worker's transfer.  A failed read fails its
+ * own job; a failed device copy fails every job of the run.  The staging
+ * and its pinning are the engine's: host memory stays at the same budget.
  *
  * The threads, their streams and events are made by the engine's first
  * such read and kept with the engine; the engine is used by one thread
- * at a time, so one read at a time runs on them.
+ * at a time, so one run at a time goes on them.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,18 +46,35 @@
 /* A thread's stack: a reader calls pread() and the backend's copy. */
 #define PHX_READER_STACK (256u << 10)
 
-/* One read, shared by the readers running it. */
-struct phx_read_run {
-	struct phx_device *dev;
+/*
+ * Jobs run together, at most this many: the readers go from one job's
+ * pieces to the next's without waiting for each other in between.
+ */
+#define PHX_READER_JOBS 64
+
+/* A job of a run: its file range, where it goes, what became of it. */
+struct phx_read_part {
+	struct phx_job *job;
 	int fd;
 	uint64_t start, end;
 	phx_dptr_t dptr; /* device address of file offset @start */
+	uint64_t first; /* the run's index of its first piece */
+	_Atomic uint64_t short_at; /* where the file ended (UINT64_MAX) */
+	_Atomic int err; /* its first failure, negative errno */
+};
+
+/* Jobs the readers run together, piece by piece, in order. */
+struct phx_read_run {
+	struct phx_device *dev;
 	uint64_t piece;
 	char *staging;
+	struct phx_read_part part[PHX_READER_JOBS];
+	unsigned int nparts;
+	uint64_t npieces;
 	_Atomic uint64_t next; /* the next piece to take */
-	_Atomic uint64_t short_at; /* where the file ended (UINT64_MAX) */
-	_Atomic int err; /* the first reader's failure, negative errno */
-	char msg[256]; /* its message; written once, under the lock */
+	_Atomic int broken; /* the device's failure: every job fails */
+	_Atomic int msg_set;
+	char msg[256]; /* the first failure's message */
 };
 
 struct phx_reader {
@@ -80,35 +100,36 @@ struct phx_readers {
 	struct phx_reader r[];
 };
 
-/* Record @err, @r's failure, as the read's if it is the first. */
-static void run_fail(struct phx_readers *rs, struct phx_read_run *run, int err)
+/*
+ * @p failed with @err, a negative errno (the calling thread's message
+ * says why); the first failure's message is kept for the caller.  NULL
+ * @p: the device failed, and with it every job of the run.
+ */
+static void run_fail(struct phx_read_run *run, struct phx_read_part *p, int err)
 {
 	int none = 0;
 
-	if (!atomic_compare_exchange_strong(&run->err, &none, err))
-		return;
-	pthread_mutex_lock(&rs->lock);
-	snprintf(run->msg, sizeof(run->msg), "%s", phx_strerror_last());
-	pthread_mutex_unlock(&rs->lock);
+	atomic_compare_exchange_strong(p ? &p->err : &run->broken, &none, err);
+	none = 0;
+	if (atomic_compare_exchange_strong(&run->msg_set, &none, 1))
+		snprintf(run->msg, sizeof(run->msg), "%s", phx_strerror_last());
 }
 
 /* Read up to @n bytes at @off: how many (fewer only at end of file). */
-static int64_t read_piece(struct phx_read_run *run, char *p, uint64_t n,
-			  uint64_t off)
+static int64_t read_piece(int fd, char *p, uint64_t n, uint64_t off)
 {
 	uint64_t got = 0;
 
 	while (got < n) {
-		ssize_t r =
-			pread(run->fd, p + got, n - got, (off_t)(off + got));
+		ssize_t r = pread(fd, p + got, n - got, (off_t)(off + got));
 
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0)
 			return phx_err(
 				errno,
-				"read of fd %d at offset %llu failed: %s",
-				run->fd, (unsigned long long)(off + got),
+				"read of fd %d at offset %llu failed: %s", fd,
+				(unsigned long long)(off + got),
 				strerror(errno));
 		if (!r)
 			break;
@@ -117,27 +138,48 @@ static int64_t read_piece(struct phx_read_run *run, char *p, uint64_t n,
 	return (int64_t)got;
 }
 
-/* Reader @r's part of @run: pieces until none is left or one failed. */
+/* The end of file @p's read found at @end, if before the one known. */
+static void part_ended(struct phx_read_part *p, uint64_t end)
+{
+	uint64_t cur = atomic_load(&p->short_at);
+
+	while (end < cur &&
+	       !atomic_compare_exchange_weak(&p->short_at, &cur, end))
+		;
+}
+
+/*
+ * Reader @r's share of @run: the next piece, of whichever job, until
+ * none is left or the device failed.  The pieces a reader takes only
+ * grow, so the job it is on is found by walking forward.
+ */
 static void reader_run(struct phx_reader *r, struct phx_read_run *run)
 {
 	struct phx_device *dev = run->dev;
 	bool used[PHX_READER_SLOTS] = { false };
-	unsigned int k = 0;
+	unsigned int k = 0, pi = 0;
 	int ret = 0;
 
 	for (;; k = (k + 1) % PHX_READER_SLOTS) {
 		char *slot =
 			run->staging +
 			((size_t)r->index * PHX_READER_SLOTS + k) * run->piece;
-		uint64_t off, n;
+		uint64_t idx, off, n;
+		struct phx_read_part *p;
 		int64_t got;
 
-		if (atomic_load(&run->err))
+		if (atomic_load(&run->broken))
 			break;
-		off = atomic_fetch_add(&run->next, run->piece);
-		if (off >= run->end || off >= atomic_load(&run->short_at))
+		idx = atomic_fetch_add(&run->next, 1);
+		if (idx >= run->npieces)
 			break;
-		n = phx_min(run->piece, run->end - off);
+		while (pi + 1 < run->nparts && run->part[pi + 1].first <= idx)
+			pi++;
+		p = &run->part[pi];
+		off = p->start + (idx - p->first) * run->piece;
+		if (atomic_load(&p->err) || off >= atomic_load(&p->short_at))
+			continue;
+		n = phx_min(run->piece, p->end - off);
 		/* the slot's last copy must have left it */
 		if (used[k]) {
 			ret = dev->ops->event_sync(dev, r->event[k]);
@@ -145,23 +187,17 @@ static void reader_run(struct phx_reader *r, struct phx_read_run *run)
 				break;
 			used[k] = false;
 		}
-		got = read_piece(run, slot, n, off);
+		got = read_piece(p->fd, slot, n, off);
 		if (got < 0) {
-			ret = (int)got;
-			break;
+			run_fail(run, p, (int)got);
+			continue;
 		}
-		if ((uint64_t)got < n) {
-			uint64_t end = off + (uint64_t)got;
-			uint64_t cur = atomic_load(&run->short_at);
-
-			while (end < cur && !atomic_compare_exchange_weak(
-						    &run->short_at, &cur, end))
-				;
-		}
+		if ((uint64_t)got < n)
+			part_ended(p, off + (uint64_t)got);
 		if (!got)
 			continue;
-		ret = dev->ops->copy_htod(dev, run->dptr + (off - run->start),
-					  slot, (uint64_t)got, r->stream);
+		ret = dev->ops->copy_htod(dev, p->dptr + (off - p->start), slot,
+					  (uint64_t)got, r->stream);
 		if (!ret)
 			ret = dev->ops->event_record(dev, r->event[k],
 						     r->stream);
@@ -175,7 +211,7 @@ static void reader_run(struct phx_reader *r, struct phx_read_run *run)
 	else
 		dev->ops->stream_sync(dev, r->stream);
 	if (ret)
-		run_fail(r->rs, run, ret);
+		run_fail(run, NULL, ret);
 }
 
 static void *reader_thread(void *arg)
@@ -200,7 +236,7 @@ static void *reader_thread(void *arg)
 			int ret = phx_device_bind(run->dev);
 
 			if (ret)
-				run_fail(rs, run, ret);
+				run_fail(run, NULL, ret);
 			bound = !ret;
 		}
 		if (bound)
@@ -335,64 +371,6 @@ static unsigned int readers_for(const struct phx_engine *e,
 	return n;
 }
 
-/* Run @j on @e's readers if it is for them; whether it ran. */
-static bool readers_run(struct phx_engine *e, struct phx_job *j)
-{
-	unsigned int n = readers_for(e, j);
-	struct phx_readers *rs;
-	struct phx_read_run run;
-	uint64_t end;
-
-	if (!n || phx_fd_buffered(j->fde) < 0) {
-		phx_err_clear();
-		return false;
-	}
-	rs = readers_get(e, n);
-	if (!rs)
-		return false;
-	run = (struct phx_read_run){
-		.dev = e->dev,
-		.fd = j->fde->buffered_fd,
-		.start = j->start,
-		.end = j->end,
-		.dptr = j->dptr,
-		.piece = phx_align_down(
-			phx_min(e->staging_len / (PHX_READER_SLOTS * rs->n),
-				PHX_READER_PIECE_MAX),
-			PHX_PAGE),
-		.staging = e->staging,
-	};
-	atomic_init(&run.next, j->start);
-	atomic_init(&run.short_at, UINT64_MAX);
-	atomic_init(&run.err, 0);
-
-	pthread_mutex_lock(&rs->lock);
-	rs->run = &run;
-	rs->gen++;
-	rs->busy = rs->threads;
-	pthread_cond_broadcast(&rs->go);
-	pthread_mutex_unlock(&rs->lock);
-	reader_run(&rs->r[0], &run);
-	pthread_mutex_lock(&rs->lock);
-	while (rs->busy)
-		pthread_cond_wait(&rs->idle, &rs->lock);
-	rs->run = NULL;
-	pthread_mutex_unlock(&rs->lock);
-
-	if (atomic_load(&run.err)) {
-		/* the failing reader's message, on the calling thread */
-		phx_job_fail(j, phx_err(-atomic_load(&run.err), "%s", run.msg));
-	} else {
-		end = phx_min(atomic_load(&run.short_at), j->end);
-		j->moved = end - j->start;
-		j->by_path[PHX_PATH_BUFFERED] = j->moved;
-		j->eof = end < j->end;
-	}
-	atomic_fetch_add(&e->dev->threaded_reads, 1);
-	phx_job_complete(e, j);
-	return true;
-}
-
 /* Whether none of @e's slots is in use. */
 static bool engine_idle(const struct phx_engine *e)
 {
@@ -402,11 +380,115 @@ static bool engine_idle(const struct phx_engine *e)
 	return !e->inflight && !e->to_submit;
 }
 
+/*
+ * Gather into @run the jobs at the head of @e's queue that are for the
+ * readers (long reads the page cache serves, not yet started), up to
+ * PHX_READER_JOBS; how many readers they want (0: none is).
+ */
+static unsigned int run_gather(struct phx_engine *e, struct phx_read_run *run)
+{
+	struct phx_job *j = phx_engine_next_job(e);
+	unsigned int n = 0, want;
+
+	for (; j && run->nparts < PHX_READER_JOBS; j = TAILQ_NEXT(j, issue)) {
+		struct phx_read_part *p = &run->part[run->nparts];
+
+		if (j->pending || j->cur || j->pos != j->region[0].from)
+			break;
+		want = readers_for(e, j);
+		if (!want || phx_fd_buffered(j->fde) < 0)
+			break;
+		n = n ? phx_min(n, want) : want;
+		*p = (struct phx_read_part){
+			.job = j,
+			.fd = j->fde->buffered_fd,
+			.start = j->start,
+			.end = j->end,
+			.dptr = j->dptr,
+		};
+		atomic_init(&p->short_at, UINT64_MAX);
+		atomic_init(&p->err, 0);
+		run->nparts++;
+	}
+	phx_err_clear();
+	return n;
+}
+
+/* The jobs of @run are done: their results, and the device's counts. */
+static void run_complete(struct phx_engine *e, struct phx_read_run *run)
+{
+	int broken = atomic_load(&run->broken);
+
+	for (unsigned int i = 0; i < run->nparts; i++) {
+		struct phx_read_part *p = &run->part[i];
+		struct phx_job *j = p->job;
+		int err = broken ? broken : atomic_load(&p->err);
+
+		if (err) {
+			/* the first failure's message, on the calling thread */
+			phx_job_fail(j, phx_err(-err, "%s", run->msg));
+		} else {
+			uint64_t end =
+				phx_min(atomic_load(&p->short_at), j->end);
+
+			j->moved = end - j->start;
+			j->by_path[PHX_PATH_BUFFERED] = j->moved;
+			j->eof = end < j->end;
+		}
+		atomic_fetch_add(&e->dev->threaded_reads, 1);
+		phx_job_complete(e, j);
+	}
+}
+
 void phx_readers_take(struct phx_engine *e)
 {
-	struct phx_job *j;
+	struct phx_job *j = phx_engine_next_job(e);
+	struct phx_read_run *run;
+	struct phx_readers *rs;
+	unsigned int n;
 
-	while (engine_idle(e) && (j = phx_engine_next_job(e)) && !j->pending &&
-	       !j->cur && j->pos == j->region[0].from && readers_run(e, j))
-		;
+	/* cheap checks first: this runs at every fill */
+	if (!j || !readers_for(e, j) || !engine_idle(e))
+		return;
+	run = calloc(1, sizeof(*run));
+	if (!run)
+		return; /* the pipeline reads them */
+	n = run_gather(e, run);
+	rs = n ? readers_get(e, n) : NULL;
+	if (!rs) {
+		free(run);
+		return;
+	}
+	run->dev = e->dev;
+	run->staging = e->staging;
+	run->piece = phx_align_down(
+		phx_min(e->staging_len / (PHX_READER_SLOTS * rs->n),
+			PHX_READER_PIECE_MAX),
+		PHX_PAGE);
+	for (unsigned int i = 0; i < run->nparts; i++) {
+		struct phx_read_part *p = &run->part[i];
+
+		p->first = run->npieces;
+		run->npieces +=
+			(p->end - p->start + run->piece - 1) / run->piece;
+	}
+	atomic_init(&run->next, 0);
+	atomic_init(&run->broken, 0);
+	atomic_init(&run->msg_set, 0);
+
+	pthread_mutex_lock(&rs->lock);
+	rs->run = run;
+	rs->gen++;
+	rs->busy = rs->threads;
+	pthread_cond_broadcast(&rs->go);
+	pthread_mutex_unlock(&rs->lock);
+	reader_run(&rs->r[0], run);
+	pthread_mutex_lock(&rs->lock);
+	while (rs->busy)
+		pthread_cond_wait(&rs->idle, &rs->lock);
+	rs->run = NULL;
+	pthread_mutex_unlock(&rs->lock);
+
+	run_complete(e, run);
+	free(run);
 }
