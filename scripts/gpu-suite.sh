@@ -37,8 +37,8 @@
 #   small 150         bench-kv.sh small (4 KiB random reads)
 #   setup 90          bench-kv.sh setup
 #   fio 150           bench-kv.sh fio
-#   gather 600        bench-kv.sh small (QD 32 and 128, 20000 reads) and
-#                     fio (QD 32 and 128) with PHX_GATHER=off, then on:
+#   gather 900        bench-kv.sh small (QD 32 and 128, 20000 reads) and
+#                     fio (QD 32 and 128) with PHX_GATHER=off, auto, on:
 #                     the copy engine's way against the gather kernel
 #   lmcache 200       LMCache's own backend module against libphxfile.so
 set -u
@@ -98,7 +98,7 @@ for s in "$@"; do
 		-q 1,32,128 -o 2000 ;;
 	setup) step setup 90 sh scripts/bench-kv.sh setup -r 3 ;;
 	fio) step fio 150 sh scripts/bench-kv.sh fio ;;
-	gather) for g in off on; do
+	gather) for g in off auto on; do
 		step gather-$g-small 150 env PHX_GATHER=$g sh scripts/bench-kv.sh \
 			small -s 2G -r 1 -b 4K -q 32,128 -o 20000
 		step gather-$g-fio 150 env PHX_GATHER=$g FIO_QDS="32 128" \

@@ -64,7 +64,7 @@ struct phx_settings {
 	uint64_t sim_capacity;
 	enum phx_stream_wait stream_wait; /* phx_io_enqueue() */
 	unsigned int stream_rings; /* copy mode: rings sharing the staging */
-	int gather; /* 0: off; on (1) and auto (-1): where the device can */
+	int gather; /* 0: off; 1: on; -1 (auto): batches of up to 32 */
 	unsigned int hot_readers; /* threads of a long page-cache read */
 };
 

@@ -133,6 +133,13 @@ static int copy_htod_dma(struct phx_device *dev, const struct phx_htod *copies,
  * the driver about what this many copies do, and lands no sooner.
  */
 #define CU_GATHER_MIN 4
+/*
+ * PHX_GATHER=auto gathers batches of up to this many copies, =on any:
+ * fio's 4 KiB reads at queue depth 32 (rounds of up to 32 completions)
+ * went faster through the kernel, at depth 128 through the copy engine
+ * (docs/benchmarks.md).
+ */
+#define CU_GATHER_AUTO_MAX 32
 
 /* Set when a launch of the gather kernel failed: the copy engine's way. */
 static bool cu_gather_refused;
@@ -141,8 +148,10 @@ static bool cu_gather_refused;
 static bool gather_on(const struct phx_cuda_dev *cd, CUfunction fn,
 		      unsigned int n, void *stream)
 {
+	int mode = phx_settings()->gather;
+
 	return fn && cd->host_ptr_ok && stream && n >= CU_GATHER_MIN &&
-	       phx_settings()->gather &&
+	       (mode > 0 || (mode < 0 && n <= CU_GATHER_AUTO_MAX)) &&
 	       !__atomic_load_n(&cu_gather_refused, __ATOMIC_RELAXED);
 }
 
@@ -211,8 +220,9 @@ static int gather_window(struct phx_device *dev, CUfunction fn,
  * and moves them at once, each block reading its source across PCIe.
  * Each window of CU_GATHER_MAX copies (gather_window): those that fit
  * the kernel go in one launch where there are CU_GATHER_MIN of them, the
- * others (and all, where the kernel is not there or PHX_GATHER=off) the
- * copy engine's way.  A launch needs a free multiprocessor where a copy
+ * others (and all, where the kernel is not there, PHX_GATHER=off, or the
+ * batch is longer than CU_GATHER_AUTO_MAX under auto) the copy engine's
+ * way.  A launch needs a free multiprocessor where a copy
  * needs a copy engine: on a GPU that kernels of the application fill,
  * the copy engine's way may land sooner.
  */
