@@ -583,9 +583,18 @@ Test(batch, backend_copies_a_batch_host_to_device)
 	backend_batch(100, scattered_copies, false);
 }
 
+/* PHX_GATHER=on: every window of the 150 (on a GPU, three launches). */
 Test(batch, backend_gathers_small_aligned_copies)
 {
+	setenv("PHX_GATHER", "on", 1);
 	backend_batch(150, aligned_copies, true);
+}
+
+/* The default gathers a batch of up to 32 copies (CU_GATHER_AUTO_MAX). */
+Test(batch, backend_gathers_a_short_batch_by_default)
+{
+	unsetenv("PHX_GATHER");
+	backend_batch(24, aligned_copies, true);
 }
 
 /*

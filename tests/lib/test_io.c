@@ -394,82 +394,69 @@ Test(io, hot_and_cold_reads_share_one_engine)
 }
 
 /*
- * A hot read at least as long as the staging runs on the engine's reader
- * threads (PHX_HOT_READERS, eight by default): 4 MiB of staging makes
- * eight readers of two 256 KiB slots each.  Unaligned offsets on both
- * sides; the second read reuses the engine and its threads.
+ * Read @len bytes at @file_off of a hot file of @fsize bytes into a new
+ * buffer at @buf_off, @times times, with 4 MiB of staging: eight readers
+ * (PHX_HOT_READERS' default) of two 256 KiB slots each.  Each read moves
+ * what the file holds of the range, by the page cache; @threaded of them
+ * ran on the reader threads, and none built an engine after the first.
  */
-Test(io, long_hot_read_runs_on_reader_threads)
+static void threaded_case(const char *dir, size_t fsize, size_t file_off,
+			  size_t buf_off, size_t len, unsigned int times,
+			  uint64_t threaded)
 {
 	setenv("PHX_STAGING_SIZE", "4M", 1);
 	struct phx_device *dev = open_default();
-	size_t len = 24 * MiB + 777, file_off = 4097, buf_off = 123;
-	struct phx_buf *buf = buf_new(dev, buf_off + len, 0);
-	uint64_t built;
+	size_t want = phx_min_sz(len, fsize - file_off);
+	uint64_t built = 0;
 	void *data;
-	int fd = make_file(dir_direct(), file_off + len, 95, false, &data);
+	int fd = make_file(dir, fsize, 95 + times, false, &data);
 
-	cr_assert_eq(read_checked(dev, fd, file_off, buf, buf_off, len, data),
-		     PHX_PATH_BUFFERED);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 1);
-	built = engine_stats(dev).built;
-	/* a new buffer: none holds the last read's bytes */
-	phx_buf_free(buf);
-	buf = buf_new(dev, buf_off + len, 0);
-	cr_assert_eq(read_checked(dev, fd, file_off, buf, buf_off, len, data),
-		     PHX_PATH_BUFFERED);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 2);
+	for (unsigned int i = 0; i < times; i++) {
+		struct phx_buf *buf = buf_new(dev, buf_off + len, 0);
+		struct phx_io io = { .op = PHX_OP_READ,
+				     .fd = fd,
+				     .file_off = (int64_t)file_off,
+				     .buf = buf,
+				     .buf_off = buf_off,
+				     .len = len };
+
+		cr_assert_eq(phx_io_run(dev, &io), (int64_t)want, "%s",
+			     phx_strerror_last());
+		cr_assert_eq(io.path, PHX_PATH_BUFFERED);
+		assert_buf_eq(buf, buf_off, (char *)data + file_off, want);
+		phx_buf_free(buf);
+		if (!i)
+			built = engine_stats(dev).built;
+	}
+	cr_assert_eq(engine_stats(dev).threaded_reads, threaded);
 	cr_assert_eq(engine_stats(dev).built, built);
-	phx_buf_free(buf);
 	phx_device_close(dev);
 	close(fd);
 	free(data);
+}
+
+/*
+ * A hot read at least as long as the staging runs on the engine's reader
+ * threads, at unaligned offsets on both sides; the second reuses the
+ * engine and its threads.
+ */
+Test(io, long_hot_read_runs_on_reader_threads)
+{
+	threaded_case(dir_direct(), 4097 + 24 * MiB + 777, 4097, 123,
+		      24 * MiB + 777, 2, 2);
 }
 
 /* Asked for more than the file holds: what it holds, from every reader. */
 Test(io, threaded_read_stops_at_end_of_file)
 {
-	setenv("PHX_STAGING_SIZE", "4M", 1);
-	struct phx_device *dev = open_default();
-	size_t fsize = 9 * MiB + 5, file_off = 1000, len = 20 * MiB;
-	struct phx_buf *buf = buf_new(dev, len, 0);
-	void *data;
-	int fd = make_file(dir_tmpfs(), fsize, 96, false, &data);
-	struct phx_io io = { .op = PHX_OP_READ,
-			     .fd = fd,
-			     .file_off = (int64_t)file_off,
-			     .buf = buf,
-			     .len = len };
-
-	cr_assert_eq(phx_io_run(dev, &io), (int64_t)(fsize - file_off), "%s",
-		     phx_strerror_last());
-	cr_assert_eq(io.path, PHX_PATH_BUFFERED);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 1);
-	assert_buf_eq(buf, 0, (char *)data + file_off, fsize - file_off);
-	phx_buf_free(buf);
-	phx_device_close(dev);
-	close(fd);
-	free(data);
+	threaded_case(dir_tmpfs(), 9 * MiB + 5, 1000, 0, 20 * MiB, 1, 1);
 }
 
 /* PHX_HOT_READERS=0: the same read on the pipeline's one thread. */
 Test(io, hot_readers_off_reads_on_the_pipeline)
 {
-	setenv("PHX_STAGING_SIZE", "4M", 1);
 	setenv("PHX_HOT_READERS", "0", 1);
-	struct phx_device *dev = open_default();
-	size_t len = 12 * MiB + 3;
-	struct phx_buf *buf = buf_new(dev, len, 0);
-	void *data;
-	int fd = make_file(dir_direct(), len, 97, false, &data);
-
-	cr_assert_eq(read_checked(dev, fd, 0, buf, 0, len, data),
-		     PHX_PATH_BUFFERED);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 0);
-	phx_buf_free(buf);
-	phx_device_close(dev);
-	close(fd);
-	free(data);
+	threaded_case(dir_direct(), 12 * MiB + 3, 0, 0, 12 * MiB + 3, 1, 0);
 }
 
 struct hot_reader_arg {
