@@ -203,7 +203,6 @@ Test(batch, hot_cold_and_write_on_one_batch_land_their_bytes)
  */
 Test(batch, long_hot_reads_first_run_on_reader_threads)
 {
-	setenv("PHX_CHUNK_SIZE", "1M", 1);
 	setenv("PHX_STAGING_SIZE", "4M", 1);
 	struct phx_device *dev = open_default();
 	size_t len = 20 * MiB + 555, small = 2 * len;

@@ -249,33 +249,35 @@ static void *reader_thread(void *arg)
 	return NULL;
 }
 
+/* Free reader @r's stream and events, those it has. */
+static void reader_fini(struct phx_device *dev, struct phx_reader *r)
+{
+	for (unsigned int k = 0; k < r->nevents; k++)
+		dev->ops->event_destroy(dev, r->event[k]);
+	if (r->stream)
+		dev->ops->stream_destroy(dev, r->stream);
+	r->stream = NULL;
+	r->nevents = 0;
+}
+
 void phx_readers_destroy(struct phx_engine *e)
 {
 	struct phx_readers *rs = e->readers;
-	struct phx_device *dev = e->dev;
-	unsigned int i, k;
 
 	if (!rs)
 		return;
 	e->readers = NULL;
 	/* a child of fork() has the memory, not the threads or streams */
-	if (e->owner != getpid()) {
-		free(rs);
-		return;
-	}
-	pthread_mutex_lock(&rs->lock);
-	rs->stop = true;
-	pthread_cond_broadcast(&rs->go);
-	pthread_mutex_unlock(&rs->lock);
-	for (i = 0; i < rs->n; i++) {
-		struct phx_reader *r = &rs->r[i];
-
-		if (r->started)
-			pthread_join(r->tid, NULL);
-		for (k = 0; k < r->nevents; k++)
-			dev->ops->event_destroy(dev, r->event[k]);
-		if (r->stream)
-			dev->ops->stream_destroy(dev, r->stream);
+	if (e->owner == getpid()) {
+		pthread_mutex_lock(&rs->lock);
+		rs->stop = true;
+		pthread_cond_broadcast(&rs->go);
+		pthread_mutex_unlock(&rs->lock);
+		for (unsigned int i = 0; i < rs->n; i++) {
+			if (rs->r[i].started)
+				pthread_join(rs->r[i].tid, NULL);
+			reader_fini(e->dev, &rs->r[i]);
+		}
 	}
 	pthread_mutex_destroy(&rs->lock);
 	pthread_cond_destroy(&rs->go);
@@ -283,7 +285,7 @@ void phx_readers_destroy(struct phx_engine *e)
 	free(rs);
 }
 
-/* Reader @i's stream and events; 0 or a negative errno. */
+/* Reader @r's stream and events; 0 or a negative errno. */
 static int reader_init(struct phx_device *dev, struct phx_reader *r)
 {
 	int ret = dev->ops->stream_create(dev, &r->stream);
@@ -339,15 +341,8 @@ static struct phx_readers *readers_get(struct phx_engine *e, unsigned int n)
 	/* the readers past the first that could not start stay unused */
 	if (i < n) {
 		phx_err_clear();
+		reader_fini(e->dev, &rs->r[i]);
 		rs->n = i ? i : 1;
-		if (i < n && rs->r[i].stream) {
-			for (unsigned int k = 0; k < rs->r[i].nevents; k++)
-				e->dev->ops->event_destroy(e->dev,
-							   rs->r[i].event[k]);
-			e->dev->ops->stream_destroy(e->dev, rs->r[i].stream);
-			rs->r[i].stream = NULL;
-			rs->r[i].nevents = 0;
-		}
 	}
 	return rs->n > 1 ? rs : NULL;
 }
