@@ -391,8 +391,12 @@ static unsigned int run_gather(struct phx_engine *e, struct phx_read_run *run)
 		if (j->pending || j->cur || j->pos != j->region[0].from)
 			break;
 		want = readers_for(e, j);
-		if (!want || phx_fd_buffered(j->fde) < 0)
+		if (!want)
 			break;
+		if (phx_fd_buffered(j->fde) < 0) {
+			phx_err_clear(); /* the pipeline reads it */
+			break;
+		}
 		n = n ? phx_min(n, want) : want;
 		*p = (struct phx_read_part){
 			.job = j,
@@ -405,7 +409,6 @@ static unsigned int run_gather(struct phx_engine *e, struct phx_read_run *run)
 		atomic_init(&p->err, 0);
 		run->nparts++;
 	}
-	phx_err_clear();
 	return n;
 }
 
