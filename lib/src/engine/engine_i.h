@@ -324,10 +324,10 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
 /* ---- reader threads (readers.c) ------------------------------------- */
 
 /*
- * For the staged consumer (staged.c): while @e has nothing in flight, run each next
- * job that is a long read the page cache serves, not yet started, on
- * @e's reader threads and the calling one (PHX_HOT_READERS), to its
- * completion; the pipeline runs the rest.
+ * For the staged consumer (staged.c): while @e has nothing in flight,
+ * run each next job that is a long read the page cache serves, not yet
+ * started, on @e's reader threads and the calling one (PHX_HOT_READERS),
+ * to its completion; the pipeline runs the rest.
  */
 void phx_readers_take(struct phx_engine *e);
 /* Stop and free @e's readers, if it has any. */

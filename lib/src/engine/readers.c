@@ -52,12 +52,9 @@
  */
 #define PHX_READER_JOBS 64
 
-/* A job of a run: its file range, where it goes, what became of it. */
+/* A job of a run and what became of it. */
 struct phx_read_part {
 	struct phx_job *job;
-	int fd;
-	uint64_t start, end;
-	phx_dptr_t dptr; /* device address of file offset @start */
 	uint64_t first; /* the run's index of its first piece */
 	_Atomic uint64_t short_at; /* where the file ended (UINT64_MAX) */
 	_Atomic int err; /* its first failure, negative errno */
@@ -166,6 +163,7 @@ static void reader_run(struct phx_reader *r, struct phx_read_run *run)
 			((size_t)r->index * PHX_READER_SLOTS + k) * run->piece;
 		uint64_t idx, off, n;
 		struct phx_read_part *p;
+		struct phx_job *j;
 		int64_t got;
 
 		if (atomic_load(&run->broken))
@@ -176,10 +174,11 @@ static void reader_run(struct phx_reader *r, struct phx_read_run *run)
 		while (pi + 1 < run->nparts && run->part[pi + 1].first <= idx)
 			pi++;
 		p = &run->part[pi];
-		off = p->start + (idx - p->first) * run->piece;
+		j = p->job;
+		off = j->start + (idx - p->first) * run->piece;
 		if (atomic_load(&p->err) || off >= atomic_load(&p->short_at))
 			continue;
-		n = phx_min(run->piece, p->end - off);
+		n = phx_min(run->piece, j->end - off);
 		/* the slot's last copy must have left it */
 		if (used[k]) {
 			ret = dev->ops->event_sync(dev, r->event[k]);
@@ -187,7 +186,7 @@ static void reader_run(struct phx_reader *r, struct phx_read_run *run)
 				break;
 			used[k] = false;
 		}
-		got = read_piece(p->fd, slot, n, off);
+		got = read_piece(j->fde->buffered_fd, slot, n, off);
 		if (got < 0) {
 			run_fail(run, p, (int)got);
 			continue;
@@ -196,7 +195,7 @@ static void reader_run(struct phx_reader *r, struct phx_read_run *run)
 			part_ended(p, off + (uint64_t)got);
 		if (!got)
 			continue;
-		ret = dev->ops->copy_htod(dev, p->dptr + (off - p->start), slot,
+		ret = dev->ops->copy_htod(dev, j->dptr + (off - j->start), slot,
 					  (uint64_t)got, r->stream);
 		if (!ret)
 			ret = dev->ops->event_record(dev, r->event[k],
@@ -390,21 +389,12 @@ static unsigned int run_gather(struct phx_engine *e, struct phx_read_run *run)
 
 		if (j->pending || j->cur || j->pos != j->region[0].from)
 			break;
+		/* its plan opened the file's page-cache descriptor */
 		want = readers_for(e, j);
 		if (!want)
 			break;
-		if (phx_fd_buffered(j->fde) < 0) {
-			phx_err_clear(); /* the pipeline reads it */
-			break;
-		}
 		n = n ? phx_min(n, want) : want;
-		*p = (struct phx_read_part){
-			.job = j,
-			.fd = j->fde->buffered_fd,
-			.start = j->start,
-			.end = j->end,
-			.dptr = j->dptr,
-		};
+		*p = (struct phx_read_part){ .job = j };
 		atomic_init(&p->short_at, UINT64_MAX);
 		atomic_init(&p->err, 0);
 		run->nparts++;
@@ -467,8 +457,8 @@ void phx_readers_take(struct phx_engine *e)
 		struct phx_read_part *p = &run->part[i];
 
 		p->first = run->npieces;
-		run->npieces +=
-			(p->end - p->start + run->piece - 1) / run->piece;
+		run->npieces += (p->job->end - p->job->start + run->piece - 1) /
+				run->piece;
 	}
 	atomic_init(&run->next, 0);
 	atomic_init(&run->broken, 0);
