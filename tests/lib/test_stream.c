@@ -236,3 +236,26 @@ Test(settings, bad_gather_choice_is_reported_and_ignored,
 	cr_assert_stderr_eq_str(
 		"phoenix: ignoring PHX_GATHER=yes: use auto, off or on\n");
 }
+
+/* A reader count that is not a number is reported and ignored; too many are cut to 64. */
+Test(settings, bad_hot_readers_are_reported_and_ignored,
+     .init = cr_redirect_stderr)
+{
+	struct phx_settings s;
+
+	setenv("PHX_HOT_READERS", "lots", 1);
+	phx_settings_get(&s);
+	cr_assert_eq(s.hot_readers, 8);
+	fflush(stderr);
+	cr_assert_stderr_eq_str(
+		"phoenix: ignoring PHX_HOT_READERS=lots: not a count of at least 0\n");
+}
+
+Test(settings, hot_readers_past_the_most_are_cut)
+{
+	struct phx_settings s;
+
+	setenv("PHX_HOT_READERS", "1000", 1);
+	phx_settings_get(&s);
+	cr_assert_eq(s.hot_readers, 64);
+}

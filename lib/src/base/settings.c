@@ -7,6 +7,7 @@
  */
 #include <ctype.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,12 @@ static void env_bad(const char *name, const char *val, const char *why)
 	fprintf(stderr, "phoenix: %s\n", phx_strerror_last());
 }
 
-static void env_size(const char *name, uint64_t *val, uint64_t min)
+/*
+ * @name's value if it is a number (K/M/G/T suffixes allowed) of at least
+ * @min, @bytes of them or a count; reported and ignored otherwise.
+ */
+static void env_number(const char *name, uint64_t *val, uint64_t min,
+		       bool bytes)
 {
 	const char *s = getenv(name);
 	char why[64];
@@ -83,12 +89,18 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 	if (!s || !*s)
 		return;
 	if (phx_parse_size(s, &v) || v < min) {
-		snprintf(why, sizeof(why), "not a size of at least %llu bytes",
-			 (unsigned long long)min);
+		snprintf(why, sizeof(why), "not a %s of at least %llu%s",
+			 bytes ? "size" : "count", (unsigned long long)min,
+			 bytes ? " bytes" : "");
 		env_bad(name, s, why);
 		return;
 	}
 	*val = v;
+}
+
+static void env_size(const char *name, uint64_t *val, uint64_t min)
+{
+	env_number(name, val, min, true);
 }
 
 /* A count of at least @min; more than @max is cut to @max. */
@@ -97,7 +109,7 @@ static void env_count(const char *name, unsigned int *val, uint64_t min,
 {
 	uint64_t v = *val;
 
-	env_size(name, &v, min);
+	env_number(name, &v, min, false);
 	*val = (unsigned int)phx_min(v, max);
 }
 
