@@ -396,7 +396,8 @@ Test(io, hot_and_cold_reads_share_one_engine)
 /*
  * Read @len bytes at @file_off of a hot file of @fsize bytes into a new
  * buffer at @buf_off, @times times, with 4 MiB of staging: eight readers
- * (PHX_HOT_READERS' default) of two 256 KiB slots each.  Each read moves
+ * (as many as it holds at two 256 KiB slots each; the default asks for
+ * more).  Each read moves
  * what the file holds of the range, by the page cache; @threaded of them
  * ran on the reader threads, and none built an engine after the first.
  */

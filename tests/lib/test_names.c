@@ -94,7 +94,7 @@ Test(names, settings_default_to_auto)
 	cr_assert_eq(s.stream_wait, PHX_STREAM_WAIT_AUTO);
 	cr_assert_eq(s.direct, PHX_DIRECT_AUTO);
 	cr_assert_eq(s.gather, -1);
-	cr_assert_eq(s.hot_readers, 8);
+	cr_assert_eq(s.hot_readers, 16);
 }
 
 Test(names, hot_readers_take_a_count)

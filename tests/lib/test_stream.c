@@ -217,7 +217,7 @@ Test(settings, bad_choices_are_reported_and_ignored, .init = cr_redirect_stderr)
 	setenv("PHX_DIRECT", "maybe", 1);
 	setenv("PHX_GATHER", "yes", 1);
 	phx_settings_get(&s);
-	cr_assert_eq(s.hot_readers, 8);
+	cr_assert_eq(s.hot_readers, 16);
 	cr_assert_eq(s.stream_wait, -1);
 	cr_assert_eq(s.direct, -1);
 	cr_assert_eq(s.gather, -1);

@@ -49,7 +49,7 @@ enum phx_stream_wait {
  *                                            staging is split into
  *   PHX_GATHER         auto | on | off       small copies of a batch in
  *                                            one kernel launch (cuda)
- *   PHX_HOT_READERS    8                     threads a long read the
+ *   PHX_HOT_READERS    16                    threads a long read the
  *                                            page cache serves runs on
  *                                            (0 or 1: the pipeline's)
  */

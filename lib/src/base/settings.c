@@ -154,7 +154,7 @@ static void settings_init(void)
 		.stream_wait = PHX_STREAM_WAIT_AUTO,
 		.stream_rings = 1,
 		.gather = -1,
-		.hot_readers = 8,
+		.hot_readers = 16,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, PHX_MIN_SLOT);
 	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, PHX_PAGE);
