@@ -9,14 +9,9 @@
  * while every later transfer waits behind it holding one of the device's
  * flags.
  */
-#define FUSE_USE_VERSION 314
-#include <fuse_lowlevel.h>
-#include <pthread.h>
-#include <sys/mount.h>
-
+#include "testfs.h"
 #include "util.h"
 
-#define HELD_INO 2
 #define HELD_SIZE 4096
 #define HELD_BYTE 0x5a
 
@@ -29,61 +24,10 @@ static struct {
 } held = { .lock = PTHREAD_MUTEX_INITIALIZER,
 	   .cond = PTHREAD_COND_INITIALIZER };
 
-static void held_stat(fuse_ino_t ino, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = ino;
-	if (ino == FUSE_ROOT_ID) {
-		st->st_mode = S_IFDIR | 0755;
-		st->st_nlink = 2;
-	} else {
-		st->st_mode = S_IFREG | 0444;
-		st->st_nlink = 1;
-		st->st_size = HELD_SIZE;
-	}
-}
-
-static void held_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	struct fuse_entry_param e = { .ino = HELD_INO,
-				      .attr_timeout = 3600,
-				      .entry_timeout = 3600 };
-
-	if (parent != FUSE_ROOT_ID || strcmp(name, "held")) {
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	held_stat(HELD_INO, &e.attr);
-	fuse_reply_entry(req, &e);
-}
-
-static void held_getattr(fuse_req_t req, fuse_ino_t ino,
-			 struct fuse_file_info *fi)
-{
-	struct stat st;
-
-	(void)fi;
-	held_stat(ino, &st);
-	fuse_reply_attr(req, &st, 3600);
-}
-
-static void held_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	if (ino != HELD_INO) {
-		fuse_reply_err(req, EISDIR);
-		return;
-	}
-	fi->direct_io = 1; /* every read reaches held_read */
-	fuse_reply_open(req, fi);
-}
-
-static void held_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		      struct fuse_file_info *fi)
+static void held_read(fuse_req_t req, size_t size, off_t off)
 {
 	static char data[HELD_SIZE];
 
-	(void)ino;
-	(void)fi;
 	pthread_mutex_lock(&held.lock);
 	held.reading = true;
 	pthread_cond_broadcast(&held.cond);
@@ -98,56 +42,6 @@ static void held_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fuse_reply_buf(req, data, size);
 }
 
-static const struct fuse_lowlevel_ops held_ops = {
-	.lookup = held_lookup,
-	.getattr = held_getattr,
-	.open = held_open,
-	.read = held_read,
-};
-
-struct held_fs {
-	struct fuse_session *se;
-	pthread_t thread;
-	char dir[256];
-};
-
-static void *held_loop(void *arg)
-{
-	fuse_session_loop(((struct held_fs *)arg)->se);
-	return NULL;
-}
-
-static void held_mount(struct held_fs *fs)
-{
-	char *argv[] = { "phx-test-held", NULL };
-	struct fuse_args args = FUSE_ARGS_INIT(1, argv);
-
-	if (access("/dev/fuse", R_OK | W_OK))
-		cr_skip_test("/dev/fuse is not usable: %s", strerror(errno));
-	snprintf(fs->dir, sizeof(fs->dir), "%s/phx-held-XXXXXX", dir_direct());
-	cr_assert_not_null(mkdtemp(fs->dir), "mkdtemp: %s", strerror(errno));
-	fs->se = fuse_session_new(&args, &held_ops, sizeof(held_ops), NULL);
-	fuse_opt_free_args(&args);
-	cr_assert_not_null(fs->se, "fuse_session_new failed");
-	if (fuse_session_mount(fs->se, fs->dir)) {
-		fuse_session_destroy(fs->se);
-		fs->se = NULL;
-		rmdir(fs->dir);
-		cr_skip_test("cannot mount a FUSE file system here");
-	}
-	cr_assert_eq(pthread_create(&fs->thread, NULL, held_loop, fs), 0);
-}
-
-static void held_unmount(struct held_fs *fs)
-{
-	fuse_session_exit(fs->se);
-	fuse_session_unmount(fs->se); /* ends the loop's read of /dev/fuse */
-	pthread_join(fs->thread, NULL);
-	fuse_session_destroy(fs->se);
-	fs->se = NULL;
-	rmdir(fs->dir);
-}
-
 static void release_held(void)
 {
 	pthread_mutex_lock(&held.lock);
@@ -156,7 +50,11 @@ static void release_held(void)
 	pthread_mutex_unlock(&held.lock);
 }
 
-static struct held_fs fs;
+/* "held": every read waits for release_held() */
+static struct testfs fs = { .name = "held",
+			    .size = HELD_SIZE,
+			    .direct_io = true,
+			    .read = held_read };
 
 /*
  * A driver may block an enqueue while the stream's own queue is full,
@@ -190,11 +88,8 @@ static void *held_watchdog(void *arg)
  */
 static void held_fini(void)
 {
-	if (!fs.se)
-		return;
 	release_held();
-	fuse_session_unmount(fs.se);
-	rmdir(fs.dir);
+	testfs_detach(&fs);
 }
 
 /*
@@ -239,7 +134,6 @@ static void refuses_past_its_queue_limit_and_loses_nothing(const char *mode)
 	uint64_t len = CHUNK;
 	int64_t *foff, *boff, *done, extra_off = 0, extra_done = -1;
 	unsigned char *data, *back;
-	char path[300];
 	unsigned int i;
 	int fd, hfd, ret = 0;
 	pthread_t watchdog;
@@ -256,12 +150,11 @@ static void refuses_past_its_queue_limit_and_loses_nothing(const char *mode)
 	 */
 	if (!strcmp(mode, "device") && phx_device_kind(dev) == PHX_DEVICE_CUDA)
 		cr_skip_test("device mode on CUDA can hang with full queues");
-	held_mount(&fs);
+	testfs_mount(&fs);
 	fd = make_file(dir_direct(), nchunks * CHUNK, 91, false,
 		       (void **)&data);
-	snprintf(path, sizeof(path), "%s/held", fs.dir);
-	hfd = open(path, O_RDONLY);
-	cr_assert_geq(hfd, 0, "open %s: %s", path, strerror(errno));
+	hfd = open(fs.path, O_RDONLY);
+	cr_assert_geq(hfd, 0, "open %s: %s", fs.path, strerror(errno));
 	cr_assert_eq(phx_buf_alloc(dev, span, 0, &buf), 0, "%s",
 		     phx_strerror_last());
 	for (i = 0; i < NSTREAMS; i++)
@@ -334,7 +227,7 @@ static void refuses_past_its_queue_limit_and_loses_nothing(const char *mode)
 	phx_device_close(dev);
 	close(hfd);
 	close(fd);
-	held_unmount(&fs);
+	testfs_unmount(&fs);
 	free(back);
 	free(data);
 	free(foff);
