@@ -197,7 +197,8 @@ class Device(_Handle):
 
     def prepare(self) -> None:
         """Wait until the set-up that opening started is done: the
-        staging pinned and the first transfer engine built (transfers
+        staging pinned and the first transfer engine built with its
+        reader threads (transfers
         never need this; it times the set-up apart from them).  Raises
         PhoenixError when the staging could not be made (transfers then
         pin their own)."""

@@ -9,6 +9,7 @@
  * (readers take only buffered reads): its bytes are a pattern of their
  * offset up to BAD_AT; a read that reaches past BAD_AT gets EIO.
  */
+#include <dirent.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -152,4 +153,73 @@ Test(readers, a_failed_read_leaves_the_batch_s_other_reads_alone,
 	phx_batch_destroy(b);
 	phx_buf_free(buf);
 	bad_close(dev, fd);
+}
+
+/* Threads of this process named @name. */
+static unsigned int threads_named(const char *name)
+{
+	unsigned int n = 0;
+	struct dirent *d;
+	DIR *dir = opendir("/proc/self/task");
+
+	cr_assert_not_null(dir, "/proc/self/task: %s", strerror(errno));
+	while ((d = readdir(dir))) {
+		char path[300], comm[64] = "";
+		FILE *f;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 d->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue; /* a thread that has just ended */
+		if (fgets(comm, sizeof(comm), f))
+			comm[strcspn(comm, "\n")] = 0;
+		fclose(f);
+		n += !strcmp(comm, name);
+	}
+	closedir(dir);
+	return n;
+}
+
+/*
+ * The engine a device builds at open comes with its readers: a process's
+ * first long read finds the threads there and makes none.
+ */
+Test(readers, are_made_with_the_engine_built_at_open)
+{
+	setenv("PHX_STAGING_SIZE", "4M", 1);
+	struct phx_device *dev = open_default();
+	size_t len = 6 * MiB + 5;
+	struct phx_buf *buf = buf_new(dev, len, 0);
+	void *data;
+	int fd = make_file(dir_tmpfs(), len, 96, false, &data);
+
+	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
+	/* eight readers in 4 MiB: the calling thread and seven */
+	cr_assert_eq(threads_named("phx-reader"), 7);
+	cr_assert_eq(phx_read(buf, 0, fd, 0, len), (int64_t)len, "%s",
+		     phx_strerror_last());
+	assert_buf_eq(buf, 0, data, len);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 1);
+	cr_assert_eq(engine_stats(dev).built, 1, "the engine built at open");
+	cr_assert_eq(threads_named("phx-reader"), 7);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+	cr_assert_eq(threads_named("phx-reader"), 0);
+	close(fd);
+	free(data);
+}
+
+/* With the readers switched off the device makes none. */
+Test(readers, none_are_made_when_switched_off)
+{
+	setenv("PHX_STAGING_SIZE", "4M", 1);
+	setenv("PHX_HOT_READERS", "0", 1);
+	struct phx_device *dev = open_default();
+
+	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
+	cr_assert_eq(threads_named("phx-reader"), 0);
+	phx_device_close(dev);
 }

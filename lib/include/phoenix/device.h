@@ -83,7 +83,8 @@ int phx_device_open(const char *name, struct phx_device **out);
  * phx_device_prepare() - wait until @dev's staging is ready.
  *
  * Blocks until the staging that phx_device_open() started pinning is
- * pinned and the first transfer engine built out of it (it returns at
+ * pinned and the first transfer engine built out of it, with its reader
+ * threads (PHX_HOT_READERS) made (it returns at
  * once after that, and in a child of fork(), which does not use its
  * parent's).  For a caller that wants the set-up done
  * before its first transfer (or timed apart from it); transfers never

@@ -330,6 +330,12 @@ int64_t phx_engine_run(struct phx_engine *e, struct phx_io *io);
  * to its completion; the pipeline runs the rest.
  */
 void phx_readers_take(struct phx_engine *e);
+/*
+ * Make @e's reader threads, streams and events now, before its first
+ * long read (the engine built at a device's open): those that could be
+ * made, as its first such read would.
+ */
+void phx_readers_prepare(struct phx_engine *e);
 /* Stop and free @e's readers, if it has any. */
 void phx_readers_destroy(struct phx_engine *e);
 

@@ -22,9 +22,11 @@
  * own job; a failed device copy fails every job of the run.  The staging
  * and its pinning are the engine's: host memory stays at the same budget.
  *
- * The threads, their streams and events are made by the engine's first
- * such read and kept with the engine; the engine is used by one thread
- * at a time, so one run at a time goes on them.
+ * The threads, their streams and events are made with the engine a
+ * device builds at open, on its staging thread (phx_readers_prepare()),
+ * so that a process's first load does not wait for them, and otherwise
+ * by an engine's first such read; they are kept with the engine, which
+ * one thread at a time uses, so one run at a time goes on them.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -220,6 +222,7 @@ static void *reader_thread(void *arg)
 	uint64_t seen = 0;
 	bool bound = false;
 
+	pthread_setname_np(pthread_self(), "phx-reader");
 	pthread_mutex_lock(&rs->lock);
 	for (;;) {
 		struct phx_read_run *run;
@@ -266,17 +269,23 @@ void phx_readers_destroy(struct phx_engine *e)
 	if (!rs)
 		return;
 	e->readers = NULL;
-	/* a child of fork() has the memory, not the threads or streams */
-	if (e->owner == getpid()) {
-		pthread_mutex_lock(&rs->lock);
-		rs->stop = true;
-		pthread_cond_broadcast(&rs->go);
-		pthread_mutex_unlock(&rs->lock);
-		for (unsigned int i = 0; i < rs->n; i++) {
-			if (rs->r[i].started)
-				pthread_join(rs->r[i].tid, NULL);
-			reader_fini(e->dev, &rs->r[i]);
-		}
+	/*
+	 * A child of fork() has the memory, not the threads or streams; the
+	 * conditions still count the parent's threads waiting on them, so
+	 * destroying them would wait for threads the child does not have.
+	 */
+	if (e->owner != getpid()) {
+		free(rs);
+		return;
+	}
+	pthread_mutex_lock(&rs->lock);
+	rs->stop = true;
+	pthread_cond_broadcast(&rs->go);
+	pthread_mutex_unlock(&rs->lock);
+	for (unsigned int i = 0; i < rs->n; i++) {
+		if (rs->r[i].started)
+			pthread_join(rs->r[i].tid, NULL);
+		reader_fini(e->dev, &rs->r[i]);
 	}
 	pthread_mutex_destroy(&rs->lock);
 	pthread_cond_destroy(&rs->go);
@@ -346,18 +355,25 @@ static struct phx_readers *readers_get(struct phx_engine *e, unsigned int n)
 	return rs->n > 1 ? rs : NULL;
 }
 
+/* How many readers @e's staging holds, as many as the setting asks. */
+static unsigned int readers_count(const struct phx_engine *e)
+{
+	return (unsigned int)phx_min(
+		phx_settings()->hot_readers,
+		e->staging_len / (PHX_READER_SLOTS * PHX_READER_PIECE_MIN));
+}
+
 /* How many readers @e would run @j on (0: the pipeline runs it). */
 static unsigned int readers_for(const struct phx_engine *e,
 				const struct phx_job *j)
 {
-	unsigned int n = phx_settings()->hot_readers;
+	unsigned int n;
 	uint64_t len;
 
 	if (j->io->op != PHX_OP_READ || j->nregions != 1 ||
 	    j->region[0].direct || j->p2p || j->err || j->start >= j->fde->size)
 		return 0;
-	n = (unsigned int)phx_min(
-		n, e->staging_len / (PHX_READER_SLOTS * PHX_READER_PIECE_MIN));
+	n = readers_count(e);
 	len = phx_min(j->end, j->fde->size) - j->start;
 	/* a read shorter than the staging gains less than it costs */
 	if (n < 2 || len < e->staging_len)
@@ -372,6 +388,14 @@ static bool engine_idle(const struct phx_engine *e)
 		if (e->slots[i].state != PHX_SLOT_FREE)
 			return false;
 	return !e->inflight && !e->to_submit;
+}
+
+void phx_readers_prepare(struct phx_engine *e)
+{
+	unsigned int n = readers_count(e);
+
+	if (n > 1)
+		readers_get(e, n);
 }
 
 /*

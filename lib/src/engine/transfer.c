@@ -244,6 +244,8 @@ void phx_engine_pool_prebuild(struct phx_device *dev, bool run)
 		e = NULL;
 		phx_err_clear(); /* the first transfer builds one, as before */
 	}
+	if (e)
+		phx_readers_prepare(e);
 	pthread_mutex_lock(&p->lock);
 	if (e) {
 		e->next_free = p->free;
