@@ -32,6 +32,9 @@
 #   hot 150           scripts/bench-hot.py: hot read_into and load_safetensors
 #                     of a 2 GiB file against the pinned copy rate, with
 #                     the default staging and 128 MiB of it
+#   readers 420       bench-gpu.sh's hot rows (-s 2G -C) under
+#                     PHX_HOT_READERS=0, 8, 16 and 32, two rounds in
+#                     turn: single runs swing, so the settings alternate
 #   alloc 100         scripts/bench-alloc.py, 2 GiB, by PHX_ALLOC_CHUNK
 #   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
@@ -90,6 +93,11 @@ for s in "$@"; do
 	hot) step hot 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-hot.py \
 		PHX_STAGING_SIZE=128M ;;
+	readers) step readers 420 sh -c 'for round in 1 2; do
+		for r in 0 8 16 32; do echo "== round $round PHX_HOT_READERS=$r"
+		PHX_HOT_READERS=$r sh scripts/bench-gpu.sh -s 2G -r 1 -m 4G -C |
+			grep -E "^file->GPU hot .*(pinned|phx_read |\(stream\) )"
+		done; done' ;;
 	alloc) step alloc 100 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-alloc.py --size 2G ;;
 	kv) step kv 250 sh scripts/bench-kv.sh kv -s 2G -r 1 -b 16K,4M,16M \
