@@ -277,6 +277,21 @@ static int cp_room(struct phxfs_conn *c, struct phxfs_inode *inode,
 static const char reserve_msg[] =
 	"CP: the rest of the device is kept for root (root_reserve)";
 
+/*
+ * Done with @inode and the descriptors the client sent, before it hears
+ * the answer: a client that removes the file once `phx cp` returns finds
+ * its memory given back at once, as its own descriptor leaves it.
+ */
+static void cp_done(struct phxfs_conn *c, struct phxfs_inode *inode)
+{
+	phxfs_conn_file_put(c->fs, inode);
+	for (unsigned int i = 0; i < 2; i++) {
+		if (c->fds[i] >= 0)
+			close(c->fds[i]);
+		c->fds[i] = -1;
+	}
+}
+
 void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 {
 	struct phxfs_inode *inode =
@@ -332,12 +347,14 @@ void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 	 * new size.
 	 */
 	fuse_lowlevel_notify_inval_inode(c->fs->se, inode->ino, 0, 0);
+	cp_done(c, inode);
 	if (ret)
 		phxfs_conn_line(c, "ERR %d %s", -ret,
 				*msg ? msg : strerror(-ret));
 	else
 		phxfs_conn_line(c, "OK %llu %s", (unsigned long long)done,
 				phx_path_name(path));
+	return;
 out:
 	phxfs_conn_file_put(c->fs, inode);
 }
@@ -413,6 +430,7 @@ void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
 		phxfs_conn_file_get(c, ino, c->fds[1], 4, "CPOUT");
 	enum phx_path path = PHX_PATH_NONE;
 	uint64_t done = 0;
+	char msg[512];
 	int ret;
 
 	if (!inode)
@@ -421,15 +439,15 @@ void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
 	if (cp_refused(c, "CPOUT", dst, "destination"))
 		goto out;
 	ret = cp_push(c, inode, dst, &done, &path);
-	if (ret) {
-		const char *msg = phx_strerror_last();
-
+	snprintf(msg, sizeof(msg), "%s", ret ? phx_strerror_last() : "");
+	cp_done(c, inode);
+	if (ret)
 		phxfs_conn_line(c, "ERR %d %s", -ret,
 				*msg ? msg : strerror(-ret));
-	} else {
+	else
 		phxfs_conn_line(c, "OK %llu %s", (unsigned long long)done,
 				phx_path_name(path));
-	}
+	return;
 out:
 	phxfs_conn_file_put(c->fs, inode);
 }
