@@ -278,11 +278,13 @@ static const char reserve_msg[] =
 	"CP: the rest of the device is kept for root (root_reserve)";
 
 /*
- * Done with @inode and the descriptors the client sent, before it hears
- * the answer: a client that removes the file once `phx cp` returns finds
- * its memory given back at once, as its own descriptor leaves it.
+ * Answer a copy of @done bytes by @path that ended with @ret (@msg: why
+ * it failed, or empty).  @inode and the descriptors the client sent go
+ * first: a client that removes the file once `phx cp` returns finds its
+ * memory given back at once, as its own descriptor leaves it.
  */
-static void cp_done(struct phxfs_conn *c, struct phxfs_inode *inode)
+static void cp_answer(struct phxfs_conn *c, struct phxfs_inode *inode, int ret,
+		      const char *msg, uint64_t done, enum phx_path path)
 {
 	phxfs_conn_file_put(c->fs, inode);
 	for (unsigned int i = 0; i < 2; i++) {
@@ -290,6 +292,12 @@ static void cp_done(struct phxfs_conn *c, struct phxfs_inode *inode)
 			close(c->fds[i]);
 		c->fds[i] = -1;
 	}
+	if (ret)
+		phxfs_conn_line(c, "ERR %d %s", -ret,
+				*msg ? msg : strerror(-ret));
+	else
+		phxfs_conn_line(c, "OK %llu %s", (unsigned long long)done,
+				phx_path_name(path));
 }
 
 void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
@@ -298,7 +306,7 @@ void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 		phxfs_conn_file_get(c, ino, c->fds[1], 2, "CP");
 	enum phx_path path = PHX_PATH_NONE;
 	uint64_t done = 0;
-	char msg[512];
+	char msg[512] = "";
 	int64_t total;
 	int ret;
 
@@ -347,13 +355,7 @@ void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 	 * new size.
 	 */
 	fuse_lowlevel_notify_inval_inode(c->fs->se, inode->ino, 0, 0);
-	cp_done(c, inode);
-	if (ret)
-		phxfs_conn_line(c, "ERR %d %s", -ret,
-				*msg ? msg : strerror(-ret));
-	else
-		phxfs_conn_line(c, "OK %llu %s", (unsigned long long)done,
-				phx_path_name(path));
+	cp_answer(c, inode, ret, msg, done, path);
 	return;
 out:
 	phxfs_conn_file_put(c->fs, inode);
@@ -440,13 +442,7 @@ void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
 		goto out;
 	ret = cp_push(c, inode, dst, &done, &path);
 	snprintf(msg, sizeof(msg), "%s", ret ? phx_strerror_last() : "");
-	cp_done(c, inode);
-	if (ret)
-		phxfs_conn_line(c, "ERR %d %s", -ret,
-				*msg ? msg : strerror(-ret));
-	else
-		phxfs_conn_line(c, "OK %llu %s", (unsigned long long)done,
-				phx_path_name(path));
+	cp_answer(c, inode, ret, msg, done, path);
 	return;
 out:
 	phxfs_conn_file_put(c->fs, inode);

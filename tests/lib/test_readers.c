@@ -184,21 +184,35 @@ static unsigned int threads_named(const char *name)
 }
 
 /*
+ * A device with 4 MiB of staging (eight readers: the calling thread and
+ * seven) under PHX_HOT_READERS=@readers, its set-up waited for: @threads
+ * reader threads are there before any transfer.
+ */
+static struct phx_device *open_prepared(const char *readers,
+					unsigned int threads)
+{
+	struct phx_device *dev;
+
+	setenv("PHX_STAGING_SIZE", "4M", 1);
+	setenv("PHX_HOT_READERS", readers, 1);
+	dev = open_default();
+	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
+	cr_assert_eq(threads_named("phx-reader"), threads);
+	return dev;
+}
+
+/*
  * The engine a device builds at open comes with its readers: a process's
  * first long read finds the threads there and makes none.
  */
 Test(readers, are_made_with_the_engine_built_at_open)
 {
-	setenv("PHX_STAGING_SIZE", "4M", 1);
-	struct phx_device *dev = open_default();
+	struct phx_device *dev = open_prepared("16", 7);
 	size_t len = 6 * MiB + 5;
 	struct phx_buf *buf = buf_new(dev, len, 0);
 	void *data;
 	int fd = make_file(dir_tmpfs(), len, 96, false, &data);
 
-	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
-	/* eight readers in 4 MiB: the calling thread and seven */
-	cr_assert_eq(threads_named("phx-reader"), 7);
 	cr_assert_eq(phx_read(buf, 0, fd, 0, len), (int64_t)len, "%s",
 		     phx_strerror_last());
 	assert_buf_eq(buf, 0, data, len);
@@ -207,7 +221,6 @@ Test(readers, are_made_with_the_engine_built_at_open)
 	cr_assert_eq(threads_named("phx-reader"), 7);
 	phx_buf_free(buf);
 	phx_device_close(dev);
-	cr_assert_eq(threads_named("phx-reader"), 0);
 	close(fd);
 	free(data);
 }
@@ -215,11 +228,5 @@ Test(readers, are_made_with_the_engine_built_at_open)
 /* With the readers switched off the device makes none. */
 Test(readers, none_are_made_when_switched_off)
 {
-	setenv("PHX_STAGING_SIZE", "4M", 1);
-	setenv("PHX_HOT_READERS", "0", 1);
-	struct phx_device *dev = open_default();
-
-	cr_assert_eq(phx_device_prepare(dev), 0, "%s", phx_strerror_last());
-	cr_assert_eq(threads_named("phx-reader"), 0);
-	phx_device_close(dev);
+	phx_device_close(open_prepared("0", 0));
 }

@@ -222,7 +222,6 @@ static void *reader_thread(void *arg)
 	uint64_t seen = 0;
 	bool bound = false;
 
-	pthread_setname_np(pthread_self(), "phx-reader");
 	pthread_mutex_lock(&rs->lock);
 	for (;;) {
 		struct phx_read_run *run;
@@ -262,22 +261,9 @@ static void reader_fini(struct phx_device *dev, struct phx_reader *r)
 	r->nevents = 0;
 }
 
-void phx_readers_destroy(struct phx_engine *e)
+/* Stop @rs's threads and free their streams and events. */
+static void readers_stop(struct phx_device *dev, struct phx_readers *rs)
 {
-	struct phx_readers *rs = e->readers;
-
-	if (!rs)
-		return;
-	e->readers = NULL;
-	/*
-	 * A child of fork() has the memory, not the threads or streams; the
-	 * conditions still count the parent's threads waiting on them, so
-	 * destroying them would wait for threads the child does not have.
-	 */
-	if (e->owner != getpid()) {
-		free(rs);
-		return;
-	}
 	pthread_mutex_lock(&rs->lock);
 	rs->stop = true;
 	pthread_cond_broadcast(&rs->go);
@@ -285,11 +271,25 @@ void phx_readers_destroy(struct phx_engine *e)
 	for (unsigned int i = 0; i < rs->n; i++) {
 		if (rs->r[i].started)
 			pthread_join(rs->r[i].tid, NULL);
-		reader_fini(e->dev, &rs->r[i]);
+		reader_fini(dev, &rs->r[i]);
 	}
 	pthread_mutex_destroy(&rs->lock);
 	pthread_cond_destroy(&rs->go);
 	pthread_cond_destroy(&rs->idle);
+}
+
+void phx_readers_destroy(struct phx_engine *e)
+{
+	struct phx_readers *rs = e->readers;
+
+	e->readers = NULL;
+	/*
+	 * A child of fork() has the memory, not the threads or streams; the
+	 * conditions still count the parent's threads waiting on them, so
+	 * destroying them would wait for threads the child does not have.
+	 */
+	if (rs && e->owner == getpid())
+		readers_stop(e->dev, rs);
 	free(rs);
 }
 
@@ -342,6 +342,9 @@ static struct phx_readers *readers_get(struct phx_engine *e, unsigned int n)
 			break;
 		if (i && pthread_create(&r->tid, &attr, reader_thread, r))
 			break;
+		/* named here, so that it has its name once this returns */
+		if (i)
+			pthread_setname_np(r->tid, "phx-reader");
 		r->started = i > 0;
 		rs->threads += i > 0;
 	}
