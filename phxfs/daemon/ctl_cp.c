@@ -287,11 +287,7 @@ static void cp_answer(struct phxfs_conn *c, struct phxfs_inode *inode, int ret,
 		      const char *msg, uint64_t done, enum phx_path path)
 {
 	phxfs_conn_file_put(c->fs, inode);
-	for (unsigned int i = 0; i < 2; i++) {
-		if (c->fds[i] >= 0)
-			close(c->fds[i]);
-		c->fds[i] = -1;
-	}
+	phxfs_conn_fds_close(c);
 	if (ret)
 		phxfs_conn_line(c, "ERR %d %s", -ret,
 				*msg ? msg : strerror(-ret));

@@ -395,12 +395,18 @@ static void refuse(int fd, int err, const char *why)
  * connection itself, so that a client that saw the end of it may connect
  * again at once and finds nothing of its own left in the daemon.
  */
+void phxfs_conn_fds_close(struct phxfs_conn *c)
+{
+	for (unsigned int i = 0; i < 2; i++) {
+		if (c->fds[i] >= 0)
+			close(c->fds[i]);
+		c->fds[i] = -1;
+	}
+}
+
 static void conn_free(struct phxfs_conn *c, bool admitted)
 {
-	if (c->fds[0] >= 0)
-		close(c->fds[0]);
-	if (c->fds[1] >= 0)
-		close(c->fds[1]);
+	phxfs_conn_fds_close(c);
 	if (admitted)
 		conn_leave(c->fs, c->cred.uid);
 	close(c->fd);

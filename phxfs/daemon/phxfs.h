@@ -536,6 +536,8 @@ struct phxfs_inode *phxfs_conn_file_get(struct phxfs_conn *c,
 					unsigned long long ino, int path_fd,
 					int mask, const char *what);
 void phxfs_conn_file_put(struct phxfs *fs, struct phxfs_inode *inode);
+/* Close the descriptors the client sent with its request (if any left). */
+void phxfs_conn_fds_close(struct phxfs_conn *c);
 /* One request's handler; ctlsock.c runs it on each connection's thread. */
 typedef void phxfs_ctl_serve_fn(struct phxfs_conn *c, const char *line);
 int phxfs_ctlsock_start(struct phxfs *fs, phxfs_ctl_serve_fn *serve);
