@@ -32,6 +32,10 @@
 #   hot 150           scripts/bench-hot.py: hot read_into and load_safetensors
 #                     of a 2 GiB file against the pinned copy rate, with
 #                     the default staging and 128 MiB of it
+#   hot-limit 90      scripts/bench-hot-limit.py: the page cache's copy
+#                     rate on 4, 8, 16 threads and the pinned copy rate,
+#                     alone and at once (what a hot read through the CPU
+#                     can reach on the machine)
 #   readers 420       bench-gpu.sh's hot rows (-s 2G -C) under
 #                     PHX_HOT_READERS=0, 8, 16 and 32, two rounds in
 #                     turn: single runs swing, so the settings alternate
@@ -93,6 +97,7 @@ for s in "$@"; do
 	hot) step hot 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-hot.py \
 		PHX_STAGING_SIZE=128M ;;
+	hot-limit) step hot-limit 90 python3 scripts/bench-hot-limit.py ;;
 	readers) step readers 420 sh -c 'for round in 1 2; do
 		for r in 0 8 16 32; do echo "== round $round PHX_HOT_READERS=$r"
 		PHX_HOT_READERS=$r sh scripts/bench-gpu.sh -s 2G -r 1 -m 4G -C |
