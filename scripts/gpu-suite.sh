@@ -36,6 +36,10 @@
 #                     rate on 4, 8, 16 threads and the pinned copy rate,
 #                     alone and at once (what a hot read through the CPU
 #                     can reach on the machine)
+#   hot-staging 150   scripts/bench-hot.py under staging sizes of 16, 32
+#                     and 64 MiB (the readers' pieces 512 KiB to 2 MiB)
+#                     and 16 MiB with 8 readers, in turn: whether
+#                     readers' slots that stay in the CPU's cache help
 #   readers 420       bench-gpu.sh's hot rows (-s 2G -C) under
 #                     PHX_HOT_READERS=0, 8, 16 and 32, two rounds in
 #                     turn: single runs swing, so the settings alternate
@@ -98,6 +102,11 @@ for s in "$@"; do
 		PYTHONPATH=python python3 scripts/bench-hot.py \
 		PHX_STAGING_SIZE=128M ;;
 	hot-limit) step hot-limit 90 python3 scripts/bench-hot-limit.py ;;
+	hot-staging) step hot-staging 150 env \
+		PHX_LIBRARY=.gpu/bin/libphoenix.so PYTHONPATH=python \
+		python3 scripts/bench-hot.py --repeat 5 PHX_STAGING_SIZE=16M \
+		PHX_STAGING_SIZE=32M "PHX_STAGING_SIZE=16M PHX_HOT_READERS=8" \
+		PHX_STAGING_SIZE=64M PHX_STAGING_SIZE=16M ;;
 	readers) step readers 420 sh -c 'for round in 1 2; do
 		for r in 0 8 16 32; do echo "== round $round PHX_HOT_READERS=$r"
 		PHX_HOT_READERS=$r sh scripts/bench-gpu.sh -s 2G -r 1 -m 4G -C |
