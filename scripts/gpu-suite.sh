@@ -41,8 +41,9 @@
 #                     and 16 MiB with 8 readers, in turn: whether
 #                     readers' slots that stay in the CPU's cache help
 #   readers 420       bench-gpu.sh's hot rows (-s 2G -C) under
-#                     PHX_HOT_READERS=0, 8, 16 and 32, two rounds in
-#                     turn: single runs swing, so the settings alternate
+#                     PHX_HOT_READERS=0, 16 and 32, two rounds in turn
+#                     (about a minute a run): single runs swing, so the
+#                     settings alternate
 #   alloc 100         scripts/bench-alloc.py, 2 GiB, by PHX_ALLOC_CHUNK
 #   kv 250            bench-kv.sh kv (LMCache's slab pattern)
 #   small 150         bench-kv.sh small (4 KiB random reads)
@@ -108,7 +109,7 @@ for s in "$@"; do
 		PHX_STAGING_SIZE=32M "PHX_STAGING_SIZE=16M PHX_HOT_READERS=8" \
 		PHX_STAGING_SIZE=64M PHX_STAGING_SIZE=16M ;;
 	readers) step readers 420 sh -c 'for round in 1 2; do
-		for r in 0 8 16 32; do echo "== round $round PHX_HOT_READERS=$r"
+		for r in 0 16 32; do echo "== round $round PHX_HOT_READERS=$r"
 		PHX_HOT_READERS=$r sh scripts/bench-gpu.sh -s 2G -r 1 -m 4G -C |
 			grep -E "^file->GPU hot .*(pinned|phx_read |\(stream\) )"
 		done; done' ;;
