@@ -389,12 +389,6 @@ static void refuse(int fd, int err, const char *why)
 		return;
 }
 
-/*
- * Close what @c holds, in an order its client can rely on: the
- * descriptors it sent, then its place under the caps, then the
- * connection itself, so that a client that saw the end of it may connect
- * again at once and finds nothing of its own left in the daemon.
- */
 void phxfs_conn_fds_close(struct phxfs_conn *c)
 {
 	for (unsigned int i = 0; i < 2; i++) {
@@ -404,6 +398,12 @@ void phxfs_conn_fds_close(struct phxfs_conn *c)
 	}
 }
 
+/*
+ * Close what @c holds, in an order its client can rely on: the
+ * descriptors it sent, then its place under the caps, then the
+ * connection itself, so that a client that saw the end of it may connect
+ * again at once and finds nothing of its own left in the daemon.
+ */
 static void conn_free(struct phxfs_conn *c, bool admitted)
 {
 	phxfs_conn_fds_close(c);
