@@ -437,7 +437,10 @@ void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
 	if (cp_refused(c, "CPOUT", dst, "destination"))
 		goto out;
 	ret = cp_push(c, inode, dst, &done, &path);
-	/* a copy: giving the file back calls the library, which may reset it */
+	/*
+	 * Copied: giving the file back calls the library, which may reset
+	 * its last error.
+	 */
 	snprintf(msg, sizeof(msg), "%s", ret ? phx_strerror_last() : "");
 	cp_answer(c, inode, ret, msg, done, path);
 	return;
