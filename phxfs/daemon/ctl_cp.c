@@ -2,7 +2,7 @@
 /*
  * ctl_cp.c - the control socket's copies: CP fills a phxfs file from a
  * descriptor the client sent, CPOUT writes one out to it, both through
- * the transfer engine in steps of CP_STEP that report progress.
+ * the transfer engine in steps that report progress.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@
 
 #include "phxfs.h"
 
-/* Bytes per engine call of CP and CPOUT: the progress granularity. */
+/* Bytes per engine call of CPOUT and of CP into a range file. */
 #define CP_STEP (256ULL << 20)
 
 /* Size of what @fd holds (a regular file or a block device). */
@@ -89,8 +89,15 @@ static int cp_pull_range(struct phxfs_conn *c, struct phxfs_inode *inode,
 	return ret;
 }
 
-/* Steps of a copy in flight at once, so the engine never runs dry. */
-#define CP_WINDOW 3
+/*
+ * CP's steps, and how many are in flight at once (2 GiB), so the engine
+ * never runs dry.  They are queued together: a read the page cache
+ * serves runs them in one go on the engine's reader threads, as one
+ * phx_read() of the window would, where steps started one at a time
+ * would each start and drain those threads.
+ */
+#define CP_PULL_STEP (32ULL << 20)
+#define CP_WINDOW 64
 /* Bytes of the file's memory backed at a time, between engine rounds. */
 #define CP_BACK_PIECE (64ULL << 20)
 
@@ -112,19 +119,20 @@ static int cp_back(struct phxfs_inode *inode, uint64_t *backed, uint64_t to,
 
 /*
  * Pull @src into @inode, which the client has just cut to at most @total
- * bytes.  The steps go through one batch, CP_WINDOW at a time: the engine
- * fills its slots from the next step while the last ones of a step are
- * still copied, as one phx_read() of the whole file would; progress is
- * reported as the steps complete, and *@done only counts the bytes of the
- * leading steps that did.  The file's device memory is backed ahead of
- * the copy, CP_BACK_PIECE at a time with a round of the engine between
- * pieces, rather than by each step when it starts: a new file's
- * allocation then runs beside the transfers instead of between them.
+ * bytes.  The steps go through one batch, up to CP_WINDOW at a time, and
+ * every step the window has room for is queued before the engine runs
+ * again, so that it works on all of them at once (for a cached file, as
+ * one phx_read() of the whole window).  Progress is reported as the
+ * steps complete, and *@done only counts the bytes of the leading steps
+ * that did.  The file's device memory is backed ahead of the copy,
+ * CP_BACK_PIECE at a time with a round of the engine between pieces,
+ * rather than by each step when it starts: a new file's allocation then
+ * runs beside the transfers the disk serves instead of between them.
  */
 static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 		   uint64_t total, uint64_t *done, enum phx_path *path)
 {
-	struct phx_io ios[CP_WINDOW];
+	struct phx_io ios[CP_WINDOW], *ended[CP_WINDOW];
 	bool complete[CP_WINDOW] = { false };
 	unsigned int first = 0, inflight = 0;
 	uint64_t next = 0, backed = 0;
@@ -164,14 +172,16 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 				.file_off = (int64_t)next,
 				.buf = inode->buf,
 				.buf_off = next,
-				.len = total - next < CP_STEP ? total - next :
-								CP_STEP,
+				.len = total - next < CP_PULL_STEP ?
+					       total - next :
+					       CP_PULL_STEP,
 			};
 			ret = cp_back(inode, &backed, next + ios[i].len, total);
 			if (ret)
 				break;
 			complete[i] = false;
-			ret = phx_batch_submit(b, &ios[i], 1);
+			/* started with the others by the wait below */
+			ret = phx_batch_queue(b, &ios[i], 1);
 			if (ret < 0)
 				break;
 			ret = 0;
@@ -180,7 +190,6 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 		}
 		if (ret || !inflight)
 			break;
-		struct phx_io *io;
 		int n;
 
 		if (backed < total) {
@@ -189,17 +198,16 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 			if (ret)
 				break;
 			/* one round of the engine, without waiting */
-			n = phx_batch_wait(b, 1, &io, 1, 0);
+			n = phx_batch_wait(b, 1, ended, CP_WINDOW, 0);
 		} else {
-			n = phx_batch_wait(b, 1, &io, 1, -1);
+			n = phx_batch_wait(b, 1, ended, CP_WINDOW, -1);
 		}
 		if (n < 0) {
 			ret = n;
 			break;
 		}
-		if (!n)
-			continue;
-		complete[io - ios] = true;
+		for (int k = 0; k < n; k++)
+			complete[ended[k] - ios] = true;
 		/* the leading steps that completed count, in order */
 		while (inflight && complete[first] && !ret) {
 			struct phx_io *f = &ios[first];

@@ -196,12 +196,14 @@ Test(batch, hot_cold_and_write_on_one_batch_land_their_bytes)
 }
 
 /*
- * Long hot reads at the head of a batch run on the engine's reader
- * threads, one after the other without a pause; the small reads queued
- * behind them, and a long read queued behind a small one, go through the
- * pipeline.
+ * Hot reads at the head of a batch run on the engine's reader threads
+ * together, one after the other without a pause, when together they hold
+ * at least the staging's length: long ones with the small ones queued
+ * behind them, and reads each shorter than the staging.  Reads that
+ * together hold less, or are on average smaller than a reader's smallest
+ * piece (256 KiB), go through the pipeline.
  */
-Test(batch, long_hot_reads_first_run_on_reader_threads)
+Test(batch, hot_reads_of_a_staging_s_length_run_on_reader_threads)
 {
 	setenv("PHX_STAGING_SIZE", "4M", 1);
 	struct phx_device *dev = open_default();
@@ -209,7 +211,7 @@ Test(batch, long_hot_reads_first_run_on_reader_threads)
 	unsigned char *data;
 	struct phx_buf *buf = buf_new(dev, 3 * len, 0);
 	struct phx_batch *b;
-	struct phx_io io[5];
+	struct phx_io io[40];
 	int fd = make_file(dir_tmpfs(), len, 58, false, (void **)&data);
 
 	cr_assert_eq(phx_batch_create(dev, 4, 0, &b), 0, "%s",
@@ -231,27 +233,39 @@ Test(batch, long_hot_reads_first_run_on_reader_threads)
 					 .buf_off = small + i * 8192,
 					 .len = 8000 };
 	run_all(b, io, 5);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 2);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 5);
 	assert_buf_eq(buf, 0, data, len);
 	assert_buf_eq(buf, len, data + 555, len - 555);
 	for (unsigned int i = 2; i < 5; i++)
 		assert_buf_eq(buf, small + i * 8192, data + i * 3 * MiB + i,
 			      8000);
-	/* small first: the long one behind it takes the pipeline's way */
-	io[0] = (struct phx_io){ .op = PHX_OP_READ,
-				 .fd = fd,
-				 .file_off = (int64_t)(3 * MiB + 1),
-				 .buf = buf,
-				 .len = 8000 };
-	io[1] = (struct phx_io){ .op = PHX_OP_READ,
-				 .fd = fd,
-				 .buf = buf,
-				 .buf_off = len,
-				 .len = len };
-	run_all(b, io, 2);
-	cr_assert_eq(engine_stats(dev).threaded_reads, 2);
-	assert_buf_eq(buf, 0, data + 3 * MiB + 1, 8000);
-	assert_buf_eq(buf, len, data, len);
+	/* small ones alone: the pipeline */
+	run_all(b, io + 2, 3);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 5);
+	/* four of 1.5 MiB, each shorter than the staging, 6 MiB together */
+	for (unsigned int i = 0; i < 4; i++)
+		io[i] = (struct phx_io){ .op = PHX_OP_READ,
+					 .fd = fd,
+					 .file_off =
+						 (int64_t)(i * 3 * MiB / 2 + 1),
+					 .buf = buf,
+					 .buf_off = i * 3 * MiB / 2,
+					 .len = 3 * MiB / 2 };
+	run_all(b, io, 4);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 9);
+	assert_buf_eq(buf, 0, data + 1, 6 * MiB);
+	/* forty of 128 KiB: 5 MiB together, but each below a reader's piece */
+	for (unsigned int i = 0; i < 40; i++)
+		io[i] = (struct phx_io){ .op = PHX_OP_READ,
+					 .fd = fd,
+					 .file_off =
+						 (int64_t)(i * (128 << 10) + 3),
+					 .buf = buf,
+					 .buf_off = i * (128 << 10),
+					 .len = (128 << 10) };
+	run_all(b, io, 40);
+	cr_assert_eq(engine_stats(dev).threaded_reads, 9);
+	assert_buf_eq(buf, 0, data + 3, 5 * MiB);
 	phx_batch_destroy(b);
 	phx_buf_free(buf);
 	phx_device_close(dev);

@@ -51,6 +51,30 @@ def test_phx_cp_onto_an_existing_file():
     same(src, d + "/sparse")
 
 
+def test_phx_cp_in_several_steps():
+    """A copy longer than the daemon's step (32 MiB) runs as several
+    transfers queued together: every byte lands, into a new file and over
+    an existing one, from the page cache and from the disk."""
+    d, ref = fresh("cpsteps")
+    src = os.path.join(ref, "src")
+    write(src, rand(100 * MiB + 4097, 70))
+    T.FS.run_phx("cp", "-q", src, d + "/new")  # cached: just written
+    same(src, d + "/new")
+    write(d + "/old", rand(7 * MiB, 71))
+    fd = os.open(src, os.O_RDONLY)  # out of the page cache
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    T.FS.run_phx("cp", "-q", src, d + "/old")
+    same(src, d + "/old")
+    assert os.stat(d + "/old").st_size == 100 * MiB + 4097
+    os.unlink(d + "/new")
+    os.unlink(d + "/old")
+    os.unlink(src)
+
+
 def test_phx_cp_out_of_phxfs():
     d, ref = fresh("cpout")
     src = os.path.join(ref, "ckpt")

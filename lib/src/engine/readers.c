@@ -6,16 +6,17 @@
  * queues every slot's device copy, so a slot that io_uring's worker has
  * filled waits for that thread before its bytes move on.  For a read
  * served by the page cache the copy out of the cache is the CPU's work
- * and the rest is the copy engine's, so when an engine's next job is a
- * long one (at least its staging's length), not yet started, and nothing
- * is in flight, the pipeline's fill (staged.c) lends the engine's
- * staging to reader threads of its own instead, PHX_HOT_READERS of them
- * with the calling thread: two slots per reader, and each reader takes
- * the file's next piece, reads it into its free slot with pread() and
- * queues the slot's device copy at once on its own stream, reading the
- * next piece into its other slot meanwhile.  Such jobs queued one after
- * another (a loader's pieces of a file) run together, the readers going
- * on from one job's pieces to the next's without waiting for each other.
+ * and the rest is the copy engine's, so when an engine's next jobs are
+ * such reads, not yet started, of at least its staging's length together
+ * (run_jobs()), and nothing is in flight, the pipeline's fill (staged.c)
+ * lends the engine's staging to reader threads of its own instead,
+ * PHX_HOT_READERS of them with the calling thread: two slots per reader,
+ * and each reader takes the file's next piece, reads it into its free
+ * slot with pread() and queues the slot's device copy at once on its own
+ * stream, reading the next piece into its other slot meanwhile.  Such
+ * jobs queued one after another (a loader's pieces of a file, a copy's
+ * steps) run together, the readers going on from one job's pieces to the
+ * next's without waiting for each other.
  * The jobs are complete when the call returns, as io_uring completes a
  * cached read within its submission: a synchronous read, a batch's
  * submit or wait, a stream worker's transfer.  A failed read fails its
@@ -366,22 +367,16 @@ static unsigned int readers_count(const struct phx_engine *e)
 		e->staging_len / (PHX_READER_SLOTS * PHX_READER_PIECE_MIN));
 }
 
-/* How many readers @e would run @j on (0: the pipeline runs it). */
-static unsigned int readers_for(const struct phx_engine *e,
-				const struct phx_job *j)
+/*
+ * Whether the readers could read @j: a read the page cache serves (one
+ * region, not O_DIRECT, not peer-to-peer), not failed, with bytes left
+ * before the file's end.
+ */
+static bool reader_job(const struct phx_job *j)
 {
-	unsigned int n;
-	uint64_t len;
-
-	if (j->io->op != PHX_OP_READ || j->nregions != 1 ||
-	    j->region[0].direct || j->p2p || j->err || j->start >= j->fde->size)
-		return 0;
-	n = readers_count(e);
-	len = phx_min(j->end, j->fde->size) - j->start;
-	/* a read shorter than the staging gains less than it costs */
-	if (n < 2 || len < e->staging_len)
-		return 0;
-	return n;
+	return j->io->op == PHX_OP_READ && j->nregions == 1 &&
+	       !j->region[0].direct && !j->p2p && !j->err &&
+	       j->start < j->fde->size;
 }
 
 /* Whether none of @e's slots is in use. */
@@ -402,31 +397,47 @@ void phx_readers_prepare(struct phx_engine *e)
 }
 
 /*
- * Gather into @run the jobs at the head of @e's queue that are for the
- * readers (long reads the page cache serves, not yet started), up to
- * PHX_READER_JOBS; how many readers they want (0: none is).
+ * How many jobs at the head of @e's queue the readers run together:
+ * reads the page cache serves, not yet started, up to PHX_READER_JOBS
+ * (their plans opened the files' page-cache descriptors).  0 when that
+ * gains less than it costs: the jobs hold fewer bytes than the staging
+ * (the pipeline keeps up with a short read), or are shorter on average
+ * than a reader's smallest piece (the pipeline copies many small pieces
+ * in one go, a reader one at a time).  A run is counted by its bytes, not
+ * by its first job's, so a loader's short tail of one range or a copy cut
+ * into steps runs on the readers with the long jobs around it.
  */
-static unsigned int run_gather(struct phx_engine *e, struct phx_read_run *run)
+static unsigned int run_jobs(struct phx_engine *e)
 {
 	struct phx_job *j = phx_engine_next_job(e);
-	unsigned int n = 0, want;
+	uint64_t bytes = 0;
+	unsigned int n = 0;
 
-	for (; j && run->nparts < PHX_READER_JOBS; j = TAILQ_NEXT(j, issue)) {
-		struct phx_read_part *p = &run->part[run->nparts];
+	for (; j && n < PHX_READER_JOBS; j = TAILQ_NEXT(j, issue), n++) {
+		if (j->pending || j->cur || j->pos != j->region[0].from ||
+		    !reader_job(j))
+			break;
+		bytes += phx_min(j->end, j->fde->size) - j->start;
+	}
+	if (!n || bytes < e->staging_len ||
+	    bytes < (uint64_t)n * PHX_READER_PIECE_MIN)
+		return 0;
+	return n;
+}
 
-		if (j->pending || j->cur || j->pos != j->region[0].from)
-			break;
-		/* its plan opened the file's page-cache descriptor */
-		want = readers_for(e, j);
-		if (!want)
-			break;
-		n = n ? phx_min(n, want) : want;
+/* Put the @n jobs at the head of @e's queue into @run. */
+static void run_gather(struct phx_engine *e, struct phx_read_run *run,
+		       unsigned int n)
+{
+	struct phx_job *j = phx_engine_next_job(e);
+
+	for (; n--; j = TAILQ_NEXT(j, issue)) {
+		struct phx_read_part *p = &run->part[run->nparts++];
+
 		*p = (struct phx_read_part){ .job = j };
 		atomic_init(&p->short_at, UINT64_MAX);
 		atomic_init(&p->err, 0);
-		run->nparts++;
 	}
-	return n;
 }
 
 /* The jobs of @run are done: their results, and the device's counts. */
@@ -460,20 +471,22 @@ void phx_readers_take(struct phx_engine *e)
 	struct phx_job *j = phx_engine_next_job(e);
 	struct phx_read_run *run;
 	struct phx_readers *rs;
-	unsigned int n;
+	unsigned int n, jobs;
 
 	/* cheap checks first: this runs at every fill */
-	if (!j || !readers_for(e, j) || !engine_idle(e))
+	if (!j || !reader_job(j) || !engine_idle(e))
+		return;
+	n = readers_count(e);
+	jobs = n > 1 ? run_jobs(e) : 0;
+	if (!jobs)
 		return;
 	run = calloc(1, sizeof(*run));
-	if (!run)
-		return; /* the pipeline reads them */
-	n = run_gather(e, run);
-	rs = n ? readers_get(e, n) : NULL;
+	rs = run ? readers_get(e, n) : NULL;
 	if (!rs) {
 		free(run);
-		return;
+		return; /* the pipeline reads them */
 	}
+	run_gather(e, run, jobs);
 	run->dev = e->dev;
 	run->staging = e->staging;
 	run->piece = phx_align_down(
