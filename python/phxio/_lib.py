@@ -139,6 +139,7 @@ _PROTOTYPES = {
     "phx_batch_create": (c_int, [c_void_p, c_uint, c_uint,
                                  ctypes.POINTER(c_void_p)]),
     "phx_batch_submit": (c_int, [c_void_p, ctypes.POINTER(IoStruct), c_uint]),
+    "phx_batch_queue": (c_int, [c_void_p, ctypes.POINTER(IoStruct), c_uint]),
     "phx_batch_wait": (c_int, [c_void_p, c_uint, c_void_p, c_uint, c_int]),
     "phx_batch_destroy": (None, [c_void_p]),
     "phx_stream_create": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),

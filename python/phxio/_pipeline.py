@@ -36,8 +36,6 @@ from ._lib import PhoenixError, check, lib
 # (or a worker that could not start) leaves it so.
 NOT_RUN = -errno.ECANCELED
 
-_EMPTY = object()
-
 
 def threads_of(threads: Optional[int]) -> int:
     """Workers for a load or save: @threads, else PHX_LOAD_THREADS, else 1."""
@@ -164,28 +162,15 @@ class Pipeline:
         outstanding = 0
         stop = False
         while not stop or outstanding:
-            item = _EMPTY
-            if not stop:
-                if outstanding:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        pass
-                else:
-                    item = self._queue.get()
-            if item is None:
+            items = [] if stop else self._take(block=not outstanding)
+            if items and items[-1] is None:
+                items.pop()
                 stop = state["stop"] = True
-                continue
-            if item is not _EMPTY:
+            if items:
                 if not self.failed.is_set():
-                    n = len(item)
-                    got = check(lib().phx_batch_submit(b, item, n),
-                                f"submitting transfers on {self.dev.name}")
-                    outstanding += got
-                    if got < n:
-                        raise PhoenixError(errno.EIO, f"only {got} of {n} "
-                                           "transfers could be started on "
-                                           f"{self.dev.name}")
+                    outstanding += self._start(b, items)
+                continue
+            if not outstanding:
                 continue
             got = check(lib().phx_batch_wait(b, 1, None, 0, -1),
                         f"waiting for transfers on {self.dev.name}")
@@ -193,6 +178,40 @@ class Pipeline:
                 raise PhoenixError(errno.EIO, f"{outstanding} transfers on "
                                    f"{self.dev.name} never completed")
             outstanding -= got
+
+    def _take(self, block: bool) -> list[Any]:
+        """The arrays queued by now, up to and including the end marker
+        (at least one when @block).  A lone worker takes all of them, so
+        that its engine starts them together (the readers of a cached
+        checkpoint go from one file's pieces to the next's without
+        stopping in between); several workers take one each, to share
+        them."""
+        items: list[Any] = []
+        try:
+            items.append(self._queue.get() if block
+                         else self._queue.get_nowait())
+            while items[-1] is not None and len(self._workers) == 1:
+                items.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        return items
+
+    def _start(self, b: ctypes.c_void_p, items: list[Any]) -> int:
+        """Queue @items' entries on @b and start them all with the last
+        array; how many were started."""
+        started = 0
+        for i, item in enumerate(items):
+            n = len(item)
+            call = lib().phx_batch_submit if i == len(items) - 1 else \
+                lib().phx_batch_queue
+            got = check(call(b, item, n),
+                        f"submitting transfers on {self.dev.name}")
+            started += got
+            if got < n:
+                raise PhoenixError(errno.EIO, f"only {got} of {n} "
+                                   "transfers could be started on "
+                                   f"{self.dev.name}")
+        return started
 
     def _drain(self) -> None:
         """After a failure: take what is left up to our end marker."""
