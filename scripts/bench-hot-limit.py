@@ -28,6 +28,8 @@ import os
 import threading
 import time
 
+from bench_safetensors_sim import read_through_cache
+
 MiB = 1 << 20
 PIECE = 2 * MiB
 
@@ -40,9 +42,7 @@ def make_hot(path: str, size: int) -> None:
         with open(path, "wb") as f:
             for off in range(0, size, len(block)):
                 f.write(block[:min(len(block), size - off)])
-    with open(path, "rb", buffering=0) as f:
-        while f.read(64 * MiB):
-            pass
+    read_through_cache([path])
 
 
 class Copier:

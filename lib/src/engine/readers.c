@@ -397,47 +397,37 @@ void phx_readers_prepare(struct phx_engine *e)
 }
 
 /*
- * How many jobs at the head of @e's queue the readers run together:
- * reads the page cache serves, not yet started, up to PHX_READER_JOBS
- * (their plans opened the files' page-cache descriptors).  0 when that
- * gains less than it costs: the jobs hold fewer bytes than the staging
- * (the pipeline keeps up with a short read), or are shorter on average
- * than a reader's smallest piece (the pipeline copies many small pieces
- * in one go, a reader one at a time).  A run is counted by its bytes, not
- * by its first job's, so a loader's short tail of one range or a copy cut
- * into steps runs on the readers with the long jobs around it.
+ * Gather into @run the jobs at the head of @e's queue that the readers
+ * run together: reads the page cache serves, not yet started, up to
+ * PHX_READER_JOBS (their plans opened the files' page-cache
+ * descriptors).  False when that gains less than it costs: the jobs hold
+ * fewer bytes than the staging (the pipeline keeps up with a short read),
+ * or are shorter on average than a reader's smallest piece (the pipeline
+ * copies many small pieces in one go, a reader one at a time).  A run is
+ * counted by its bytes, not by its first job's, so a loader's short tail
+ * of one range or a copy cut into steps runs on the readers with the long
+ * jobs around it.
  */
-static unsigned int run_jobs(struct phx_engine *e)
+static bool run_gather(struct phx_engine *e, struct phx_read_run *run)
 {
 	struct phx_job *j = phx_engine_next_job(e);
 	uint64_t bytes = 0;
-	unsigned int n = 0;
 
-	for (; j && n < PHX_READER_JOBS; j = TAILQ_NEXT(j, issue), n++) {
+	run->nparts = 0;
+	for (; j && run->nparts < PHX_READER_JOBS; j = TAILQ_NEXT(j, issue)) {
+		struct phx_read_part *p = &run->part[run->nparts];
+
 		if (j->pending || j->cur || j->pos != j->region[0].from ||
 		    !reader_job(j))
 			break;
 		bytes += phx_min(j->end, j->fde->size) - j->start;
-	}
-	if (!n || bytes < e->staging_len ||
-	    bytes < (uint64_t)n * PHX_READER_PIECE_MIN)
-		return 0;
-	return n;
-}
-
-/* Put the @n jobs at the head of @e's queue into @run. */
-static void run_gather(struct phx_engine *e, struct phx_read_run *run,
-		       unsigned int n)
-{
-	struct phx_job *j = phx_engine_next_job(e);
-
-	for (; n--; j = TAILQ_NEXT(j, issue)) {
-		struct phx_read_part *p = &run->part[run->nparts++];
-
 		*p = (struct phx_read_part){ .job = j };
 		atomic_init(&p->short_at, UINT64_MAX);
 		atomic_init(&p->err, 0);
+		run->nparts++;
 	}
+	return run->nparts && bytes >= e->staging_len &&
+	       bytes >= (uint64_t)run->nparts * PHX_READER_PIECE_MIN;
 }
 
 /* The jobs of @run are done: their results, and the device's counts. */
@@ -469,30 +459,27 @@ static void run_complete(struct phx_engine *e, struct phx_read_run *run)
 void phx_readers_take(struct phx_engine *e)
 {
 	struct phx_job *j = phx_engine_next_job(e);
-	struct phx_read_run *run;
+	/* on the stack: the run ends before this returns */
+	struct phx_read_run r, *run = &r;
 	struct phx_readers *rs;
-	unsigned int n, jobs;
+	unsigned int n;
 
 	/* cheap checks first: this runs at every fill */
 	if (!j || !reader_job(j) || !engine_idle(e))
 		return;
 	n = readers_count(e);
-	jobs = n > 1 ? run_jobs(e) : 0;
-	if (!jobs)
+	if (n < 2 || !run_gather(e, run))
 		return;
-	run = calloc(1, sizeof(*run));
-	rs = run ? readers_get(e, n) : NULL;
-	if (!rs) {
-		free(run);
+	rs = readers_get(e, n);
+	if (!rs)
 		return; /* the pipeline reads them */
-	}
-	run_gather(e, run, jobs);
 	run->dev = e->dev;
 	run->staging = e->staging;
 	run->piece = phx_align_down(
 		phx_min(e->staging_len / (PHX_READER_SLOTS * rs->n),
 			PHX_READER_PIECE_MAX),
 		PHX_PAGE);
+	run->npieces = 0;
 	for (unsigned int i = 0; i < run->nparts; i++) {
 		struct phx_read_part *p = &run->part[i];
 
@@ -518,5 +505,4 @@ void phx_readers_take(struct phx_engine *e)
 	pthread_mutex_unlock(&rs->lock);
 
 	run_complete(e, run);
-	free(run);
 }
