@@ -34,19 +34,18 @@ PHX="$BUILD/phx"
 SHM=/dev/shm/phx-bench.$$
 
 bytes=$(numfmt --from=iec "$SIZE")
-now() { date +%s.%N; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 # gbps SECONDS: throughput of $bytes in GB/s
 gbps() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
-# time_cmd CMD...: seconds CMD took
+# time_cmd CMD...: seconds CMD took, on the shell's own clock (a `date`
+# started for each reading would put a process start inside the time)
 time_cmd() {
-	local t0 t1
-	t0=$(now)
+	local t0=$EPOCHREALTIME t1
 	"$@"
-	t1=$(now)
-	awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }'
+	t1=$EPOCHREALTIME
+	awk -v a="${t0/,/.}" -v b="${t1/,/.}" 'BEGIN { printf "%.4f\n", b - a }'
 }
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true; }
