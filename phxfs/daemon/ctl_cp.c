@@ -98,23 +98,113 @@ static int cp_pull_range(struct phxfs_conn *c, struct phxfs_inode *inode,
  */
 #define CP_PULL_STEP (32ULL << 20)
 #define CP_WINDOW 64
-/* Bytes of the file's memory backed at a time, between engine rounds. */
+/* Bytes of the file's memory backed at a time (whole steps). */
 #define CP_BACK_PIECE (64ULL << 20)
 
-/* Back @inode's memory up to @to (at most @total): *@backed moves on. */
-static int cp_back(struct phxfs_inode *inode, uint64_t *backed, uint64_t to,
-		   uint64_t total)
+/*
+ * A new file's device memory, backed on a thread of its own while the
+ * engine fills what is backed already: the allocation runs beside the
+ * transfers instead of before them.  @backed only grows; the copy queues
+ * steps up to it.
+ */
+struct cp_backer {
+	struct phx_buf *buf;
+	uint64_t total;
+	pthread_mutex_t lock; /* protects @backed, @err, @msg; @more */
+	pthread_cond_t more; /* @backed grew, or @err is set */
+	uint64_t backed;
+	int err; /* why backing stopped, negative errno */
+	char msg[256]; /* and the library's message, from the thread */
+	atomic_bool stop; /* the copy ended: back no more */
+	pthread_t thread;
+	bool started;
+};
+
+static void *cp_backer_main(void *arg)
 {
+	struct cp_backer *bk = arg;
+	uint64_t off = bk->backed;
+
+	while (off < bk->total && !atomic_load(&bk->stop)) {
+		uint64_t n = bk->total - off < CP_BACK_PIECE ? bk->total - off :
+							       CP_BACK_PIECE;
+		int ret = phx_buf_commit(bk->buf, off, n);
+
+		pthread_mutex_lock(&bk->lock);
+		if (ret) {
+			bk->err = ret;
+			snprintf(bk->msg, sizeof(bk->msg), "%s",
+				 phx_strerror_last());
+		} else {
+			bk->backed = off += n;
+		}
+		pthread_cond_signal(&bk->more);
+		pthread_mutex_unlock(&bk->lock);
+		if (ret)
+			break;
+	}
+	return NULL;
+}
+
+/*
+ * Back the first piece of @buf's @total bytes here, the rest on the
+ * backer's thread; a file backed already needs no thread.  0 or -errno.
+ */
+static int cp_backer_start(struct cp_backer *bk, struct phx_buf *buf,
+			   uint64_t total)
+{
+	uint64_t first = total < CP_BACK_PIECE ? total : CP_BACK_PIECE;
 	int ret;
 
-	if (to > total)
-		to = total;
-	if (to <= *backed)
+	*bk = (struct cp_backer){ .buf = buf, .total = total };
+	pthread_mutex_init(&bk->lock, NULL);
+	pthread_cond_init(&bk->more, NULL);
+	atomic_init(&bk->stop, false);
+	if (phx_buf_committed(buf) >= total) {
+		bk->backed = total;
 		return 0;
-	ret = phx_buf_commit(inode->buf, *backed, to - *backed);
-	if (!ret)
-		*backed = to;
-	return ret;
+	}
+	ret = phx_buf_commit(buf, 0, first);
+	if (ret)
+		return ret;
+	bk->backed = first;
+	if (first < total) {
+		/* without a thread the copy backs what it queues itself */
+		bk->started =
+			!pthread_create(&bk->thread, NULL, cp_backer_main, bk);
+		if (!bk->started)
+			bk->backed = total;
+	}
+	return 0;
+}
+
+/*
+ * How far @buf is backed; with @wait_past, wait until past it (or the
+ * backing failed).  0 or the backer's error, its message in @msg.
+ */
+static int cp_backed(struct cp_backer *bk, uint64_t wait_past, uint64_t *backed,
+		     char *msg, size_t msglen)
+{
+	int err;
+
+	pthread_mutex_lock(&bk->lock);
+	while (wait_past != UINT64_MAX && bk->backed <= wait_past && !bk->err)
+		pthread_cond_wait(&bk->more, &bk->lock);
+	*backed = bk->backed;
+	err = bk->err;
+	if (err)
+		snprintf(msg, msglen, "%s", bk->msg);
+	pthread_mutex_unlock(&bk->lock);
+	return err;
+}
+
+static void cp_backer_stop(struct cp_backer *bk)
+{
+	atomic_store(&bk->stop, true);
+	if (bk->started)
+		pthread_join(bk->thread, NULL);
+	pthread_cond_destroy(&bk->more);
+	pthread_mutex_destroy(&bk->lock);
 }
 
 /*
@@ -124,18 +214,19 @@ static int cp_back(struct phxfs_inode *inode, uint64_t *backed, uint64_t to,
  * again, so that it works on all of them at once (for a cached file, as
  * one phx_read() of the whole window).  Progress is reported as the
  * steps complete, and *@done only counts the bytes of the leading steps
- * that did.  The file's device memory is backed ahead of the copy,
- * CP_BACK_PIECE at a time with a round of the engine between pieces,
- * rather than by each step when it starts: a new file's allocation then
- * runs beside the transfers the disk serves instead of between them.
+ * that did.  A step is queued once the file's memory under it is backed
+ * (struct cp_backer), so the engine starts on a new file's first piece
+ * while the rest is allocated.  @msg: why the backing failed, if it did.
  */
 static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
-		   uint64_t total, uint64_t *done, enum phx_path *path)
+		   uint64_t total, uint64_t *done, enum phx_path *path,
+		   char *msg, size_t msglen)
 {
 	struct phx_io ios[CP_WINDOW], *ended[CP_WINDOW];
 	bool complete[CP_WINDOW] = { false };
 	unsigned int first = 0, inflight = 0;
 	uint64_t next = 0, backed = 0;
+	struct cp_backer bk;
 	struct phx_batch *b;
 	int ret;
 
@@ -151,14 +242,33 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 	if (!ret)
 		ret = phxfs_data_resize(inode, total);
 	pthread_rwlock_unlock(&inode->io_lock);
-	if (ret)
-		return ret;
+	if (ret || !total)
+		return ret; /* an empty source: an empty file, no memory */
 	ret = phx_batch_create(inode->dev->dev, 0, 0, &b);
 	if (ret)
 		return ret;
 	/* Shared: readers of the file need not wait for the whole copy. */
 	pthread_rwlock_rdlock(&inode->io_lock);
+	if (!inode->buf || atomic_load(&inode->size) < total) {
+		pthread_rwlock_unlock(&inode->io_lock);
+		phx_batch_destroy(b);
+		return -ESTALE; /* truncated before we got here */
+	}
+	ret = cp_backer_start(&bk, inode->buf, total);
+	if (ret) {
+		pthread_rwlock_unlock(&inode->io_lock);
+		phx_batch_destroy(b);
+		return ret;
+	}
 	while (!ret && *done < total) {
+		/*
+		 * Nothing to run: wait for memory to put the next step in.
+		 * Should backing fail, what was backed is still copied and
+		 * counts before the copy stops.
+		 */
+		int berr = cp_backed(&bk, inflight ? UINT64_MAX : next, &backed,
+				     msg, msglen);
+
 		while (inflight < CP_WINDOW && next < total) {
 			unsigned int i = (first + inflight) % CP_WINDOW;
 
@@ -176,8 +286,7 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 					       total - next :
 					       CP_PULL_STEP,
 			};
-			ret = cp_back(inode, &backed, next + ios[i].len, total);
-			if (ret)
+			if (next + ios[i].len > backed)
 				break;
 			complete[i] = false;
 			/* started with the others by the wait below */
@@ -188,20 +297,14 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 			next += ios[i].len;
 			inflight++;
 		}
-		if (ret || !inflight)
+		if (ret)
 			break;
-		int n;
-
-		if (backed < total) {
-			ret = cp_back(inode, &backed, backed + CP_BACK_PIECE,
-				      total);
-			if (ret)
-				break;
-			/* one round of the engine, without waiting */
-			n = phx_batch_wait(b, 1, ended, CP_WINDOW, 0);
-		} else {
-			n = phx_batch_wait(b, 1, ended, CP_WINDOW, -1);
+		if (!inflight) {
+			ret = berr; /* 0: memory for the next step came */
+			continue;
 		}
+		int n = phx_batch_wait(b, 1, ended, CP_WINDOW, -1);
+
 		if (n < 0) {
 			ret = n;
 			break;
@@ -229,6 +332,7 @@ static int cp_pull(struct phxfs_conn *c, struct phxfs_inode *inode, int src,
 		}
 	}
 	/* what is still in flight lands before the lock goes */
+	cp_backer_stop(&bk);
 	phx_batch_destroy(b);
 	pthread_rwlock_unlock(&inode->io_lock);
 	return ret;
@@ -333,7 +437,8 @@ void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 		ret = cp_pull_range(c, inode, src, (uint64_t)total, &done,
 				    &path);
 	else
-		ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path);
+		ret = cp_pull(c, inode, src, (uint64_t)total, &done, &path, msg,
+			      sizeof(msg));
 	/* the copy ran with the io_lock shared, beside readers */
 	phxfs_data_changed(inode);
 	if (!ret && phxfs_in_reserve(inode, c->cred.uid)) {
@@ -341,7 +446,7 @@ void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 		ret = -ENOSPC;
 		done = 0;
 		snprintf(msg, sizeof(msg), "%s", reserve_msg);
-	} else if (ret) {
+	} else if (ret && !*msg) {
 		snprintf(msg, sizeof(msg), "%s", phx_strerror_last());
 	}
 	if (ret) {

@@ -495,7 +495,8 @@ def _fill_device(mode):
 @T.in_modes
 def test_attack_failed_cp(mode):
     """A phx cp larger than the device fails, and the file it created is
-    gone with the memory it took; one it overwrote is reported."""
+    gone with the memory it took; one it overwrote is reported, and keeps
+    the bytes the device had room for."""
     in_mode(_failed_cp, mode)
 
 
@@ -513,6 +514,14 @@ def _failed_cp(mode):
     assert r.returncode, r.stderr
     if mode == "direct":
         assert "overwritten in place" in r.stderr, r.stderr
+        # the bytes the device had room for arrived, and are the source's
+        kept = int(re.search(r"holds only the first (\d+) bytes",
+                             r.stderr).group(1))
+        assert kept >= 64 * MiB, r.stderr
+        assert os.stat(d + "/old").st_size == kept
+        with open(d + "/old", "rb") as f:
+            while chunk := f.read(16 * MiB):
+                assert chunk == bytes(len(chunk))
     else:
         assert read(d + "/old") == b"old contents"
     os.unlink(d + "/old")
