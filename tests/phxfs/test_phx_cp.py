@@ -3,6 +3,7 @@
 daemon's transfer engine, sparse files, trees, bad input.
 """
 import os
+import subprocess
 
 import harness as T
 from harness import MiB, rand, write, same, fresh
@@ -73,6 +74,54 @@ def test_phx_cp_in_several_steps():
     os.unlink(d + "/new")
     os.unlink(d + "/old")
     os.unlink(src)
+
+
+def test_phx_cp_read_while_it_fills():
+    """A file read while phx cp fills it (its memory backed on the
+    daemon's thread as the copy goes) shows, byte by byte, either the
+    source's bytes or zeros, never anything else, and the whole source
+    once the copy has returned."""
+    d, ref = fresh("cpread")
+    src = os.path.join(ref, "src")
+    data = rand(128 * MiB + 4096, 72)  # more than the first 64 MiB piece
+    write(src, data)
+    fd = os.open(src, os.O_RDONLY)  # from the disk: the copy takes longer
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    dst = d + "/dst"
+    with open(dst, "wb") as f:  # its size, no memory: the copy backs it
+        f.truncate(len(data))
+    page = 4096
+    zero = bytes(page)
+    cp = subprocess.Popen([T.FS.phx, "cp", "-q", src, dst], env=T.FS.env,
+                          stderr=subprocess.PIPE, text=True)
+    try:
+        last = False
+        while not last:  # the last pass starts after the copy returned
+            last = cp.poll() is not None
+            with open(dst, "rb", buffering=0) as f:
+                off = 0
+                while chunk := f.read(4 * MiB):
+                    for p in range(0, len(chunk), page):
+                        got = chunk[p:p + page]
+                        want = data[off + p:off + p + len(got)]
+                        if got == want or got == zero[:len(got)]:
+                            continue
+                        # a page read while it was copied: byte by byte
+                        assert all(g == w or not g
+                                   for g, w in zip(got, want)), \
+                            "page at %d is neither" % (off + p)
+                    off += len(chunk)
+        err = cp.communicate()[1]
+        assert cp.returncode == 0, err
+        same(src, dst)
+    finally:
+        cp.wait()  # done already, or lands before the files go
+        os.unlink(dst)
+        os.unlink(src)
 
 
 def test_phx_cp_out_of_phxfs():
