@@ -148,7 +148,8 @@ static void *cp_backer_main(void *arg)
 
 /*
  * Back the first piece of @buf's @total bytes here, the rest on the
- * backer's thread; a file backed already needs no thread.  0 or -errno.
+ * backer's thread; a file backed already needs no thread.  0 (stop it
+ * with cp_backer_stop()) or -errno.
  */
 static int cp_backer_start(struct cp_backer *bk, struct phx_buf *buf,
 			   uint64_t total)
@@ -165,8 +166,11 @@ static int cp_backer_start(struct cp_backer *bk, struct phx_buf *buf,
 		return 0;
 	}
 	ret = phx_buf_commit(buf, 0, first);
-	if (ret)
+	if (ret) {
+		pthread_cond_destroy(&bk->more);
+		pthread_mutex_destroy(&bk->lock);
 		return ret;
+	}
 	bk->backed = first;
 	if (first < total) {
 		/* without a thread the copy backs what it queues itself */
