@@ -29,6 +29,9 @@
 #                     default direct, also over io_uring (switched on
 #                     for the run) and with 16 MiB st_blksize: cat's
 #                     read size)
+#   phx-cp 200        scripts/bench-phx-cp.sh: phx cp over an existing file
+#                     and into a new one against phx_read, for each build
+#                     folder in PHX_CP_BUILDS (default .gpu/bin) in turn
 #   hot 150           scripts/bench-hot.py: hot read_into and load_safetensors
 #                     of a 2 GiB file against the pinned copy rate, with
 #                     the default staging and 128 MiB of it
@@ -99,6 +102,8 @@ for s in "$@"; do
 	phxfs) step phxfs 300 env SIZE="${PHXFS_SIZE:-4G}" URING=on \
 		MODES="${MODES:-direct direct,io_uring direct,blksize=16M}" \
 		bash scripts/bench-phxfs.sh .gpu/bin ;;
+	phx-cp) step phx-cp 200 bash scripts/bench-phx-cp.sh \
+		${PHX_CP_BUILDS:-.gpu/bin} ;;
 	hot) step hot 150 env PHX_LIBRARY=.gpu/bin/libphoenix.so \
 		PYTHONPATH=python python3 scripts/bench-hot.py \
 		PHX_STAGING_SIZE=128M ;;
