@@ -309,6 +309,7 @@ Test(buf, a_forked_child_freeing_leaves_the_parents_buffer)
 	int status;
 	pid_t pid;
 
+	skip_fork_beside_threads();
 	data = xmalloc(n);
 	back = xmalloc(n);
 	fill_random(data, n, 23);

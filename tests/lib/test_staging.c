@@ -198,12 +198,16 @@ Test(staging, the_first_transfer_right_after_open_is_right)
 
 Test(staging, a_forked_child_uses_staging_of_its_own)
 {
-	struct rig r = budget_file(2, 99, 34);
-	struct phx_device *dev = r.dev;
-	size_t n = r.n;
+	struct phx_device *dev;
+	struct rig r;
 	int status;
+	size_t n;
 	pid_t pid;
 
+	skip_fork_beside_threads();
+	r = budget_file(2, 99, 34);
+	dev = r.dev;
+	n = r.n;
 	if (phx_device_kind(dev) == PHX_DEVICE_CUDA)
 		cr_skip_test("CUDA is not usable in a forked child");
 	pid = fork();
