@@ -85,22 +85,18 @@ for round in $(seq "$ROUNDS"); do
 	# phx_read of the same files, as the peer, once a round
 	read -r RES[$round,read,0] RES[$round,read,1] RES[$round,read,2] < <(
 		PHX_LIBRARY="${builds[0]}/libphoenix.so" \
-		PYTHONPATH="$here/../python" python3 - "$RUNS" "${files[@]}" <<'EOF'
-import os, statistics, sys, time
+		PYTHONPATH="$here/../python:$here" python3 - "$RUNS" "${files[@]}" <<'EOF'
+import os, sys
 import phxio
+from bench_safetensors_sim import median_time
 runs, files = int(sys.argv[1]), sys.argv[2:]
 dev = phxio.device()
 out = []
 for f in files:
     buf = dev.alloc(os.path.getsize(f))
-    phxio.read_into(f, buf)
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        phxio.read_into(f, buf)
-        ts.append(time.perf_counter() - t)
+    t = median_time(lambda: phxio.read_into(f, buf), runs)
     buf.free()
-    out.append("%.2f" % (statistics.median(ts) * 1000))
+    out.append("%.2f" % (t * 1000))
 print(*out)
 EOF
 	)
