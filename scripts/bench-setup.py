@@ -12,6 +12,12 @@ Rows (milliseconds, median of the processes):
                        with huge pages asked for / not
     register 2M / 4K   cuMemHostRegister of that memory, and unregister
     streams, events    cuStreamCreate x2, cuEventCreate x16
+    fault 2M xN        the same fault, the memory cut in N parts, a
+                       thread a part
+    register 2M xN     after that, each part registered on its own
+                       thread at once (whether the driver registers in
+                       parallel)
+    fault+reg 2M xN    each thread faults its part and registers it
 Nothing asserts a time.
 """
 
@@ -24,6 +30,7 @@ import mmap
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 MADV_HUGEPAGE = 14
@@ -33,6 +40,65 @@ MADV_POPULATE_WRITE = 23
 def size_of(s: str) -> int:
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+
+
+def aligned_map(size: int, libc, huge: bool):
+    """@size bytes of fresh memory on a 2 MiB boundary: (map, address)."""
+    m = mmap.mmap(-1, size + (2 << 20))
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    p = (base + (2 << 20) - 1) & ~((2 << 20) - 1)
+    if huge:
+        libc.madvise(p, size, MADV_HUGEPAGE)
+    return m, p
+
+
+def on_threads(n: int, fn) -> float:
+    """Run fn(0..n-1) on n threads at once (ctypes lets the GIL go in
+    each call); the seconds until all are done."""
+    ts = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    t = time.perf_counter()
+    for x in ts:
+        x.start()
+    for x in ts:
+        x.join()
+    return time.perf_counter() - t
+
+
+def parts(size: int, n: int, libc, cu, out: dict) -> None:
+    """Fault in and register @size bytes cut in @n parts, a thread a
+    part: first the fault then the registration, each on n threads at
+    once; then both on each thread, on fresh memory."""
+    part = size // n
+    rcs = []
+    ctx = ctypes.c_void_p()
+    cu.cuCtxGetCurrent(ctypes.byref(ctx))  # torch's, made current here
+
+    def fault(p):
+        return lambda i: libc.madvise(p + i * part, part, MADV_POPULATE_WRITE)
+
+    def register(p):
+        def reg(i):
+            cu.cuCtxSetCurrent(ctx)  # a new thread has no current context
+            rcs.append(cu.cuMemHostRegister_v2(
+                ctypes.c_void_p(p + i * part), ctypes.c_size_t(part), 0))
+        return reg
+
+    def unregister(p):
+        for i in range(n):
+            cu.cuMemHostUnregister(ctypes.c_void_p(p + i * part))
+
+    m, p = aligned_map(size, libc, True)
+    out[f"fault 2M x{n}"] = on_threads(n, fault(p))
+    out[f"register 2M x{n}"] = on_threads(n, register(p))
+    unregister(p)
+    m.close()
+    m, p = aligned_map(size, libc, True)
+    f, r = fault(p), register(p)
+    out[f"fault+reg 2M x{n}"] = on_threads(n, lambda i: (f(i), r(i)))
+    unregister(p)
+    m.close()
+    if any(rcs):
+        raise SystemExit(f"cuMemHostRegister: CUresult {max(rcs)}")
 
 
 def child(size: int) -> dict:
@@ -55,11 +121,7 @@ def child(size: int) -> dict:
     cu = ctypes.CDLL("libcuda.so.1")
     for huge in (True, False):
         tag = "2M" if huge else "4K"
-        m = mmap.mmap(-1, size + (2 << 20))
-        base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-        p = (base + (2 << 20) - 1) & ~((2 << 20) - 1)
-        if huge:
-            libc.madvise(p, size, MADV_HUGEPAGE)
+        m, p = aligned_map(size, libc, huge)
         t = time.perf_counter()
         if libc.madvise(p, size, MADV_POPULATE_WRITE):
             ctypes.memset(p, 0, size)
@@ -84,6 +146,8 @@ def child(size: int) -> dict:
     for x in e:
         cu.cuEventCreate(ctypes.byref(x), 2)
     out["events"] = time.perf_counter() - t
+    for n in (4, 8):
+        parts(size, n, libc, cu, out)
     return out
 
 
