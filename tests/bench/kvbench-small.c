@@ -15,7 +15,10 @@
  *   cuFile batch             cuFileBatchIOSubmit at that depth
  *   cuFileRead x QD threads  the synchronous call from QD threads
  *
- * After each run the last read into every slot is checked byte for byte.
+ * The peers take turns (measure()): the disk's rate drifts between
+ * seconds by more than the differences measured, so each round runs each
+ * peer once and every median comes from the same stretch of time.  After
+ * each run the last read into every slot is checked byte for byte.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +47,7 @@ struct sm {
 };
 
 enum sm_peer { SM_RAW, SM_BATCH, SM_POLL, SM_PHX, SM_CUBATCH, SM_CUSYNC };
+#define SM_PEERS (SM_CUSYNC + 1)
 
 static const char *const sm_names[] = {
 	"io_uring O_DIRECT host (limit)",
@@ -278,66 +282,89 @@ static void verify(struct sm *s, enum sm_peer p)
 	}
 }
 
-static struct kb_result *measure(struct sm *s, enum sm_peer p,
-				 const char *group)
+/*
+ * One run of peer @p into @r (timed unless @warm_up); false, with @r's
+ * note, where the peer cannot run.
+ */
+static bool measure_run(struct sm *s, enum sm_peer p, struct kb_result *r,
+			bool warm_up)
 {
-	struct kb_result *r = kb_result(group, sm_names[p], "IOPS", p == SM_RAW,
-					p == SM_BATCH);
+	double t, cpu0, cpu;
 
-	if ((p == SM_CUBATCH || p == SM_CUSYNC) && !s->cufh) {
-		snprintf(r->note, sizeof(r->note), "%s",
-			 s->b->cufile_why ? s->b->cufile_why : s->note);
-		return r;
+	s->note[0] = 0;
+	if (p == SM_RAW)
+		memset(s->b->host, 0, s->qd * s->bs);
+	else
+		kb_dmem_zero(s->b, &s->dm);
+	kb_cold(s->b);
+	cpu0 = bl_cpu_seconds();
+	switch (p) {
+	case SM_RAW:
+		t = kb_uring(s->fd, false, s->reqs, s->n, s->qd, s->b->host,
+			     s->bs, false, s->lat, s->slot_of);
+		break;
+	case SM_BATCH:
+	case SM_POLL:
+		t = run_batch(s, p == SM_POLL);
+		break;
+	case SM_PHX:
+		t = run_threads(s, false);
+		break;
+	case SM_CUBATCH:
+		t = run_cubatch(s);
+		break;
+	default:
+		t = run_threads(s, true);
+		break;
 	}
-	for (int run = -1; run < s->b->runs; run++) {
-		double t, cpu0, cpu;
-
-		s->note[0] = 0;
-		if (p == SM_RAW)
-			memset(s->b->host, 0, s->qd * s->bs);
-		else
-			kb_dmem_zero(s->b, &s->dm);
-		kb_cold(s->b);
-		cpu0 = bl_cpu_seconds();
-		switch (p) {
-		case SM_RAW:
-			t = kb_uring(s->fd, false, s->reqs, s->n, s->qd,
-				     s->b->host, s->bs, false, s->lat,
-				     s->slot_of);
-			break;
-		case SM_BATCH:
-		case SM_POLL:
-			t = run_batch(s, p == SM_POLL);
-			break;
-		case SM_PHX:
-			t = run_threads(s, false);
-			break;
-		case SM_CUBATCH:
-			t = run_cubatch(s);
-			break;
-		default:
-			t = run_threads(s, true);
-			break;
-		}
-		cpu = bl_cpu_seconds() - cpu0;
-		if (t < 0) {
-			snprintf(r->note, sizeof(r->note), "%s", s->note);
-			r->n = 0;
-			return r;
-		}
-		verify(s, p);
-		if (run < 0)
-			continue;
-		r->v[r->n] = s->n / t;
-		r->p50[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.50);
-		r->p99[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.99);
-		r->cpu[r->n] = 1e6 * cpu / s->n;
-		r->n++;
+	cpu = bl_cpu_seconds() - cpu0;
+	if (t < 0) {
+		snprintf(r->note, sizeof(r->note), "%s", s->note);
+		r->n = 0;
+		return false;
 	}
-	return r;
+	verify(s, p);
+	if (warm_up)
+		return true;
+	r->v[r->n] = s->n / t;
+	r->p50[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.50);
+	r->p99[r->n] = 1e6 * bl_percentile(s->lat, s->n, 0.99);
+	r->cpu[r->n] = 1e6 * cpu / s->n;
+	r->n++;
+	return true;
 }
 
-#define SM_PEERS (SM_CUSYNC + 1)
+/*
+ * Every peer at one size and depth into @row.  The disk's rate drifts
+ * from one second to the next, so the peers take turns: one untimed run
+ * each, then a timed run of each per round, the first peer of a round
+ * moving on by one each round, so every peer's median comes from the
+ * same stretch of time.
+ */
+static void measure(struct sm *s, const char *group,
+		    struct kb_result *row[SM_PEERS])
+{
+	bool ok[SM_PEERS];
+
+	for (int p = 0; p < SM_PEERS; p++) {
+		row[p] = kb_result(group, sm_names[p], "IOPS", p == SM_RAW,
+				   p == SM_BATCH);
+		ok[p] = true;
+		if ((p == SM_CUBATCH || p == SM_CUSYNC) && !s->cufh) {
+			snprintf(row[p]->note, sizeof(row[p]->note), "%s",
+				 s->b->cufile_why ? s->b->cufile_why : s->note);
+			ok[p] = false;
+		}
+	}
+	for (int run = -1; run < s->b->runs; run++)
+		for (int i = 0; i < SM_PEERS; i++) {
+			int p = (i + (run < 0 ? 0 : run)) % SM_PEERS;
+
+			if (ok[p])
+				ok[p] = measure_run(s, (enum sm_peer)p, row[p],
+						    run < 0);
+		}
+}
 
 static const char *const sm_short[SM_PEERS] = {
 	"io_uring (limit)", "phx batch",    "phx batch, polled",
@@ -467,9 +494,7 @@ void kb_mode_small(struct kb *b, const struct kb_opts *o)
 				 "rand %" PRIu64 "K QD%u cold", s.bs / KiB,
 				 s.qd);
 			bl_note("%s: %d reads...", group, s.n);
-			for (int p = SM_RAW; p <= SM_CUSYNC; p++)
-				res[si][qi][p] =
-					measure(&s, (enum sm_peer)p, group);
+			measure(&s, group, res[si][qi]);
 			kb_dmem_free(b, &s.dm);
 			free(s.reqs);
 			free(s.lat);
