@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stdbool.h>
 #include <limits.h>
+#include <mntent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,61 @@ static bool daemon_dead(const char *mp)
 		errno == ECANCELED);
 }
 
+/*
+ * @path made absolute and free of links, into @out (PATH_MAX): where the
+ * kernel's table of mounts names it.  The mount point of a dead daemon
+ * cannot be looked at (ENOTCONN), so its directory is resolved and its
+ * name appended.  0 or -errno.
+ */
+static int mount_point_path(const char *path, char *out)
+{
+	char dir[PATH_MAX], name[PATH_MAX], where[PATH_MAX];
+	size_t len;
+
+	if (realpath(path, out))
+		return 0;
+	if (errno != ENOTCONN && errno != ECONNABORTED && errno != ECANCELED)
+		return -errno;
+	snprintf(dir, sizeof(dir), "%s", path);
+	snprintf(name, sizeof(name), "%s", path);
+	if (!realpath(dirname(dir), where))
+		return -errno;
+	len = strlen(where);
+	if (snprintf(out, PATH_MAX, "%s%s%s", where,
+		     len && where[len - 1] == '/' ? "" : "/",
+		     basename(name)) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/*
+ * The type of the file system on top at @mp ("fuse.phxfs" for phxfs,
+ * its daemon alive or not), from the kernel's table of mounts, into
+ * @type; "" where nothing is mounted at @mp.  0 or -errno.
+ */
+static int mount_type_at(const char *mp, char *type, size_t len)
+{
+	char path[PATH_MAX];
+	struct mntent *m;
+	FILE *f;
+	int ret = mount_point_path(mp, path);
+
+	type[0] = '\0';
+	if (ret)
+		return ret;
+	f = setmntent("/proc/self/mounts", "r");
+	if (!f)
+		return -errno;
+	/* the last entry for a directory is the one on top */
+	while ((m = getmntent(f)))
+		if (!strcmp(m->mnt_dir, path))
+			snprintf(type, len, "%s", m->mnt_type);
+	endmntent(f);
+	return 0;
+}
+
+#define PHXFS_MOUNT_TYPE "fuse.phxfs"
+
 static int cmd_mount(int argc, char **argv)
 {
 	char opts[1024] = "", daemon[PATH_MAX + 32], sock[256];
@@ -235,6 +291,17 @@ static int cmd_mount(int argc, char **argv)
 	mp = optind < argc ? argv[optind] : default_mount();
 	/* statfs always reaches the daemon: attributes may be cached. */
 	if (daemon_dead(mp)) {
+		char type[64];
+
+		/* another file system's dead daemon is not ours to remove */
+		if (!mount_type_at(mp, type, sizeof(type)) &&
+		    strcmp(type, PHXFS_MOUNT_TYPE)) {
+			fprintf(stderr,
+				"phx: %s: the daemon of the %s mounted there died; unmount it first (umount -l %s)\n",
+				cli_quote(mp), type[0] ? type : "file system",
+				cli_quote(mp));
+			return 1;
+		}
 		if (detach(mp, true)) {
 			fprintf(stderr,
 				"phx: %s: cannot remove the stale mount of a dead phxfs; run umount -l %s\n",
@@ -277,9 +344,30 @@ static int cmd_mount(int argc, char **argv)
 static int cmd_umount(int argc, char **argv)
 {
 	const char *mp = argc > 1 ? argv[1] : default_mount();
-	bool stale = daemon_dead(mp);
-	int ret = detach(mp, stale);
+	char type[64];
+	bool stale;
+	int ret;
 
+	/* phx umount takes down phxfs only, never what else is mounted */
+	ret = mount_type_at(mp, type, sizeof(type));
+	if (ret) {
+		fprintf(stderr, "phx: cannot unmount %s: %s\n", cli_quote(mp),
+			strerror(-ret));
+		return 1;
+	}
+	if (!type[0]) {
+		fprintf(stderr, "phx: %s: no phxfs is mounted there\n",
+			cli_quote(mp));
+		return 1;
+	}
+	if (strcmp(type, PHXFS_MOUNT_TYPE)) {
+		fprintf(stderr,
+			"phx: %s is not phxfs but %s; phx umount leaves it mounted\n",
+			cli_quote(mp), type);
+		return 1;
+	}
+	stale = daemon_dead(mp);
+	ret = detach(mp, stale);
 	if (ret == -EBUSY) {
 		fprintf(stderr,
 			"phx: %s is busy: close the files open under it (see fuser -m %s), or phx umount again after\n",

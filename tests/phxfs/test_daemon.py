@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The daemon: the FUSE transport it serves over, the mount helper,
-request sizes, and a killed daemon's mount recovered.
+request sizes, what phx umount takes down, and a killed daemon's mount
+recovered.
 """
 import errno
 import os
@@ -101,6 +102,32 @@ def test_request_sizes():
     finally:
         T.FS.umount()
         T.FS.mount()
+
+
+def test_umount_takes_down_phxfs_only():
+    """phx umount refuses a mount point where another file system is on
+    top, leaving it mounted with its files, and a directory where nothing
+    is mounted; each with one line that says so."""
+    need_root()
+    d = os.path.join(T.SCRATCH, "other-fs")
+    os.makedirs(d, exist_ok=True)
+    sh("mount -t tmpfs phx-test-other %s" % d)
+    try:
+        write(d + "/kept", b"kept")
+        r = T.FS.run_phx("umount", d, check=False)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.strip().splitlines() == [
+            "phx: %s is not phxfs but tmpfs; phx umount leaves it mounted"
+            % d], r.stderr
+        assert read(d + "/kept") == b"kept"
+    finally:
+        sh("umount %s" % d)
+    r = T.FS.run_phx("umount", d, check=False)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "phx: %s: no phxfs is mounted there" % d], r.stderr
+    # the suite's own phxfs is still mounted and answers
+    assert sorted(os.listdir(T.FS.mp)) == T.FS.devs
 
 
 def test_kill_daemon_then_recover():
