@@ -298,7 +298,8 @@ static int cmd_mount(int argc, char **argv)
 		    strcmp(type, PHXFS_MOUNT_TYPE)) {
 			fprintf(stderr,
 				"phx: %s: the daemon of the %s mounted there died; unmount it first (umount -l %s)\n",
-				cli_quote(mp), type[0] ? type : "file system",
+				cli_quote(mp),
+				type[0] ? cli_quote(type) : "file system",
 				cli_quote(mp));
 			return 1;
 		}
@@ -361,9 +362,10 @@ static int cmd_umount(int argc, char **argv)
 		return 1;
 	}
 	if (strcmp(type, PHXFS_MOUNT_TYPE)) {
+		/* quoted: a FUSE subtype is the mounting user's choice */
 		fprintf(stderr,
 			"phx: %s is not phxfs but %s; phx umount leaves it mounted\n",
-			cli_quote(mp), type);
+			cli_quote(mp), cli_quote(type));
 		return 1;
 	}
 	stale = daemon_dead(mp);
