@@ -131,39 +131,49 @@ def test_umount_takes_down_phxfs_only():
     assert sorted(os.listdir(T.FS.mp)) == T.FS.devs
 
 
-def test_mount_leaves_another_dead_fuse_mount():
-    """A FUSE file system other than phxfs whose daemon is gone (here a
-    mount whose /dev/fuse descriptor was closed at once) sits at the
-    mount point: phx mount does not remove it as it would a dead phxfs,
-    and phx umount leaves it too; each says so in one line."""
-    need_root()
-    d = os.path.join(T.SCRATCH, "dead-other")
-    os.makedirs(d, exist_ok=True)
+def dead_fuse_mount(d, subtype):
+    """Mount FUSE at @d as type fuse.@subtype and close its /dev/fuse
+    descriptor at once: every call there fails with ENOTCONN, as under a
+    daemon that died."""
     libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open("/dev/fuse", os.O_RDWR)
     try:
         opts = "fd=%d,rootmode=40000,user_id=0,group_id=0" % fd
-        if libc.mount(b"other", d.encode(), b"fuse.other", 0,
+        if libc.mount(b"other", d.encode(), b"fuse." + subtype, 0,
                       opts.encode()):
             pytest.skip("cannot mount FUSE here: %s"
                         % os.strerror(ctypes.get_errno()))
     finally:
-        os.close(fd)  # the connection dies with it
-    try:
-        expect_errno(errno.ENOTCONN, os.statvfs, d)
-        r = T.FS.run_phx("mount", d, check=False)
-        assert r.returncode == 1, r.stderr
-        assert r.stderr.strip().splitlines() == [
-            "phx: %s: the daemon of the fuse.other mounted there died; "
-            "unmount it first (umount -l %s)" % (d, d)], r.stderr
-        r = T.FS.run_phx("umount", d, check=False)
-        assert r.returncode == 1, r.stderr
-        assert r.stderr.strip().splitlines() == [
-            "phx: %s is not phxfs but fuse.other; phx umount leaves it "
-            "mounted" % d], r.stderr
-        assert " %s fuse.other " % d in read("/proc/mounts").decode()
-    finally:
-        sh("umount -l %s" % d)
+        os.close(fd)
+    expect_errno(errno.ENOTCONN, os.statvfs, d)
+
+
+def test_mount_leaves_another_dead_fuse_mount():
+    """A FUSE file system other than phxfs whose daemon is gone sits at
+    the mount point: phx mount does not remove it as it would a dead
+    phxfs, and phx umount leaves it too; each says so in one line, the
+    type quoted as a path is (a subtype is the mounting user's choice)."""
+    need_root()
+    d = os.path.join(T.SCRATCH, "dead-other")
+    os.makedirs(d, exist_ok=True)
+    for subtype, shown in ((b"other", "fuse.other"),
+                           (b"ot\x1b[31mher", "fuse.ot\\x1b[31mher")):
+        dead_fuse_mount(d, subtype)
+        try:
+            r = T.FS.run_phx("mount", d, check=False)
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.strip().splitlines() == [
+                "phx: %s: the daemon of the %s mounted there died; "
+                "unmount it first (umount -l %s)" % (d, shown, d)], r.stderr
+            r = T.FS.run_phx("umount", d, check=False)
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.strip().splitlines() == [
+                "phx: %s is not phxfs but %s; phx umount leaves it "
+                "mounted" % (d, shown)], r.stderr
+            assert " %s fuse.%s " % (d, subtype.decode()) in \
+                read("/proc/mounts").decode()
+        finally:
+            sh("umount -l %s" % d)
 
 
 def test_kill_daemon_then_recover():
