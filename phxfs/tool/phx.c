@@ -351,21 +351,19 @@ static int cmd_umount(int argc, char **argv)
 
 	/* phx umount takes down phxfs only, never what else is mounted */
 	ret = mount_type_at(mp, type, sizeof(type));
-	if (ret) {
-		fprintf(stderr, "phx: cannot unmount %s: %s\n", cli_quote(mp),
-			strerror(-ret));
-		return 1;
-	}
-	if (!type[0]) {
-		fprintf(stderr, "phx: %s: no phxfs is mounted there\n",
-			cli_quote(mp));
-		return 1;
-	}
-	if (strcmp(type, PHXFS_MOUNT_TYPE)) {
-		/* quoted: a FUSE subtype is the mounting user's choice */
-		fprintf(stderr,
-			"phx: %s is not phxfs but %s; phx umount leaves it mounted\n",
-			cli_quote(mp), cli_quote(type));
+	if (ret || strcmp(type, PHXFS_MOUNT_TYPE)) {
+		char why[160];
+
+		if (ret)
+			snprintf(why, sizeof(why), "%s", strerror(-ret));
+		else if (!type[0])
+			snprintf(why, sizeof(why), "no phxfs is mounted there");
+		else /* quoted: a FUSE subtype is the mounting user's choice */
+			snprintf(
+				why, sizeof(why),
+				"not phxfs but %s; phx umount leaves it mounted",
+				cli_quote(type));
+		fprintf(stderr, "phx: %s: %s\n", cli_quote(mp), why);
 		return 1;
 	}
 	stale = daemon_dead(mp);

@@ -118,7 +118,7 @@ def test_umount_takes_down_phxfs_only():
         r = T.FS.run_phx("umount", d, check=False)
         assert r.returncode == 1, r.stderr
         assert r.stderr.strip().splitlines() == [
-            "phx: %s is not phxfs but tmpfs; phx umount leaves it mounted"
+            "phx: %s: not phxfs but tmpfs; phx umount leaves it mounted"
             % d], r.stderr
         assert read(d + "/kept") == b"kept"
     finally:
@@ -168,7 +168,7 @@ def test_mount_leaves_another_dead_fuse_mount():
             r = T.FS.run_phx("umount", d, check=False)
             assert r.returncode == 1, r.stderr
             assert r.stderr.strip().splitlines() == [
-                "phx: %s is not phxfs but %s; phx umount leaves it "
+                "phx: %s: not phxfs but %s; phx umount leaves it "
                 "mounted" % (d, shown)], r.stderr
             assert " %s fuse.%s " % (d, subtype.decode()) in \
                 read("/proc/mounts").decode()
