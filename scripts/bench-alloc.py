@@ -24,6 +24,8 @@ import os
 import subprocess
 import sys
 
+from bench_safetensors_sim import read_through_cache
+
 CHILD = r"""
 import sys, time
 import phxio
@@ -113,9 +115,7 @@ def main():
         t = float(r.stdout)
         print("%-10s %12.2f %10.2f" % (c, t * 1e3, size / t / 1e9))
     if a.copy:
-        with open(a.copy, "rb") as f:  # into the page cache
-            while f.read(64 << 20):
-                pass
+        read_through_cache([a.copy])
         print("\nphx_read of %s into device memory, median of %d"
               % (a.copy, a.runs))
         print("%-14s %10s %8s %9s" % ("into", "ms", "GB/s", "vs used"))

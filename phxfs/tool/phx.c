@@ -199,18 +199,22 @@ static void daemon_path(char *out, size_t len)
 }
 
 /*
- * Is @mp the mount of a phxfs that died?  Its calls fail with ENOTCONN
- * once the kernel has aborted the connection; a call that was queued
- * before ends with ECONNABORTED, or over io_uring with ECANCELED while the
- * kernel tears its queues down.
+ * Is @err what a call on the mount of a FUSE daemon that died fails
+ * with?  ENOTCONN once the kernel has aborted the connection; a call that
+ * was queued before ends with ECONNABORTED, or over io_uring with
+ * ECANCELED while the kernel tears its queues down.
  */
+static bool dead_mount_err(int err)
+{
+	return err == ENOTCONN || err == ECONNABORTED || err == ECANCELED;
+}
+
+/* Is @mp the mount of a FUSE daemon (phxfs or another) that died? */
 static bool daemon_dead(const char *mp)
 {
 	struct statvfs sv;
 
-	return statvfs(mp, &sv) &&
-	       (errno == ENOTCONN || errno == ECONNABORTED ||
-		errno == ECANCELED);
+	return statvfs(mp, &sv) && dead_mount_err(errno);
 }
 
 /*
@@ -226,7 +230,7 @@ static int mount_point_path(const char *path, char *out)
 
 	if (realpath(path, out))
 		return 0;
-	if (errno != ENOTCONN && errno != ECONNABORTED && errno != ECANCELED)
+	if (!dead_mount_err(errno))
 		return -errno;
 	snprintf(dir, sizeof(dir), "%s", path);
 	snprintf(name, sizeof(name), "%s", path);
