@@ -390,6 +390,26 @@ static int cp_room(struct phxfs_conn *c, struct phxfs_inode *inode,
 	return ret;
 }
 
+static bool conn_in_group(const void *c, gid_t gid)
+{
+	return phxfs_conn_in_group(c, gid);
+}
+
+/*
+ * The copy into @inode is accepted: from here on the file is written as
+ * by a write of the caller's, which the client has not made (it leaves
+ * an existing file alone until the daemon takes the copy): its times,
+ * and the privileges a write takes (phxfs_kill_priv()).
+ */
+static void cp_writes(struct phxfs_conn *c, struct phxfs_inode *inode)
+{
+	pthread_mutex_lock(&c->fs->lock);
+	phxfs_touch(&inode->mtime);
+	inode->ctime = inode->mtime;
+	phxfs_kill_priv_as(c->fs, inode, c->cred.uid, conn_in_group, c);
+	pthread_mutex_unlock(&c->fs->lock);
+}
+
 static const char reserve_msg[] =
 	"CP: the rest of the device is kept for root (root_reserve)";
 
@@ -437,6 +457,7 @@ void phxfs_ctl_cp(struct phxfs_conn *c, unsigned long long ino, int src)
 		phxfs_conn_err(c, ret, reserve_msg);
 		goto out;
 	}
+	cp_writes(c, inode);
 	if (phxfs_dev_ranged(inode->dev))
 		ret = cp_pull_range(c, inode, src, (uint64_t)total, &done,
 				    &path);
@@ -555,10 +576,11 @@ void phxfs_ctl_cp_out(struct phxfs_conn *c, unsigned long long ino, int dst)
 		goto out;
 	ret = cp_push(c, inode, dst, &done, &path);
 	/*
-	 * Copied: giving the file back calls the library, which may reset
-	 * its last error.
+	 * What went wrong is writing the client's file (the device's memory
+	 * is only read): its errno says it, not the library's message,
+	 * which names the daemon's descriptor of it.
 	 */
-	snprintf(msg, sizeof(msg), "%s", ret ? phx_strerror_last() : "");
+	snprintf(msg, sizeof(msg), "%s", ret ? strerror(-ret) : "");
 	cp_answer(c, inode, ret, msg, done, path);
 	return;
 out:

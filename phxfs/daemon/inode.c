@@ -34,32 +34,31 @@ void phxfs_touch(struct timespec *ts)
 }
 
 /* Is the caller of @req in group @gid (primary or supplementary)? */
-static bool caller_in_group(fuse_req_t req, gid_t gid)
+static bool caller_in_group(const void *req, gid_t gid)
 {
 	gid_t groups[64];
 	int i, n;
 
-	if (fuse_req_ctx(req)->gid == gid)
+	if (fuse_req_ctx((fuse_req_t)req)->gid == gid)
 		return true;
-	n = fuse_req_getgroups(req, 64, groups);
+	n = fuse_req_getgroups((fuse_req_t)req, 64, groups);
 	for (i = 0; i < n && i < 64; i++)
 		if (groups[i] == gid)
 			return true;
 	return false;
 }
 
-bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode)
+bool phxfs_kill_priv_as(struct phxfs *fs, struct phxfs_inode *inode, uid_t uid,
+			bool (*in_group)(const void *, gid_t), const void *who)
 {
 	mode_t mode = inode->mode;
-	bool changed = !phxfs_xattr_remove(phxfs_fs(req), inode,
-					   "security.capability");
+	bool changed = !phxfs_xattr_remove(fs, inode, "security.capability");
 
-	if (!S_ISREG(mode) || !(mode & (S_ISUID | S_ISGID)) ||
-	    !fuse_req_ctx(req)->uid)
+	if (!S_ISREG(mode) || !(mode & (S_ISUID | S_ISGID)) || !uid)
 		return changed;
 	mode &= ~(mode_t)S_ISUID;
 	if ((mode & S_ISGID) &&
-	    ((mode & S_IXGRP) || !caller_in_group(req, inode->gid)))
+	    ((mode & S_IXGRP) || !in_group(who, inode->gid)))
 		mode &= ~(mode_t)S_ISGID;
 	if (mode != inode->mode) {
 		inode->mode = mode;
@@ -67,6 +66,12 @@ bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode)
 		changed = true;
 	}
 	return changed;
+}
+
+bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode)
+{
+	return phxfs_kill_priv_as(phxfs_fs(req), inode, fuse_req_ctx(req)->uid,
+				  caller_in_group, req);
 }
 
 void phxfs_attr_changed(struct phxfs *fs, struct phxfs_inode *inode)

@@ -299,6 +299,13 @@ void phxfs_touch(struct timespec *ts);
  * true if anything changed (the kernel's cached attributes are stale).
  */
 bool phxfs_kill_priv(fuse_req_t req, struct phxfs_inode *inode);
+/*
+ * The same for a write by user @uid that is not a FUSE request (a copy
+ * over the control socket): @in_group(@who, gid) says whether the writer
+ * is in group gid.  fs->lock held.
+ */
+bool phxfs_kill_priv_as(struct phxfs *fs, struct phxfs_inode *inode, uid_t uid,
+			bool (*in_group)(const void *, gid_t), const void *who);
 /* Tell the kernel that @inode's cached attributes are stale. */
 void phxfs_attr_changed(struct phxfs *fs, struct phxfs_inode *inode);
 
