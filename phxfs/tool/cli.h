@@ -6,6 +6,7 @@
 #ifndef PHX_CLI_H
 #define PHX_CLI_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #define DEFAULT_MOUNT "/mnt/phx"
@@ -13,6 +14,23 @@
 /* print.c */
 /* The usage to @out; the exit status (2 on stderr, 0 on stdout). */
 int cli_usage(FILE *out);
+/*
+ * A usage error of phx @cmd (NULL: of phx itself) as one line: @why and
+ * the command's usage; returns the exit status, 2.
+ */
+int cli_usage_err(const char *cmd, const char *why);
+/*
+ * The same for what getopt() returned for a bad option of @cmd (@opt '?'
+ * or ':', the optstring starting with ':').
+ */
+int cli_bad_option(const char *cmd, int opt);
+/*
+ * Is @err what a call on the mount of a FUSE daemon that died fails
+ * with?  ENOTCONN once the kernel has aborted the connection; a call that
+ * was queued before ends with ECONNABORTED, or over io_uring with
+ * ECANCELED while the kernel tears its queues down.
+ */
+bool cli_dead_mount_err(int err);
 /* @v bytes as "1.5 GiB" into @buf; returns @buf. */
 char *cli_bytes(char *buf, size_t len, double v);
 /* GB/s of @bytes in @seconds, 0 when no time passed. */

@@ -92,11 +92,13 @@ static int cmd_status(int argc, char **argv)
 	unsigned int i;
 	int opt, ret;
 
-	while ((opt = getopt(argc, argv, "a")) != -1) {
+	while ((opt = getopt(argc, argv, ":a")) != -1) {
 		if (opt != 'a')
-			return cli_usage(stderr);
+			return cli_bad_option("status", opt);
 		all = true;
 	}
+	if (argc - optind > 1)
+		return cli_usage_err("status", "one mount point at most");
 	mp = optind < argc ? argv[optind] : default_mount();
 	ret = phxfs_status_get(mp, &st);
 	if (ret == -ENOTSUP) {
@@ -198,23 +200,12 @@ static void daemon_path(char *out, size_t len)
 	}
 }
 
-/*
- * Is @err what a call on the mount of a FUSE daemon that died fails
- * with?  ENOTCONN once the kernel has aborted the connection; a call that
- * was queued before ends with ECONNABORTED, or over io_uring with
- * ECANCELED while the kernel tears its queues down.
- */
-static bool dead_mount_err(int err)
-{
-	return err == ENOTCONN || err == ECONNABORTED || err == ECANCELED;
-}
-
 /* Is @mp the mount of a FUSE daemon (phxfs or another) that died? */
 static bool daemon_dead(const char *mp)
 {
 	struct statvfs sv;
 
-	return statvfs(mp, &sv) && dead_mount_err(errno);
+	return statvfs(mp, &sv) && cli_dead_mount_err(errno);
 }
 
 /*
@@ -230,7 +221,7 @@ static int mount_point_path(const char *path, char *out)
 
 	if (realpath(path, out))
 		return 0;
-	if (!dead_mount_err(errno))
+	if (!cli_dead_mount_err(errno))
 		return -errno;
 	snprintf(dir, sizeof(dir), "%s", path);
 	snprintf(name, sizeof(name), "%s", path);
@@ -280,18 +271,27 @@ static int cmd_mount(int argc, char **argv)
 	const char *mp;
 	int opt, n = 0;
 
-	while ((opt = getopt(argc, argv, "fo:")) != -1) {
+	while ((opt = getopt(argc, argv, ":fo:")) != -1) {
 		if (opt == 'f') {
 			fg = true;
 		} else if (opt == 'o') {
 			size_t l = strlen(opts);
+			int len = snprintf(opts + l, sizeof(opts) - l, "%s%s",
+					   l ? "," : "", optarg);
 
-			snprintf(opts + l, sizeof(opts) - l, "%s%s",
-				 l ? "," : "", optarg);
+			/* never mount with options cut short */
+			if (len < 0 || (size_t)len >= sizeof(opts) - l) {
+				fprintf(stderr,
+					"phx mount: the options (-o) are longer than %zu bytes\n",
+					sizeof(opts) - 1);
+				return 2;
+			}
 		} else {
-			return cli_usage(stderr);
+			return cli_bad_option("mount", opt);
 		}
 	}
+	if (argc - optind > 1)
+		return cli_usage_err("mount", "one mount point at most");
 	mp = optind < argc ? argv[optind] : default_mount();
 	/* statfs always reaches the daemon: attributes may be cached. */
 	if (daemon_dead(mp)) {
@@ -319,8 +319,18 @@ static int cmd_mount(int argc, char **argv)
 	}
 	if (getxattr(mp, "user.phx.socket", sock, sizeof(sock)) >= 0 ||
 	    errno == ERANGE) {
-		printf("phx: phxfs is already mounted at %s\n", cli_quote(mp));
-		return 0;
+		char type[64];
+
+		if (!mount_type_at(mp, type, sizeof(type)) &&
+		    !strcmp(type, PHXFS_MOUNT_TYPE)) {
+			printf("phx: phxfs is already mounted at %s\n",
+			       cli_quote(mp));
+			return 0;
+		}
+		fprintf(stderr,
+			"phx: %s: inside a mounted phxfs, not its mount point; mount phxfs on a directory outside it\n",
+			cli_quote(mp));
+		return 1;
 	}
 	if (mkdir(mp, 0755) && errno != EEXIST) {
 		fprintf(stderr, "phx: cannot create %s: %s\n", cli_quote(mp),
@@ -348,10 +358,16 @@ static int cmd_mount(int argc, char **argv)
 
 static int cmd_umount(int argc, char **argv)
 {
-	const char *mp = argc > 1 ? argv[1] : default_mount();
+	const char *mp;
 	char type[64];
 	bool stale;
-	int ret;
+	int ret, opt;
+
+	while ((opt = getopt(argc, argv, ":")) != -1)
+		return cli_bad_option("umount", opt);
+	if (argc - optind > 1)
+		return cli_usage_err("umount", "one mount point at most");
+	mp = optind < argc ? argv[optind] : default_mount();
 
 	/* phx umount takes down phxfs only, never what else is mounted */
 	ret = mount_type_at(mp, type, sizeof(type));
@@ -386,7 +402,7 @@ static int cmd_umount(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		return cli_usage(stderr);
+		return cli_usage_err(NULL, "a command is needed");
 	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
 	    !strcmp(argv[1], "help"))
 		return cli_usage(stdout);
@@ -398,6 +414,7 @@ int main(int argc, char **argv)
 		return cmd_mount(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "umount") || !strcmp(argv[1], "unmount"))
 		return cmd_umount(argc - 1, argv + 1);
-	fprintf(stderr, "phx: unknown command '%s'\n", argv[1]);
-	return cli_usage(stderr);
+	fprintf(stderr, "phx: unknown command %s; phx --help lists them\n",
+		cli_quote(argv[1]));
+	return 2;
 }

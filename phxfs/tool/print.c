@@ -37,6 +37,48 @@ int cli_usage(FILE *out)
 	return out == stderr ? 2 : 0;
 }
 
+/* One line for each command: phx CMD's arguments. */
+static const char *const usages[][2] = {
+	{ "mount", "[-f] [-o OPTIONS] [MOUNTPOINT]" },
+	{ "umount", "[MOUNTPOINT]" },
+	{ "status", "[-a] [MOUNTPOINT]" },
+	{ "cp", "[-q] [-r] SRC DST" },
+};
+
+int cli_usage_err(const char *cmd, const char *why)
+{
+	const char *args = "COMMAND [ARGS]";
+	unsigned int i;
+
+	for (i = 0; cmd && i < sizeof(usages) / sizeof(usages[0]); i++)
+		if (!strcmp(usages[i][0], cmd))
+			args = usages[i][1];
+	fprintf(stderr,
+		"phx%s%s: %s; usage: phx%s%s %s (phx --help says more)\n",
+		cmd ? " " : "", cmd ? cmd : "", why, cmd ? " " : "",
+		cmd ? cmd : "", args);
+	return 2;
+}
+
+int cli_bad_option(const char *cmd, int opt)
+{
+	char why[64];
+
+	if (opt == ':')
+		snprintf(why, sizeof(why), "option -%c needs an argument",
+			 optopt);
+	else if (optopt > ' ' && optopt < 0x7f)
+		snprintf(why, sizeof(why), "invalid option -%c", optopt);
+	else
+		snprintf(why, sizeof(why), "invalid option");
+	return cli_usage_err(cmd, why);
+}
+
+bool cli_dead_mount_err(int err)
+{
+	return err == ENOTCONN || err == ECONNABORTED || err == ECANCELED;
+}
+
 char *cli_bytes(char *buf, size_t len, double v)
 {
 	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };

@@ -241,3 +241,272 @@ def test_phx_cp_bad_input():
             r.stderr
     assert os.listdir(ref) == ["f"], os.listdir(ref)
     assert sorted(os.listdir(d)) == ["f"], os.listdir(d)
+
+
+def one_line(r, msg, code=1):
+    """@r failed with exit status @code and one line holding @msg."""
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == code and len(lines) == 1 and msg in lines[0], \
+        (r.returncode, r.stderr)
+
+
+def as_nobody(*argv):
+    T.need_root()
+    T.need("setpriv")
+    return subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup",
+                           "--clear-groups", "--"] + list(argv),
+                          capture_output=True, text=True, env=T.FS.env)
+
+
+def test_phx_cp_never_follows_links_in_the_destination():
+    """Links another user planted in a destination tree on phxfs (device
+    directories are 1777) are refused, never followed: root's files
+    outside phxfs keep their bytes."""
+    d, ref = fresh("cplinks")
+    victim = os.path.join(ref, "victim")
+    write(victim, b"root's file\n" * 1000)
+    os.chmod(ref, 0o755)
+    outside = os.path.join(ref, "outside")
+    os.mkdir(outside)
+    team = d + "/team"
+    os.mkdir(team)
+    os.chmod(team, 0o1777)
+    for argv in (["mkdir", "-p", team + "/srcd"],
+                 ["ln", "-s", victim, team + "/srcd/g"],
+                 ["ln", "-s", outside, team + "/srcd/sub"],
+                 ["ln", "-s", victim, team + "/f"]):
+        r = as_nobody(*argv)
+        assert r.returncode == 0, r.stderr
+    srcd = os.path.join(ref, "srcd")
+    os.makedirs(srcd + "/sub")
+    write(srcd + "/g", b"x" * 10)
+    write(srcd + "/sub/h", b"y" * 10)
+    r = T.FS.run_phx("cp", "-r", "-q", srcd, team, check=False)
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and all("symbolic link" in x for x in lines), \
+        r.stderr
+    write(ref + "/f", b"z" * 10)
+    one_line(T.FS.run_phx("cp", ref + "/f", team, check=False),
+             "/team/f: a symbolic link")
+    assert T.read(victim) == b"root's file\n" * 1000
+    assert os.listdir(outside) == []
+
+
+def test_phx_cp_refused_leaves_the_destination(mode):
+    """A copy the daemon refuses (-o writeback), or a source whose size is
+    not what it reads (procfs, sysfs), leaves an existing destination
+    with its old bytes and makes no new one."""
+    def case(mode):
+        d, ref = fresh("cprefused")
+        old = rand(10 * MiB, 80)
+        write(d + "/victim", old)
+        write(ref + "/small", b"small")
+        r = T.FS.run_phx("cp", ref + "/small", d + "/victim", check=False)
+        if mode == "writeback":
+            one_line(r, "writeback")
+            assert T.read(d + "/victim") == old
+        else:
+            assert r.returncode == 0, r.stderr
+            write(d + "/victim", old)
+        for src in ("/proc/cpuinfo",
+                    "/sys/kernel/mm/transparent_hugepage/enabled"):
+            if not os.path.exists(src):
+                continue
+            one_line(T.FS.run_phx("cp", src, d + "/victim", check=False),
+                     "is not what it reads")
+            one_line(T.FS.run_phx("cp", src, d + "/new", check=False),
+                     "is not what it reads")
+            assert T.read(d + "/victim") == old
+            assert not os.path.exists(d + "/new")
+    T.in_mode(case, mode)
+
+
+test_phx_cp_refused_leaves_the_destination = T.in_modes(
+    test_phx_cp_refused_leaves_the_destination)
+
+
+def test_phx_cp_modes():
+    """Like cp: a new file gets the source's permission bits less the
+    umask, an existing one keeps its mode, both ways; -r makes each
+    directory with its source's mode."""
+    d, ref = fresh("cpmodes")
+    old = os.umask(0o022)
+    try:
+        src = os.path.join(ref, "secret")
+        write(src, b"s" * 5000)
+        os.chmod(src, 0o600)
+        T.FS.run_phx("cp", "-q", src, d + "/secret")
+        assert os.stat(d + "/secret").st_mode & 0o7777 == 0o600
+        write(d + "/kept", b"k")
+        os.chmod(d + "/kept", 0o640)
+        T.FS.run_phx("cp", "-q", src, d + "/kept")
+        assert os.stat(d + "/kept").st_mode & 0o7777 == 0o640
+        same(src, d + "/kept")
+        T.FS.run_phx("cp", "-q", d + "/secret", ref + "/out")
+        assert os.stat(ref + "/out").st_mode & 0o7777 == 0o600
+        os.chmod(d + "/kept", 0o666)
+        write(ref + "/mine", b"mine")
+        os.chmod(ref + "/mine", 0o600)
+        T.FS.run_phx("cp", "-q", d + "/kept", ref + "/mine")
+        assert os.stat(ref + "/mine").st_mode & 0o7777 == 0o600
+        same(src, ref + "/mine")
+        tree = os.path.join(ref, "tree")
+        os.makedirs(tree + "/private")
+        write(tree + "/private/f", b"f")
+        os.chmod(tree + "/private", 0o500)
+        os.chmod(tree, 0o777)
+        T.FS.run_phx("cp", "-r", "-q", tree, d + "/tree")
+        assert os.stat(d + "/tree").st_mode & 0o7777 == 0o755
+        assert os.stat(d + "/tree/private").st_mode & 0o7777 == 0o500
+        same(tree + "/private/f", d + "/tree/private/f")
+        os.chmod(tree + "/private", 0o700)
+    finally:
+        os.umask(old)
+
+
+def test_phx_cp_r_leaves_the_mount_inside_the_source():
+    """A tree that holds the destination's mount is copied without it:
+    one line, exit 1, and no copy of a copy."""
+    T.need_root()
+    d, ref = fresh("cpself")
+    rt = os.path.join(ref, "rt")
+    os.makedirs(rt + "/m")
+    write(rt + "/a", b"a" * 100)
+    T.sh("mount --bind %s %s" % (d, rt + "/m"))
+    try:
+        r = T.FS.run_phx("cp", "-r", "-q", rt, rt + "/m/", check=False)
+        one_line(r, "rt/m: on the file system copied into")
+        assert sorted(os.listdir(d + "/rt")) == ["a"]
+        same(rt + "/a", d + "/rt/a")
+    finally:
+        T.sh("umount %s" % (rt + "/m"))
+
+
+def test_phx_cp_long_paths():
+    """A destination longer than PATH_MAX is refused, never cut to another
+    file's name; a name of NAME_MAX bytes copies out (its temporary file
+    has a short name of its own)."""
+    d, ref = fresh("cplong")
+    write(d + "/victim", b"victim")
+    write(ref + "/src", b"source")
+    pre = d + "/" + "./" * ((4095 - len(d) - 1 - len("victim")) // 2)
+    pre += "/" * (4095 - len(pre) - len("victim"))
+    dst = pre + "victim" + "-longer"
+    assert len(pre + "victim") == 4095
+    one_line(T.FS.run_phx("cp", ref + "/src", dst, check=False),
+             "File name too long")
+    assert T.read(d + "/victim") == b"victim"
+    name = "n" * 255
+    write(d + "/" + name, b"long name")
+    T.FS.run_phx("cp", "-q", d + "/" + name, ref)
+    same(d + "/" + name, ref + "/" + name)
+    T.FS.run_phx("cp", "-q", ref + "/src", d + "/" + name)
+    same(ref + "/src", d + "/" + name)
+
+
+def test_phx_cp_out_through_a_link():
+    """Copied out over a symbolic link, the copy replaces the file the
+    link leads to, as cp writes through it; a link to nothing is
+    refused."""
+    d, ref = fresh("cpoutlink")
+    write(d + "/f", rand(3 * MiB, 81))
+    os.mkdir(ref + "/real")
+    write(ref + "/real/target", b"old")
+    os.symlink("real/target", ref + "/link")
+    T.FS.run_phx("cp", "-q", d + "/f", ref + "/link")
+    assert os.readlink(ref + "/link") == "real/target"
+    same(d + "/f", ref + "/real/target")
+    os.symlink("nothing", ref + "/dangling")
+    one_line(T.FS.run_phx("cp", d + "/f", ref + "/dangling", check=False),
+             "a symbolic link to nothing")
+    assert [n for n in os.listdir(ref) if ".phx-" in n] == []
+
+
+def test_phx_cp_messages():
+    """A phxfs file the caller may not read says so; a copy out that
+    cannot be written names the destination; phx mount inside phxfs is
+    refused."""
+    d, ref = fresh("cpmsg")
+    write(d + "/secret", b"s" * 100)
+    os.chmod(d + "/secret", 0o600)
+    os.chmod(ref, 0o777)
+    r = as_nobody(T.FS.phx, "cp", d + "/secret", ref + "/x")
+    one_line(r, "secret: Permission denied")
+    small = os.path.join(ref, "small")
+    os.mkdir(small)
+    T.sh("mount -t tmpfs -o size=1m phx-test-small %s" % small)
+    try:
+        write(d + "/big", rand(4 * MiB, 82))
+        r = T.FS.run_phx("cp", d + "/big", small + "/big", check=False)
+        one_line(r, "small/big: No space left on device")
+        assert os.listdir(small) == []
+    finally:
+        T.sh("umount %s" % small)
+    r = T.FS.run_phx("mount", d + "/secret", check=False)
+    one_line(r, "inside a mounted phxfs")
+
+
+def test_phx_arguments():
+    """Usage errors are one line that names the command, exit 2; nothing
+    is mounted or unmounted."""
+    mp = os.path.join(T.SCRATCH, "not-mounted")
+    os.makedirs(mp, exist_ok=True)
+    for argv, msg in [(("mount", mp, mp + "2"), "phx mount: one mount point"),
+                      (("umount", "-x"), "phx umount: invalid option -x"),
+                      (("umount", mp, mp), "phx umount: one mount point"),
+                      (("status", T.FS.mp, mp), "phx status: one mount"),
+                      (("cp", "-z", "a", "b"), "phx cp: invalid option -z"),
+                      (("mount", "-o"), "phx mount: option -o needs"),
+                      (("cp", "a"), "phx cp: SRC and DST are needed"),
+                      (("mount", "-o", "size=1m," + "x" * 1100, mp),
+                       "longer than 1023 bytes"),
+                      (("nosuch",), "unknown command")]:
+        one_line(T.FS.run_phx(*argv, check=False), msg, 2)
+    assert not os.path.ismount(mp)
+    assert not os.path.exists(mp + "2")
+    assert sorted(os.listdir(T.FS.mp)) == T.FS.devs
+
+
+def wait_for(pred, proc):
+    """Spin until @pred() holds or @proc ended; whether it held."""
+    while proc.poll() is None:
+        if pred():
+            return True
+    return pred()
+
+
+def test_phx_cp_stopped_by_a_signal():
+    """SIGINT or SIGTERM during a copy removes what the copy made (the
+    new file in phxfs, the temporary file out of it) and exits 130 or
+    143 with one line; a copy that ended first is whole."""
+    d, ref = fresh("cpsig")
+    src = os.path.join(ref, "src")
+    write(src, rand(100 * MiB, 83))
+    T.FS.run_phx("cp", "-q", src, d + "/whole")
+    for sig, code, a, b, made in [
+            (15, 143, d + "/whole", ref + "/back",
+             lambda: any(".phx-cp-" in n for n in os.listdir(ref))),
+            (2, 130, src, d + "/dst",
+             lambda: os.path.exists(d + "/dst"))]:
+        used = T.FS_used()
+        fd = os.open(src, os.O_RDONLY)  # from the disk: the copy is longer
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        p = subprocess.Popen([T.FS.phx, "cp", "-q", a, b], env=T.FS.env,
+                             stderr=subprocess.PIPE, text=True)
+        if wait_for(made, p):
+            p.send_signal(sig)
+        err = p.communicate()[1]
+        if p.returncode == 0:
+            same(a, b)  # it ended before the signal came
+            os.unlink(b)
+            continue
+        assert p.returncode == code, (p.returncode, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "stopped by" in lines[0], err
+        assert "removed" in lines[0], err
+        assert not os.path.exists(b)
+        assert [n for n in os.listdir(ref) if ".phx-" in n] == []
+        # phx returned once the daemon had let go of the files
+        assert T.FS_used() == used
