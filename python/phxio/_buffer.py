@@ -45,6 +45,10 @@ class Buffer:
         # before the device closes, whichever of the two goes first.
         self.device = dev
         self._handle: Optional[int] = handle
+        # Stream-ordered transfers queued into or out of this buffer and
+        # not yet seen complete (_transfer.Transfer): free() and resize()
+        # wait for their streams first, as cudaFree synchronizes.
+        self._queued: set[Any] = set()
         self._finalizer = weakref.finalize(self, _free_buf, handle, lib(),
                                            dev._native)
 
@@ -78,14 +82,30 @@ class Buffer:
         return lib().phx_buf_host_view(self.handle) or None
 
     def resize(self, size: int) -> None:
-        """Grow or shrink, keeping contents; the address may change."""
-        check(lib().phx_buf_resize(self.handle, size))
+        """Grow or shrink, keeping contents; the address may change.
+        Waits first for the streams with transfers queued into or out of
+        the buffer."""
+        handle = self.handle
+        self._drain()
+        check(lib().phx_buf_resize(handle, size))
 
     def free(self) -> None:
-        """Release the memory now (views made from it become invalid)."""
+        """Release the memory now (views made from it become invalid).
+        Waits first for the streams with transfers queued into or out of
+        the buffer."""
         if self._handle is not None:
+            self._drain()
             self._handle = None
             self._finalizer()
+
+    def _drain(self) -> None:
+        """Synchronize the streams of the transfers queued on this buffer
+        that have not completed: the memory they move stays in place
+        until they are done."""
+        from ._transfer import _settle_all
+
+        if self._queued:
+            _settle_all(list(self._queued))
 
     def __enter__(self) -> "Buffer":
         return self

@@ -110,8 +110,10 @@ _inflight_lock = threading.Lock()
 class Transfer:
     """A stream-ordered transfer; ``wait()`` gives the bytes moved."""
 
-    def __init__(self, stream: Stream, keep: Any) -> None:
+    def __init__(self, stream: Stream, keep: Any,
+                 buf: Optional[Buffer] = None) -> None:
         self.stream = stream
+        self._buf = buf  # the Buffer it moves, when it is one's
         self.len = ctypes.c_uint64()
         self.file_offset = ctypes.c_int64()
         self.buf_offset = ctypes.c_int64()
@@ -131,6 +133,20 @@ class Transfer:
         self._keep[1].__exit__()
         with _inflight_lock:
             _inflight.discard(self)
+            if self._buf is not None:
+                self._buf._queued.discard(self)
+
+
+def _settle_all(transfers: list[Transfer]) -> None:
+    """Wait for @transfers (their streams synchronized once each) and let
+    go of them."""
+    synced: set[int] = set()
+    for tr in transfers:
+        if not tr.done() and not tr.stream.closed and \
+                id(tr.stream._native) not in synced:
+            tr.stream.synchronize()
+            synced.add(id(tr.stream._native))
+        tr._settle()
 
 
 def _settle_done() -> None:
@@ -168,7 +184,9 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
         s = t.device.stream_of(stream)
         if _inflight:
             _settle_done()
-        tr = Transfer(s, (t, f))
+        owner = obj if isinstance(obj, Buffer) else \
+            obj.owner if isinstance(obj, DeviceArray) else None
+        tr = Transfer(s, (t, f), owner)
         tr.len.value = n
         tr.file_offset.value = file_offset
         try:
@@ -181,6 +199,8 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
             raise
         with _inflight_lock:
             _inflight.add(tr)
+            if owner is not None:
+                owner._queued.add(tr)
         return tr
     try:
         io = _lib.IoStruct(op=op, fd=fd, file_off=file_offset, len=n)

@@ -236,3 +236,50 @@ def test_buffer_read_write_methods(dev, scratch, rng):
     assert buf.to_bytes(50, 1000) == data[100:1100]
     assert buf.write(scratch / "g", 0, offset=50, size=1000) == 1000
     assert (scratch / "g").read_bytes() == data[100:1100]
+
+
+QUEUED_THEN_FREED = """
+import os, sys
+import phxio
+path = sys.argv[1]
+data = os.urandom(3 << 20)
+with open(path, "wb") as f:
+    f.write(data)
+dev = phxio.Device()
+s = dev.stream()
+done = []
+for i in range(20):
+    a = dev.alloc(3 << 20)
+    done.append(phxio.read_into(path, a, 0, stream=s))
+    a.free()  # waits for the read queued into it
+fresh = dev.alloc(3 << 20)
+s.synchronize()
+assert [tr.wait() for tr in done] == [3 << 20] * 20
+assert not any(fresh.to_bytes()), "a fresh buffer holds old bytes"
+# a window's owner waits too; so do resize and a write's source
+b = dev.alloc(3 << 20)
+phxio.read_into(path, b[4096:8192], 4096, stream=s)
+b.resize(8 << 20)
+assert b.to_bytes(4096, 4096) == data[4096:8192]
+c = dev.alloc(1 << 20)
+c.copy_from_host(data[:1 << 20])
+phxio.write_from(path + ".out", c, stream=s)
+c.free()
+with open(path + ".out", "rb") as f:
+    assert f.read() == data[:1 << 20]
+"""
+
+
+def test_free_and_resize_wait_for_queued_transfers(tmp_path):
+    """A buffer freed or resized with a stream transfer still queued into
+    or out of it waits for that stream first: no crash, no bytes landing
+    in memory given to a later allocation (run in a fresh interpreter,
+    where a crash is an exit status)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", QUEUED_THEN_FREED,
+                        str(tmp_path / "f")], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ))
+    assert r.returncode == 0 and not r.stderr.strip(), \
+        f"exit status {r.returncode}, stderr:\n{r.stderr}"

@@ -37,8 +37,10 @@ int phx_buf_alloc(struct phx_device *dev, uint64_t size, unsigned int flags,
 /**
  * phx_buf_free() - release a buffer and its device memory.
  *
- * The buffer must not be in use by an unfinished transfer.  Memory
- * shared with other processes (phx_buf_send()) stays alive until they
+ * The buffer must not be in use by an unfinished transfer, including
+ * one queued on a stream (phx_io_enqueue()) that the stream has not
+ * completed: phx_buf_free() does not wait for streams, so synchronize
+ * them first (phx_stream_sync()).  Memory shared with other processes (phx_buf_send()) stays alive until they
  * free their imported buffers too.
  */
 void phx_buf_free(struct phx_buf *buf);
@@ -49,7 +51,8 @@ void phx_buf_free(struct phx_buf *buf);
  *
  * Bytes beyond the old size read as zeros.  Growing may move the buffer
  * to a new device address (the old one becomes invalid) but never copies
- * data.  Not safe against concurrent transfers on the same buffer.
+ * data.  Not safe against concurrent transfers on the same buffer,
+ * queued stream transfers included (synchronize their streams first).
  * Returns 0, -ENOSPC or -EFBIG.
  */
 int phx_buf_resize(struct phx_buf *buf, uint64_t size);

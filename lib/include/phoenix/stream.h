@@ -83,7 +83,10 @@ int phx_stream_set_flags(struct phx_stream *stream, unsigned int flags);
  * @bytes_done: written with the bytes moved or a negative errno when the
  *	    transfer completes.
  *
- * All pointers must stay valid, and @fd open, until then.  Returns 0 when
+ * All pointers must stay valid, @fd open, and the memory at @dptr
+ * allocated, until then: freeing or resizing its buffer first is
+ * undefined (phx_buf_free() and phx_buf_resize() do not wait for
+ * streams; phx_stream_sync() before them).  Returns 0 when
  * queued.  Blocks while the driver's queue for @stream is full (CUDA
  * takes about a thousand operations on a stream), as any launch on that
  * stream would.
