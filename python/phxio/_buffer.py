@@ -151,21 +151,49 @@ class Buffer:
         return self.view("U8", (self.size,)).numpy()
 
     # transfers
+    def _window(self, what: str, path: Any, offset: int,
+                size: Optional[int]) -> tuple["DeviceArray", int]:
+        """The bytes [offset, offset + size) of the buffer (to its end
+        when @size is None), refused with ValueError where any of them
+        lies outside it."""
+        total = self.size
+        for name, v in (("offset", offset), ("size", size)):
+            if v is not None and (not isinstance(v, int) or
+                                  isinstance(v, bool)):
+                raise TypeError(f"{what} {_where(path)}: {name} must be an "
+                                f"int, not {v!r}")
+        n = total - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > total:
+            span = f"offset {offset}" if size is None else \
+                f"offset {offset} and size {size}"
+            raise ValueError(f"{what} {_where(path)}: {span} "
+                             f"{'is' if size is None else 'are'} outside "
+                             f"the {total}-byte buffer")
+        return self.view("U8", (n,), offset), n
+
     def read(self, src: PathOrFd, file_offset: int = 0, offset: int = 0,
              size: Optional[int] = None) -> int:
-        """Read from a file into the buffer at @offset; bytes read."""
+        """Read from a file into the buffer at @offset, @size bytes (to
+        the buffer's end by default); bytes read, short only at end of
+        file.  A window outside the buffer raises ValueError."""
         from ._transfer import read_into
 
-        return read_into(src, self[offset:offset + size if size is not None
-                                   else None], file_offset)
+        win, n = self._window("reading", src, offset, size)
+        return read_into(src, win, file_offset, size=n)
 
     def write(self, dst: PathOrFd, file_offset: int = 0, offset: int = 0,
               size: Optional[int] = None) -> int:
-        """Write the buffer from @offset to a file; bytes written."""
+        """Write @size bytes of the buffer from @offset (to its end by
+        default) to a file at @file_offset; bytes written.  A path is
+        created if missing and truncated first only when the whole buffer
+        is written at file offset 0; a window leaves the rest of the file
+        as it is.  A window outside the buffer raises ValueError."""
         from ._transfer import write_from
 
-        return write_from(dst, self[offset:offset + size if size is not None
-                                    else None], file_offset)
+        win, n = self._window("writing", dst, offset, size)
+        whole = offset == 0 and size is None
+        return write_from(dst, win, file_offset,
+                          size=None if whole else n)
 
     # interchange
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -183,6 +211,10 @@ class Buffer:
     def __repr__(self) -> str:
         state = "freed" if self._handle is None else f"{self.size} bytes"
         return f"<phxio.Buffer {state} on {self.device.name}>"
+
+
+def _where(path: Any) -> str:
+    return f"fd {path}" if isinstance(path, int) else str(path)
 
 
 def _free_buf(handle: int, cdll: Any, dev: _Native) -> None:

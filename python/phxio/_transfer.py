@@ -177,6 +177,10 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
     n = t.nbytes if size is None else size
     if n > t.nbytes:
         raise ValueError(f"{n} bytes do not fit the {t.nbytes}-byte target")
+    if n < 0 or file_offset < 0:
+        raise ValueError(f"{_describe(op, path, t.device)}: negative "
+                         f"{'size' if n < 0 else 'file offset'} "
+                         f"{n if n < 0 else file_offset}")
     f = _File(path, op == _lib.PHX_OP_WRITE,
               truncate=(file_offset == 0 and size is None))
     fd = f.__enter__()

@@ -283,3 +283,31 @@ def test_free_and_resize_wait_for_queued_transfers(tmp_path):
                        text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 0 and not r.stderr.strip(), \
         f"exit status {r.returncode}, stderr:\n{r.stderr}"
+
+
+def test_buffer_windows_outside_are_refused_and_never_truncate(dev, scratch,
+                                                               rng):
+    data = random_file(scratch / "f", 10000, rng)
+    buf = dev.alloc(4096)
+    bad = [lambda: buf.write(scratch / "f", offset=5000),
+           lambda: buf.write(scratch / "f", 0, 4000, 200),
+           lambda: buf.read(scratch / "f", offset=-100, size=50),
+           lambda: buf.read(scratch / "f", offset=4000, size=500),
+           lambda: buf.read(scratch / "f", 0, 0, -1)]
+    for call in bad:
+        with pytest.raises(ValueError, match=r"f: offset .* outside the "
+                                             r"4096-byte buffer"):
+            call()
+        assert (scratch / "f").read_bytes() == data
+    with pytest.raises(ValueError, match="negative file offset -5"):
+        buf.read(scratch / "f", -5)
+    # a window writes its bytes and leaves the rest of the file alone
+    buf.copy_from_host(b"\x07" * 4096)
+    assert buf.write(scratch / "f", 0, 0, 100) == 100
+    assert (scratch / "f").read_bytes() == b"\x07" * 100 + data[100:]
+    assert buf.write(scratch / "f", 200, offset=4000) == 96
+    assert (scratch / "f").read_bytes() == \
+        b"\x07" * 100 + data[100:200] + b"\x07" * 96 + data[296:]
+    # the whole buffer at offset 0 replaces the file, as write_from does
+    assert buf.write(scratch / "f") == 4096
+    assert (scratch / "f").read_bytes() == b"\x07" * 4096
