@@ -9,11 +9,13 @@ transfer, O_DIRECT for all but the pages two tensors share.  So the file
 is written front to back by one pipeline that never drains between
 tensors or shards.  Files are written under temporary names and renamed
 into place only when complete, so a failed save leaves nothing behind
-and an old checkpoint intact.
+and an old checkpoint intact; a save that succeeded removes what is left
+of the checkpoint it replaced (its index, shards it did not overwrite).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -139,7 +141,10 @@ def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
     and model.safetensors.index.json; a directory as @path means
     DIR/model.safetensors.  @threads: workers (default PHX_LOAD_THREADS,
     else 1), each taking whole shards; together they hold one engine's
-    staging memory.  Returns the files written.
+    staging memory.  Returns the files written.  Then the files of an
+    earlier save to @path that this one did not replace are removed: its
+    index, the shards that index lists or named as this save's shards
+    are, and for a sharded save the unsharded @path.
     """
     path = os.fspath(path)
     if os.path.isdir(path) or path.endswith(os.sep):
@@ -156,33 +161,99 @@ def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
         raise ValueError("save_safetensors: all tensors must be on one "
                          f"device, not {', '.join(sorted(devs))}")
     shards = _shards(entries, limit)
+    stem = path[:-len(".safetensors")] if path.endswith(".safetensors") \
+        else path
+    index = stem + ".safetensors.index.json"
+    if os.path.basename(path) == "model.safetensors":
+        index = os.path.join(os.path.dirname(path), INDEX_NAME)
     if len(shards) == 1:
         names = [path]
     else:
-        stem = path[:-len(".safetensors")] if \
-            path.endswith(".safetensors") else path
         names = [f"{stem}-{i + 1:05d}-of-{len(shards):05d}.safetensors"
                  for i in range(len(shards))]
-    files = _write_all(shards, names, metadata, nthreads)
-    if len(shards) > 1:
-        index = (path[:-len(".safetensors")] if path.endswith(".safetensors")
-                 else path) + ".safetensors.index.json"
-        if os.path.basename(path) == "model.safetensors":
-            index = os.path.join(os.path.dirname(path), INDEX_NAME)
-        wmap = {e[0]: os.path.basename(f)
-                for shard, f in zip(shards, names) for e in shard}
-        total = sum(e[1].nbytes(e[2]) for e in entries)
-        doc = {"metadata": {"total_size": total, **(metadata or {})},
-               "weight_map": wmap}
-        tmp = index + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=2, sort_keys=True)
-            f.write("\n")
-        files.append(tmp)
-        names.append(index)
-    for tmp, final in zip(files, names):
-        os.replace(tmp, final)
+    suffix = f".tmp{os.getpid()}.{next(_saves)}"
+    files = _write_all(shards, names, metadata, nthreads, suffix)
+    try:
+        if len(shards) > 1:
+            wmap = {e[0]: os.path.basename(f)
+                    for shard, f in zip(shards, names) for e in shard}
+            total = sum(e[1].nbytes(e[2]) for e in entries)
+            doc = {"metadata": {"total_size": total, **(metadata or {})},
+                   "weight_map": wmap}
+            files.append(index + suffix)
+            _write_index(files[-1], doc)
+            names.append(index)
+        stale = _stale(path, stem, index, names)
+        # the index last: it names shards that are in place by then
+        for tmp, final in zip(files, names):
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp in files:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise
+    for f in stale:
+        try:
+            os.unlink(f)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise OSError(exc.errno, f"{f}: cannot remove this file of "
+                          f"the checkpoint {path} replaced: "
+                          f"{os.strerror(exc.errno)}", f) from None
     return names
+
+
+# Temporary names of one process's saves differ by this count as well.
+_saves = itertools.count()
+
+
+def _write_index(tmp: str, doc: dict) -> None:
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def _stale(path: str, stem: str, index: str, names: list[str]
+           ) -> list[str]:
+    """The files of an earlier save to @path that this one, writing
+    @names, does not replace: its index, the shards that index lists, and
+    files named as this save's shards are (stem-0000K-of-0000N), also
+    @path itself when this save is sharded.  Loaders prefer an index to
+    the files beside it, so any of them left behind would be read as part
+    of the new checkpoint (or instead of it)."""
+    base = os.path.dirname(path) or "."
+    keep = {os.path.abspath(n) for n in names}
+    found = []
+    if index not in names and os.path.isfile(index):
+        found.append(index)
+    try:
+        with open(index, "rb") as f:
+            wmap = json.load(f).get("weight_map")
+        listed = set(wmap.values()) if isinstance(wmap, dict) else set()
+    except (OSError, ValueError, AttributeError, TypeError):
+        listed = set()
+    pattern = re.compile(re.escape(os.path.basename(stem)) +
+                         r"-\d{5}-of-\d{5}\.safetensors")
+    try:
+        here = os.listdir(base)
+    except OSError:
+        here = []
+    for fname in here:
+        if pattern.fullmatch(fname):
+            listed.add(fname)
+    if len(names) > 1:
+        listed.add(os.path.basename(path))
+    for fname in sorted(listed):
+        if not isinstance(fname, str) or os.path.basename(fname) != fname \
+                or not fname.endswith(".safetensors"):
+            continue  # only plain shard names beside the index
+        f = os.path.join(base, fname)
+        if os.path.abspath(f) not in keep and os.path.isfile(f):
+            found.append(f)
+    return found
 
 
 def _runs(shard: list, offs: list[int], data_start: int
@@ -209,8 +280,10 @@ def _runs(shard: list, offs: list[int], data_start: int
 
 
 def _write_all(shards: list[list], names: list[str],
-               metadata: Optional[dict], nthreads: int) -> list[str]:
-    """Write every shard under a temporary name; returns those names."""
+               metadata: Optional[dict], nthreads: int, suffix: str
+               ) -> list[str]:
+    """Write every shard under its name with @suffix; returns those
+    names (none is left behind on failure)."""
     dev = next((e[3].device for s in shards for e in s if e[3] is not None),
                None)
     tmps: list[str] = []
@@ -219,9 +292,9 @@ def _write_all(shards: list[list], names: list[str],
     pipe: Optional[Pipeline] = None
     try:
         for shard, final in zip(shards, names):
-            tmp = f"{final}.tmp{os.getpid()}"
+            tmp = final + suffix
             head, offs = _header(shard, metadata)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
                          os.O_CLOEXEC, 0o644)
             tmps.append(tmp)
             fds.append(fd)
