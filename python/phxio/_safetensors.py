@@ -12,101 +12,25 @@ shapes and bytes.
 from __future__ import annotations
 
 import errno
-import json
 import os
-import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 from . import _core, _lib
-from ._dtypes import DTYPES, DType
+from ._header import (INDEX_NAME, SafetensorsError, TensorInfo, parse_json,
+                      read_header)
 from ._phxfs import XATTR_DEVICE, open_file
+from ._transfer import open_data
 from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
 
-# Longest header the format allows (safetensors refuses larger ones).
-_MAX_HEADER = 100 << 20
-# Bytes read at once for a header: most fit, so one read does.
-_HEAD_READ = 64 << 10
 # Transfers are cut into pieces of this size, so that workers share files.
 _PIECE = 64 << 20
 # Selected tensors closer than this in the file are read as one range.
 _GAP = 64 << 10
 _ALIGN = 4096
-INDEX_NAME = "model.safetensors.index.json"
 
 Selector = Union[None, str, Callable[[str], bool], Iterable[str]]
-
-
-class SafetensorsError(ValueError):
-    """A file or index is not a valid safetensors checkpoint."""
-
-
-class TensorInfo(NamedTuple):
-    """One tensor of a header (a tuple: cheap to make by the thousand)."""
-    name: str
-    dtype: DType
-    shape: tuple[int, ...]
-    begin: int  # offsets in the data section
-    end: int
-
-
-def _parse_header(path: str, size: int, head: bytes, fd: int
-                  ) -> tuple[int, dict]:
-    if len(head) < 8:
-        raise SafetensorsError(f"{path}: truncated: {size} bytes is too "
-                               "short for a safetensors file")
-    (n,) = struct.unpack_from("<Q", head)
-    if n > _MAX_HEADER:
-        raise SafetensorsError(f"{path}: bad header: length {n} is over "
-                               f"the format's limit of {_MAX_HEADER}")
-    if 8 + n > size:
-        raise SafetensorsError(f"{path}: truncated: the header says {n} "
-                               f"bytes but the file has {size}")
-    raw = head[8:8 + n] if 8 + n <= len(head) else os.pread(fd, n, 8)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SafetensorsError(f"{path}: bad header: not JSON ({exc})"
-                               ) from None
-    if not isinstance(header, dict):
-        raise SafetensorsError(f"{path}: bad header: not a JSON object")
-    return 8 + n, header
-
-
-def _tensors(path: str, header: dict, data_start: int, size: int
-             ) -> list[TensorInfo]:
-    tensors = []
-    for name, ent in header.items():
-        try:
-            dtype = DTYPES[ent["dtype"]]
-            shape = tuple(map(int, ent["shape"]))
-            begin, end = map(int, ent["data_offsets"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SafetensorsError(f"{path}: tensor {name!r}: bad header "
-                                   f"entry (missing or invalid {exc})"
-                                   ) from None
-        if end < begin or begin < 0 or end - begin != dtype.nbytes(shape):
-            raise SafetensorsError(f"{path}: tensor {name!r}: bad header: "
-                                   f"data offsets [{begin}, {end}) do not "
-                                   f"match its shape {list(shape)}")
-        if data_start + end > size:
-            raise SafetensorsError(f"{path}: tensor {name!r}: truncated: "
-                                   f"its data ends at byte "
-                                   f"{data_start + end}, the file at {size}")
-        tensors.append(TensorInfo(name, dtype, shape, begin, end))
-    tensors.sort(key=lambda t: (t.begin, t.name))
-    return tensors
-
-
-def read_header(fd: int, path: str = ""
-                ) -> tuple[int, list[TensorInfo], dict[str, str]]:
-    """(data section offset, tensors, metadata) of an open safetensors file."""
-    size = os.fstat(fd).st_size
-    data_start, header = _parse_header(path, size,
-                                       os.pread(fd, _HEAD_READ, 0), fd)
-    metadata = header.pop("__metadata__", None) or {}
-    return data_start, _tensors(path, header, data_start, size), metadata
 
 
 # ---- which files ------------------------------------------------------------
@@ -118,12 +42,9 @@ class _Source:
 
 
 def _read_index(index: str) -> tuple[list[_Source], dict]:
-    try:
-        with open(index, "rb") as f:
-            doc = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SafetensorsError(f"{index}: bad index: not JSON ({exc})"
-                               ) from None
+    fd = open_data(index, os.O_RDONLY, block_devices=False)
+    with open(fd, "rb") as f:
+        doc = parse_json(f.read(), index, "index")
     wmap = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wmap, dict) or not all(
             isinstance(v, str) for v in wmap.values()):
@@ -134,11 +55,42 @@ def _read_index(index: str) -> tuple[list[_Source], dict]:
     for name, fname in wmap.items():
         src = files.get(fname)
         if src is None:
+            # as transformers has it: shards lie beside their index
+            if fname in ("", ".", "..") or os.path.basename(fname) != fname:
+                raise SafetensorsError(
+                    f"{index}: bad index: tensor {name!r} is in {fname!r}, "
+                    "which is not a file name in the index's directory")
             src = files[fname] = _Source(os.path.join(base, fname), set())
         src.listed.add(name)
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) \
         else {}
     return [files[k] for k in sorted(files)], meta
+
+
+def open_source(src: _Source, index: Optional[str]) -> int:
+    """Open one file of a checkpoint (a regular file only: a FIFO would
+    block the open); a missing shard is named with a tensor of its."""
+    try:
+        return open_data(src.path, os.O_RDONLY, block_devices=False)
+    except FileNotFoundError:
+        if index is None:
+            raise
+        some = sorted(src.listed or ())[:1]
+        raise FileNotFoundError(
+            errno.ENOENT, f"{index}: shard {src.path} is missing (it should "
+            f"hold tensor {some[0]!r} and {len(src.listed) - 1} more)",
+            src.path) from None
+
+
+def check_listed(src: _Source, tensors: list[TensorInfo],
+                 index: Optional[str]) -> None:
+    """Every tensor @index puts in @src's file must be in it."""
+    if src.listed is None:
+        return
+    gone = src.listed - {t.name for t in tensors}
+    if gone:
+        raise SafetensorsError(f"{src.path}: tensor {min(gone)!r}, which "
+                               f"{index} puts in this file, is not in it")
 
 
 def _sources(path: Any) -> tuple[list[_Source], Optional[str]]:
@@ -400,27 +352,14 @@ def _open(src: _Source, index: Optional[str],
           metadata: Optional[dict],
           rows: Optional[dict[str, tuple[int, int]]] = None) -> _Plan:
     """Open and parse one file; its plan holds the open fd."""
-    try:
-        fd = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if index is None:
-            raise
-        some = sorted(src.listed or ())[:1]
-        raise FileNotFoundError(
-            errno.ENOENT, f"{index}: shard {src.path} is missing (it should "
-            f"hold tensor {some[0]!r} and {len(src.listed) - 1} more)",
-            src.path) from None
+    fd = open_source(src, index)
     try:
         data_start, tensors, meta = read_header(fd, src.path)
         if metadata is not None:
             metadata.update(meta)
         names = {t.name for t in tensors}
         _claim(owner, tensors, src.path)
-        if src.listed is not None and not src.listed <= names:
-            gone = sorted(src.listed - names)
-            raise SafetensorsError(f"{src.path}: tensor {gone[0]!r}, which "
-                                   f"{index} puts in this file, is not "
-                                   "in it")
+        check_listed(src, tensors, index)
         if keep is not None:
             tensors = [t for t in tensors if keep(t.name)]
             for name in names:

@@ -24,7 +24,7 @@ from typing import Any, Optional, Union
 from . import _core, _lib
 from ._dtypes import DType, dtype_of
 from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
-from ._safetensors import INDEX_NAME
+from ._header import INDEX_NAME, MAX_HEADER
 
 _ALIGN = 4096
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
@@ -109,6 +109,10 @@ def _header(entries: list[tuple[str, DType, tuple, Any]],
     # Trailing spaces are valid JSON: pad so that the data section starts
     # on a 4 KiB boundary, where direct I/O can write it.
     raw += b" " * (-(8 + len(raw)) % _ALIGN)
+    if len(raw) > MAX_HEADER:
+        raise ValueError(f"a header of {len(raw)} bytes for "
+                         f"{len(entries)} tensors is over the format's "
+                         f"limit of {MAX_HEADER}: use max_shard_size")
     return raw, offs
 
 

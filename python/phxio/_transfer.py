@@ -4,7 +4,9 @@ live, one transfer (blocking or queued on a stream) and batches."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Union
@@ -71,6 +73,40 @@ def _target(obj: Any) -> _Target:
                    (obj, cbuf))
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def open_data(path: str, flags: int, block_devices: bool = True) -> int:
+    """os.open(@path, @flags) for a regular file (or block device, where
+    @block_devices), which are what transfers move: anything else (a
+    FIFO, which would block the open until a writer comes, a character
+    device, a directory) is refused with OSError naming @path."""
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.ENXIO, errno.EISDIR):
+            raise
+        fd = -1  # a FIFO with no reader, a directory opened to write
+    try:
+        st = os.stat(path) if fd < 0 else os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) or
+                (block_devices and stat.S_ISBLK(st.st_mode))):
+            what = next((name for test, name in _KINDS
+                         if test(st.st_mode)), "not a file")
+            raise OSError(errno.EINVAL, f"{path}: {what}, not a regular "
+                          "file")
+        # back to blocking I/O: io_uring fails a read it would have to
+        # wait for on an O_NONBLOCK file with EAGAIN
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+
+
 class _File:
     """A file descriptor for @src, closed on exit when we opened it."""
 
@@ -88,7 +124,7 @@ class _File:
                 flags = os.O_WRONLY | os.O_CREAT
                 if truncate:
                     flags |= os.O_TRUNC
-            self.fd = os.open(os.fspath(src), flags | os.O_CLOEXEC, 0o644)
+            self.fd = open_data(os.fspath(src), flags)
             self.owned = True
 
     def __enter__(self) -> int:

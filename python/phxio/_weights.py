@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from . import _core
 from ._safetensors import (SafetensorsError, Selector, TensorInfo, _claim,
-                           _selector, _sources, _staged_on, _where, load,
-                           read_header)
+                           _selector, _sources, _staged_on, _where,
+                           check_listed, load, open_source, read_header)
 
 DEFAULT_GROUP = 1 << 30
 
@@ -47,19 +47,14 @@ def headers(path: Any, keep: Optional[Callable[[str], bool]] = None
         if keep is not None and src.listed is not None and \
                 not any(map(keep, src.listed)):
             continue
-        try:
-            fd = os.open(src.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            if index is None:
-                raise
-            raise FileNotFoundError(2, f"{index}: shard {src.path} is "
-                                    "missing", src.path) from None
+        fd = open_source(src, index)
         try:
             start, tensors, _ = read_header(fd, src.path)
             staged = _staged_on(fd)
         finally:
             os.close(fd)
         _claim(seen, tensors, src.path)
+        check_listed(src, tensors, index)
         if keep is not None:
             tensors = [t for t in tensors if keep(t.name)]
         if tensors:
