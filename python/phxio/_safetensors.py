@@ -171,11 +171,11 @@ def _plan(path: str, fd: int, data_start: int, tensors: list[TensorInfo],
     cur = 0
     i = 0
     while i < len(tensors):
-        part = _rows_of(tensors[i], rows)
+        part = _rows_of(tensors[i], rows, path)
         j = i + 1
         end = tensors[i].end
         while part is None and j < len(tensors) and \
-                _rows_of(tensors[j], rows) is None and \
+                _rows_of(tensors[j], rows, path) is None and \
                 tensors[j].begin - end <= _GAP:
             end = max(end, tensors[j].end)
             j += 1
@@ -197,16 +197,44 @@ def _plan(path: str, fd: int, data_start: int, tensors: list[TensorInfo],
     return _Plan(path, fd, placed, ranges, cur, data_start)
 
 
-def _rows_of(t: TensorInfo, rows: Optional[dict[str, tuple[int, int]]]
-             ) -> Optional[tuple[int, int]]:
-    """The rows of @t to read, when fewer than all of them."""
-    if not rows or t.name not in rows or not t.shape or t.shape[0] < 1:
+def _rows_of(t: TensorInfo, rows: Optional[dict[str, tuple[int, int]]],
+             path: str = "") -> Optional[tuple[int, int]]:
+    """The rows of @t to read, when fewer than all of them (rows that
+    are not whole bytes, of F4, are read whole)."""
+    if not rows or t.name not in rows:
         return None
-    a, b = rows[t.name]
-    if not 0 <= a < b <= t.shape[0] or (a, b) == (0, t.shape[0]) or \
-            (t.end - t.begin) % t.shape[0]:
+    a, b = check_rows(path, t, rows[t.name])
+    if (a, b) == (0, t.shape[0]) or (t.end - t.begin) % t.shape[0]:
         return None
     return a, b
+
+
+def check_rows(path: str, t: TensorInfo, ab: Any) -> tuple[int, int]:
+    """@ab as rows [a, b) of @t, or ValueError naming the tensor."""
+    try:
+        a, b = ab
+    except (TypeError, ValueError):
+        a = b = None
+    where = f"{path}: tensor {t.name!r}: rows={ab!r}"
+    if not all(type(v) is int for v in (a, b)):
+        raise ValueError(f"{where} are not two integers (first row, end "
+                         "row)")
+    if not t.shape:
+        raise ValueError(f"{where}: it is a scalar, without rows")
+    if not 0 <= a <= b <= t.shape[0]:
+        raise ValueError(f"{where} are not rows of its {t.shape[0]} "
+                         "(0 <= first <= end <= rows)")
+    return a, b
+
+
+def unknown_rows(where: str, rows: Optional[dict], names: Any) -> None:
+    """Every name @rows gives must be a tensor of @names."""
+    gone = sorted(set(rows or ()) - set(names), key=str)
+    if gone:
+        raise ValueError(f"{where}: rows= names tensor {gone[0]!r}, which "
+                         "is not in the checkpoint" +
+                         (f" (and {len(gone) - 1} more)"
+                          if len(gone) > 1 else ""))
 
 
 def _pieces(plan: _Plan, nparts: int) -> list[Any]:
@@ -267,7 +295,9 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     otherwise such a file is copied.
     @rows: {name: (a, b)}: of these tensors only rows a to b of the first
     dimension are read (the rest of the tensor is left uninitialized):
-    for a tensor-parallel rank that uses only its slice.
+    for a tensor-parallel rank that uses only its slice.  Bounds that are
+    not integers 0 <= a <= b <= rows, a scalar tensor, or (without
+    @select) a name that is no tensor raise ValueError naming it.
     """
     if staged not in ("view", "copy", "read"):
         raise ValueError(f"staged={staged!r}: use 'view', 'copy' or 'read'")
@@ -306,6 +336,8 @@ def load(path: Any, device: Any = None, framework: str = "auto",
                                    f"{missing[0]!r}" +
                                    (f" (and {len(missing) - 1} more)"
                                     if len(missing) > 1 else ""))
+        if keep is None:
+            unknown_rows(_where(path), rows, owner)
         if pipe is not None:
             pipe.finish()
         for plan in plans:

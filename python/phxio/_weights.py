@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator, Optional
 from . import _core
 from ._safetensors import (SafetensorsError, Selector, TensorInfo, _claim,
                            _selector, _sources, _staged_on, _where,
-                           check_listed, load, open_source, read_header)
+                           check_listed, check_rows, load, open_source,
+                           read_header, unknown_rows)
 
 DEFAULT_GROUP = 1 << 30
 
@@ -115,6 +116,14 @@ def iter_safetensors(path: Any, device: Any = None, *,
             missing = sorted(wanted - have)
             raise SafetensorsError(f"{_where(path)}: no tensor named "
                                    f"{missing[0]!r}")
+    if rows:
+        if keep is None:
+            unknown_rows(_where(path), rows,
+                         {t.name for f in files for t in f.tensors})
+        for f in files:
+            for t in f.tensors:
+                if t.name in rows:
+                    check_rows(f.path, t, rows[t.name])
     if where is not None:
         for f in files:
             for t in f.tensors:
