@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import re
+import sys
 from typing import Any, Optional, Union
 
 from . import _core, _lib
@@ -70,6 +71,9 @@ def _source(name: str, obj: Any
     if name == "__metadata__":
         raise ValueError("'__metadata__' is reserved: pass metadata= "
                          "instead")
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(obj, numpy.generic):
+        obj = numpy.array(obj)  # a scalar: saved as a 0-d tensor
     if isinstance(obj, _core.DeviceArray):
         dtype, shape = obj.dtype, obj.shape
     else:
@@ -83,7 +87,11 @@ def _source(name: str, obj: Any
         if contig is not None and not contig():
             raise ValueError(f"tensor {name!r} is not contiguous: save "
                              "t.contiguous()")
-    target = _core._target(obj) if dtype.nbytes(shape) else None
+    try:
+        target = _core._target(obj, source=True) if dtype.nbytes(shape) \
+            else None
+    except (TypeError, ValueError, BufferError) as exc:
+        raise type(exc)(f"tensor {name!r}: cannot save it: {exc}") from None
     return dtype, shape, target, _allocation(obj)
 
 

@@ -33,14 +33,22 @@ def _host_device() -> Device:
     return device("sim:0")
 
 
-def _target(obj: Any) -> _Target:
-    """Where the bytes of @obj live: device, address, size."""
+def _target(obj: Any, source: bool = False) -> _Target:
+    """Where the bytes of @obj live: device, address, size.  A @source
+    (what a write moves to a file) may be read-only."""
     if isinstance(obj, Buffer):
         return _Target(obj.device, obj.dptr, obj.size, obj)
     if isinstance(obj, DeviceArray):
         return _Target(obj.device, obj.dptr, obj.nbytes, obj)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        t = _dlpack.inspect(obj)
+        try:
+            t = _dlpack.inspect(obj)
+        except BufferError:
+            # NumPy exports no DLPack for ml_dtypes' types (bfloat16, the
+            # float8s): its array interface tells the same
+            if not hasattr(obj, "__array_interface__"):
+                raise
+            return _host_array(obj, source)
         if not t.contiguous:
             raise ValueError("transfer target must be contiguous")
         if t.device_type == _dlpack.KDL_CUDA:
@@ -67,10 +75,26 @@ def _target(obj: Any) -> _Target:
     if not mv.contiguous:
         raise ValueError("transfer target must be contiguous")
     if mv.readonly:
-        raise ValueError("transfer target is read-only")
-    cbuf = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
+        if not source:
+            raise ValueError("transfer target is read-only")
+        cbuf = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv.cast("B"))
+    else:
+        cbuf = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
     return _Target(_host_device(), ctypes.addressof(cbuf), mv.nbytes,
                    (obj, cbuf))
+
+
+def _host_array(obj: Any, source: bool) -> _Target:
+    """A NumPy array through its array interface."""
+    ai = obj.__array_interface__
+    addr, readonly = ai["data"]
+    if readonly and not source:
+        raise ValueError("transfer target is read-only")
+    flags = getattr(obj, "flags", None)
+    if ai.get("strides") is not None and not (
+            flags is not None and flags["C_CONTIGUOUS"]):
+        raise ValueError("transfer target must be contiguous")
+    return _Target(_host_device(), addr, int(obj.nbytes), obj)
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
@@ -209,7 +233,7 @@ def _finish_inflight() -> None:
 
 def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
               size: Optional[int], stream: Any) -> Any:
-    t = _target(obj)
+    t = _target(obj, source=op == _lib.PHX_OP_WRITE)
     n = t.nbytes if size is None else size
     if n > t.nbytes:
         raise ValueError(f"{n} bytes do not fit the {t.nbytes}-byte target")
@@ -298,7 +322,8 @@ def _batch(op: int, path: PathOrFd,
     items = list(items)
     if not items:
         return []
-    targets = [_target(dest) for _, _, dest in items]
+    targets = [_target(dest, source=op == _lib.PHX_OP_WRITE)
+               for _, _, dest in items]
     dev = targets[0].device
     for t in targets:
         if t.device.name != dev.name:
