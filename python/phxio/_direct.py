@@ -55,6 +55,7 @@ import torch
 
 from . import _lib
 from ._pipeline import Pipeline, ios as new_ios, threads_of
+from ._transfer import open_data
 
 # How a known loader places a checkpoint tensor in its parameter.
 COPY = "copy"        # the whole parameter
@@ -375,8 +376,8 @@ class Pass:
             return
         fd = self._fds.get(f.path)
         if fd is None:
-            fd = self._fds[f.path] = os.open(f.path,
-                                             os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._fds[f.path] = open_data(f.path, os.O_RDONLY,
+                                               block_devices=False)
         workers = self.workers
         if self._pipe is None:
             self._pipe = Pipeline(self.dev, workers)
