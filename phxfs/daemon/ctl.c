@@ -7,6 +7,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -285,6 +286,29 @@ static void do_status(struct phxfs_conn *c)
 	free(r.p);
 }
 
+/*
+ * Is the other end @fd of a copy open the way the copy uses it (@acc:
+ * O_RDONLY for CP's source, O_WRONLY for CPOUT's destination)?  The
+ * daemon runs as root: the engine must not be handed a descriptor that
+ * the caller could not itself read or write with (an O_PATH one, or one
+ * open the other way), or the copy would read or write what only the
+ * daemon may.  Else the error line is sent.
+ */
+static bool fd_open_for(struct phxfs_conn *c, int fd, int acc, const char *what)
+{
+	int fl = fcntl(fd, F_GETFL);
+	char msg[128];
+
+	if (fl >= 0 && !(fl & O_PATH) &&
+	    ((fl & O_ACCMODE) == O_RDWR || (fl & O_ACCMODE) == acc))
+		return true;
+	snprintf(msg, sizeof(msg), "%s: the %s descriptor is not open for %s",
+		 what, acc == O_RDONLY ? "source" : "destination",
+		 acc == O_RDONLY ? "reading" : "writing");
+	phxfs_conn_err(c, -EBADF, msg);
+	return false;
+}
+
 static void serve(struct phxfs_conn *c, const char *line)
 {
 	unsigned long long ino;
@@ -293,12 +317,15 @@ static void serve(struct phxfs_conn *c, const char *line)
 		do_status(c);
 	else if (sscanf(line, "OPEN %llu", &ino) == 1)
 		do_open(c, ino);
-	else if (sscanf(line, "CP %llu", &ino) == 1 && c->fds[0] >= 0)
-		phxfs_ctl_cp(c, ino, c->fds[0]);
-	else if (sscanf(line, "CPOUT %llu", &ino) == 1 && c->fds[0] >= 0)
-		phxfs_ctl_cp_out(c, ino, c->fds[0]);
-	else
+	else if (sscanf(line, "CP %llu", &ino) == 1 && c->fds[0] >= 0) {
+		if (fd_open_for(c, c->fds[0], O_RDONLY, "CP"))
+			phxfs_ctl_cp(c, ino, c->fds[0]);
+	} else if (sscanf(line, "CPOUT %llu", &ino) == 1 && c->fds[0] >= 0) {
+		if (fd_open_for(c, c->fds[0], O_WRONLY, "CPOUT"))
+			phxfs_ctl_cp_out(c, ino, c->fds[0]);
+	} else {
 		phxfs_conn_err(c, -EINVAL, "unknown request");
+	}
 }
 
 int phxfs_ctl_start(struct phxfs *fs)

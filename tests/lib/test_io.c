@@ -255,6 +255,41 @@ Test(io_errors, bad_fd)
 	phx_device_close(dev);
 }
 
+/*
+ * The engine reopens a descriptor through /proc/self/fd for the other
+ * mode (O_DIRECT or the page cache); that must never give more access
+ * than the caller's descriptor has: an O_PATH descriptor reads and
+ * writes nothing, and a write-only one is written, not read.
+ */
+Test(io_errors, reopen_never_widens)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf = buf_new(dev, 2 * MiB, 0);
+	int fd = make_file(dir_direct(), 2 * MiB, 7, true, NULL);
+	int pfd = reopen(fd, O_PATH);
+	int wfd = reopen(fd, O_WRONLY);
+
+	cr_assert_geq(pfd, 0);
+	cr_assert_geq(wfd, 0);
+	cr_assert_eq(phx_read(buf, 0, pfd, 0, 2 * MiB), -EBADF,
+		     "reading an O_PATH fd");
+	cr_assert(strstr(phx_strerror_last(), "not open for reading"));
+	cr_assert_eq(phx_write(buf, 0, pfd, 0, 2 * MiB), -EBADF,
+		     "writing an O_PATH fd");
+	cr_assert_eq(phx_read(buf, 0, wfd, 0, 2 * MiB), -EBADF,
+		     "reading a write-only fd");
+	/* a write-only fd is still written, O_DIRECT or not */
+	cr_assert_eq(phx_write(buf, 0, wfd, 0, 2 * MiB), (int64_t)(2 * MiB),
+		     "%s", phx_strerror_last());
+	cr_assert_eq(phx_write(buf, 5, wfd, 11, 100000), 100000, "%s",
+		     phx_strerror_last());
+	close(pfd);
+	close(wfd);
+	close(fd);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
 Test(io_errors, range_outside_buffer)
 {
 	struct phx_device *dev = open_default();

@@ -55,11 +55,13 @@ def request(sock, line, fds=()):
 
 def cmd_req(sock, line, *paths):
     """One request with descriptors of @paths (O_PATH, or O_RDWR with a
-    leading '+'); prints the first answer line."""
+    leading '+', O_RDONLY with '<', O_WRONLY with '>'); prints the first
+    answer line."""
+    modes = {"+": os.O_RDWR, "<": os.O_RDONLY, ">": os.O_WRONLY}
     fds = []
     for p in paths:
-        if p.startswith("+"):
-            fds.append(os.open(p[1:], os.O_RDWR))
+        if p[:1] in modes:
+            fds.append(os.open(p[1:], modes[p[:1]]))
         else:
             fds.append(os.open(p, os.O_PATH))
     print(first(request(sock, line.encode() + b"\n", fds)))

@@ -196,6 +196,59 @@ def _dir_permissions(mode):
     assert read(f) == b"secret" and read(g) == b"keep"
 
 
+@T.in_modes
+def test_attack_copy_descriptors(mode):
+    """CP reads its source, and CPOUT writes its destination, only
+    through a descriptor the caller opened for that: an O_PATH one (which
+    needs no read or write permission) or one open the other way is
+    EBADF, and nothing of root's files is read or written."""
+    need_nobody()
+    in_mode(_copy_descriptors, mode)
+
+
+def _copy_descriptors(mode):
+    d, _ = T.fresh("cpfds")
+    out = nobody_dir()
+    secret = os.path.join(out, "secret")
+    write(secret, b"root's secret")
+    os.chmod(secret, 0o600)
+    wonly = os.path.join(out, "write-only")
+    write(wonly, b"nobody may not read this")
+    os.chmod(wonly, 0o622)
+    ronly = os.path.join(out, "read-only")
+    write(ronly, b"nobody may not write this")
+    os.chmod(ronly, 0o644)
+    mine = os.path.join(out, "mine")
+    write(mine, b"nobody's own")
+    os.chmod(mine, 0o666)
+    stolen = d + "/stolen"
+    write(stolen, b"")
+    os.chown(stolen, 65534, 65534)
+    os.chmod(stolen, 0o600)
+    src = d + "/src"
+    write(src, b"phxfs data")
+    os.chmod(src, 0o644)
+    S = sock()
+    ino_in, ino_out = os.stat(stolen).st_ino, os.stat(src).st_ino
+    for line, fds in (("CP %d" % ino_in, [secret, stolen]),
+                      ("CP %d" % ino_in, [">" + wonly, stolen]),
+                      ("CPOUT %d" % ino_out, [ronly, src]),
+                      ("CPOUT %d" % ino_out, ["<" + ronly, src])):
+        ans = hostile("req", S, line, *fds).strip()
+        assert ans.startswith("ERR 9 "), (line, fds, ans)
+    assert read(stolen) == b""
+    assert read(ronly) == b"nobody may not write this"
+    assert read(wonly) == b"nobody may not read this"
+    if mode == "direct":
+        # descriptors open the right way still copy, both ways
+        ans = hostile("req", S, "CP %d" % ino_in, "<" + mine, stolen)
+        assert not ans.startswith("ERR"), ans
+        assert read(stolen) == b"nobody's own"
+        ans = hostile("req", S, "CPOUT %d" % ino_out, ">" + mine, src)
+        assert not ans.startswith("ERR"), ans
+        assert read(mine) == b"phxfs data"
+
+
 def _has_group(name):
     try:
         grp.getgrnam(name)

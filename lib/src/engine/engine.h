@@ -18,7 +18,11 @@
 int phx_engine_device_open(struct phx_device *dev);
 void phx_engine_device_close(struct phx_device *dev);
 
-/* A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added). */
+/*
+ * A new fd for what @fd has open, with open(2) @flags (O_CLOEXEC added);
+ * -1 with errno EBADF where @flags' access mode is more than @fd's (an
+ * O_PATH @fd allows none).
+ */
 int phx_reopen(int fd, int flags);
 
 /* The bytes behind @fd, a regular file or a block device . */

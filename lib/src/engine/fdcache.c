@@ -5,9 +5,15 @@
  * Jobs on the same file share an entry while any of them is active.  The
  * caller's descriptor is used as it is for the mode it was opened in;
  * the other mode (O_DIRECT or the page cache) is a reopen through
- * /proc/self/fd, made on first need and closed with the entry.
+ * /proc/self/fd, made on first need and closed with the entry.  A reopen
+ * never opens more than the caller's descriptor allows: opening the
+ * /proc link checks the file's mode bits against this process, not how
+ * the descriptor was opened, so in a privileged process an O_PATH or
+ * write-only descriptor would otherwise come back readable.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <linux/fs.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,10 +41,27 @@ struct phx_cachestat {
 	uint64_t nr_recently_evicted;
 };
 
+/* May a descriptor opened with @fl (F_GETFL) be used in access mode @acc? */
+static bool fd_allows(int fl, int acc)
+{
+	int have = fl & O_ACCMODE;
+
+	if (fl & O_PATH)
+		return false;
+	return have == O_RDWR || have == acc;
+}
+
 int phx_reopen(int fd, int flags)
 {
+	int fl = fcntl(fd, F_GETFL);
 	char path[64];
 
+	if (fl < 0)
+		return -1;
+	if (!fd_allows(fl, flags & O_ACCMODE)) {
+		errno = EBADF; /* as read(2) or write(2) on @fd would fail */
+		return -1;
+	}
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	return open(path, flags | O_CLOEXEC);
 }
@@ -115,9 +138,9 @@ int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
 	if (fl < 0 || fstat(fd, &st))
 		return phx_err(EBADF, "fd %d is not an open file", fd);
 	acc = fl & O_ACCMODE;
-	if (op == PHX_OP_READ && acc == O_WRONLY)
+	if (op == PHX_OP_READ && !fd_allows(fl, O_RDONLY))
 		return phx_err(EBADF, "fd %d is not open for reading", fd);
-	if (op == PHX_OP_WRITE && acc == O_RDONLY)
+	if (op == PHX_OP_WRITE && !fd_allows(fl, O_WRONLY))
 		return phx_err(EBADF, "fd %d is not open for writing", fd);
 	ret = stat_size(fd, &st, &size);
 	if (ret)
@@ -162,12 +185,8 @@ int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
 int phx_fd_direct(struct phx_fd *f)
 {
 	if (f->direct_fd == -1) {
-		int acc = f->accmode == O_WRONLY ? O_RDWR : f->accmode;
-
-		f->direct_fd = phx_reopen(f->user_fd, acc | O_DIRECT);
-		if (f->direct_fd < 0 && f->accmode == O_WRONLY)
-			f->direct_fd =
-				phx_reopen(f->user_fd, O_WRONLY | O_DIRECT);
+		/* the caller's access mode, never more (phx_reopen) */
+		f->direct_fd = phx_reopen(f->user_fd, f->accmode | O_DIRECT);
 		if (f->direct_fd < 0)
 			f->direct_fd = -2;
 		else
