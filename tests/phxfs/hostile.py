@@ -128,6 +128,37 @@ def cmd_status_noread(sock):
     s.close()
 
 
+def cmd_open_resize(sock, path):
+    """OPEN @path (our own file) and try to cut and to grow every
+    descriptor of its memory that came with the answer; prints the reply
+    and one errno name (or "resized") per try."""
+    import errno
+    import stat
+    s = connect(sock)
+    send(s, b"OPEN %d\n" % os.stat(path).st_ino, [os.open(path, os.O_PATH)])
+    data, fds = b"", []
+    while True:  # the daemon closes the connection after the stream
+        msg, anc, _, _ = s.recvmsg(65536, socket.CMSG_SPACE(64 * 4))
+        if not msg:
+            break
+        data += msg
+        for level, kind, cd in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += array.array("i", cd[:len(cd) - len(cd) % 4])
+    tries = []
+    for fd in fds:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not st.st_size:
+            continue  # not a file of device memory
+        for size in (0, os.fstat(fd).st_size * 2):
+            try:
+                os.ftruncate(fd, size)
+                tries.append("resized")
+            except OSError as e:
+                tries.append(errno.errorcode[e.errno])
+    print(first(data.decode(errors="replace")), " ".join(tries))
+
+
 def cmd_silent(sock):
     """Connect, send nothing: the daemon drops us after ctl_timeout."""
     s = connect(sock)
@@ -136,7 +167,8 @@ def cmd_silent(sock):
 
 def main():
     cmds = {"req": cmd_req, "fdflood": cmd_fdflood, "hold": cmd_hold,
-            "status-noread": cmd_status_noread, "silent": cmd_silent}
+            "status-noread": cmd_status_noread, "silent": cmd_silent,
+            "open-resize": cmd_open_resize}
     cmds[sys.argv[1]](*sys.argv[2:])
 
 

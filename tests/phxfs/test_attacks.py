@@ -249,6 +249,31 @@ def _copy_descriptors(mode):
         assert read(mine) == b"phxfs data"
 
 
+def test_attack_open_resize():
+    """A user that OPENs its own file gets descriptors of the file's
+    memory: it can neither cut nor grow them (EPERM), so the daemon,
+    which maps the same memory, goes on serving every file."""
+    need_nobody()
+    if T.FS.dev_index:
+        pytest.skip("once per mount, in the first device directory")
+    d, _ = T.fresh("resize")
+    data = T.rand(4 * MiB, 21)
+    mine = d + "/mine"
+    write(mine, data)
+    os.chown(mine, 65534, 65534)
+    other = d + "/other"
+    write(other, data[:MiB])
+    ans = hostile("open-resize", sock(), mine).split()
+    assert ans[0] == "OK", ans
+    tries = ans[3:]
+    if T.FS.env["PHX_DEVICE"] == "sim":
+        assert tries, ans  # the simulated device sends its memfd
+    assert all(t == "EPERM" for t in tries), ans
+    assert read(mine) == data
+    assert read(other) == data[:MiB]
+    assert "/resize/mine" in status_round_trip()
+
+
 def _has_group(name):
     try:
         grp.getgrnam(name)

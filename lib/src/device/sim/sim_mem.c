@@ -18,7 +18,9 @@
  * copied.
  *
  * Exporting a chunk hands out its file: the memory of that one buffer
- * (its holes read as zeros), never another's.  The importer maps it at
+ * (its holes read as zeros), never another's.  The file is sealed at its
+ * size, so an importer can neither cut it under this process's mappings
+ * nor grow it.  The importer maps it at
  * the same offset of its own reservation, which is where a received
  * buffer puts each chunk (buf.c).  From its first export a file is
  * shared: the reservation's new chunks go to a new file and released ones
@@ -122,14 +124,22 @@ static int file_new(struct phx_device *dev, uint64_t size,
 	if (!f)
 		return phx_err(ENOMEM, "sim: out of host memory");
 	f->owner = getpid();
-	f->fd = memfd_create("phx-sim", MFD_CLOEXEC);
+	f->fd = memfd_create("phx-sim", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (f->fd < 0) {
 		err = errno;
 		free(f);
 		return phx_err(err, "%s: memfd_create: %s", dev->name,
 			       strerror(err));
 	}
-	if (ftruncate(f->fd, (off_t)size)) {
+	/*
+	 * Sized once and sealed: an importer holds the same file, and one
+	 * that cut it would make every mapping of the cut part fault
+	 * (SIGBUS) in this process.  F_SEAL_SEAL keeps it from adding a
+	 * seal that stops our own writes.  Punching holes stays possible.
+	 */
+	if (ftruncate(f->fd, (off_t)size) ||
+	    fcntl(f->fd, F_ADD_SEALS,
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		err = errno;
 		close(f->fd);
 		free(f);
