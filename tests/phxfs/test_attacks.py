@@ -16,6 +16,7 @@ import pwd
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 
@@ -272,6 +273,51 @@ def test_attack_open_resize():
     assert read(mine) == data
     assert read(other) == data[:MiB]
     assert "/resize/mine" in status_round_trip()
+
+
+# security.capability: VFS_CAP_REVISION_2, effective, CAP_NET_BIND_SERVICE
+FILE_CAPS = struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0)
+
+
+def test_attack_cp_keeps_no_privileges():
+    """CP replaces a file's contents as a write does: by anyone but
+    root it clears SUID, and SGID where it marks group execution or the
+    writer is outside the group; by anyone, file capabilities go; the
+    file's mtime and ctime move.  Otherwise nobody could make root's
+    SUID binary its own program, keeping the bit."""
+    need_nobody()
+    if T.FS.dev_index:
+        pytest.skip("once per mount, in the first device directory")
+    d, _ = T.fresh("cppriv")
+    src = os.path.join(nobody_dir(), "program")
+    write(src, b"nobody's program")
+    os.chmod(src, 0o644)
+    S = sock()
+
+    def victim(name, mode):
+        f = os.path.join(d, name)
+        write(f, b"root's program")
+        os.chmod(f, mode)
+        os.setxattr(f, "security.capability", FILE_CAPS)
+        os.utime(f, (1000000000, 1000000000))
+        return f, os.stat(f).st_ctime_ns
+
+    for name, mode, want in (("suid", 0o6777, 0o777),
+                             ("sgid-lock", 0o2666, 0o666)):
+        f, ctime = victim(name, mode)
+        ans = hostile("req", S, "CP %d" % os.stat(f).st_ino, "<" + src, f)
+        assert not ans.startswith("ERR"), ans
+        st = os.stat(f)
+        assert read(f) == b"nobody's program"
+        assert st.st_mode & 0o7777 == want, (name, oct(st.st_mode))
+        expect_errno(errno.ENODATA, os.getxattr, f, "security.capability")
+        assert st.st_mtime != 1000000000 and st.st_ctime_ns > ctime, name
+    # root keeps the bits, not the capabilities
+    f, _ = victim("root", 0o6777)
+    root_ok(T.FS.phx, "cp", "-q", src, f)
+    assert os.stat(f).st_mode & 0o7777 == 0o6777
+    expect_errno(errno.ENODATA, os.getxattr, f, "security.capability")
+    assert os.stat(f).st_mtime != 1000000000
 
 
 def _has_group(name):
