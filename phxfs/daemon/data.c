@@ -10,33 +10,44 @@
 
 #include "phxfs.h"
 
-int phxfs_room_for(struct phxfs_inode *inode, uid_t uid, uint64_t off,
-		   uint64_t len)
+/* May @uid take @len more bytes of @d?  0 or -ENOSPC (root reserve). */
+static int dev_room(struct phxfs_dev *d, uid_t uid, uint64_t len)
 {
-	struct phxfs_dev *d = inode->dev;
 	struct phx_device_info info;
-	uint64_t doff, dlen;
 
-	if (!uid || !len || !d->root_reserve || phxfs_dev_ranged(d))
-		return 0;
-	/* stored bytes are overwritten in place: they take nothing more */
-	if (inode->buf && !phx_buf_next_data(inode->buf, off, &doff, &dlen) &&
-	    doff <= off && doff + dlen >= off + len)
-		return 0;
-	if (phx_device_info(d->dev, &info))
+	if (!uid || !len || !d->root_reserve || phxfs_dev_ranged(d) ||
+	    phx_device_info(d->dev, &info))
 		return 0;
 	return info.used + len > d->limit - d->root_reserve ? -ENOSPC : 0;
 }
 
-bool phxfs_in_reserve(struct phxfs_inode *inode, uid_t uid)
+/* Has @uid's growth on @d taken memory of its root reserve? */
+static bool dev_in_reserve(struct phxfs_dev *d, uid_t uid)
 {
-	struct phxfs_dev *d = inode->dev;
 	struct phx_device_info info;
 
 	if (!uid || !d->root_reserve || phxfs_dev_ranged(d) ||
 	    phx_device_info(d->dev, &info))
 		return false;
 	return info.used > d->limit - d->root_reserve;
+}
+
+int phxfs_room_for(struct phxfs_inode *inode, uid_t uid, uint64_t off,
+		   uint64_t len)
+{
+	uint64_t doff, dlen;
+
+	/* stored bytes are overwritten in place: they take nothing more */
+	if (uid && len && inode->buf &&
+	    !phx_buf_next_data(inode->buf, off, &doff, &dlen) && doff <= off &&
+	    doff + dlen >= off + len)
+		return 0;
+	return dev_room(inode->dev, uid, len);
+}
+
+bool phxfs_in_reserve(struct phxfs_inode *inode, uid_t uid)
+{
+	return dev_in_reserve(inode->dev, uid);
 }
 
 int phxfs_data_resize(struct phxfs_inode *inode, uint64_t size)
@@ -80,9 +91,9 @@ int phxfs_data_ensure(struct phxfs_inode *inode)
 	return ret;
 }
 
-int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to)
+int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to, uid_t uid)
 {
-	uint64_t size = atomic_load(&inode->size);
+	uint64_t size = atomic_load(&inode->size), off = 0, doff, dlen;
 	struct phx_buf *nb;
 	int ret;
 
@@ -94,10 +105,24 @@ int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to)
 		phxfs_data_changed(inode);
 		return 0;
 	}
+	/* a write of what the file holds, on @to */
+	ret = dev_room(to, uid, phx_buf_committed(inode->buf));
+	if (ret)
+		return ret;
 	ret = phx_buf_alloc(to->dev, size, PHX_BUF_SPARSE, &nb);
 	if (ret)
 		return ret;
-	ret = phx_memcpy_buf(nb, 0, inode->buf, 0, size);
+	/* the data runs only: holes stay holes and take no memory there */
+	while (!ret && off < size &&
+	       !phx_buf_next_data(inode->buf, off, &doff, &dlen) &&
+	       doff < size) {
+		dlen = dlen < size - doff ? dlen : size - doff;
+		ret = phx_memcpy_buf(nb, doff, inode->buf, doff, dlen);
+		off = doff + dlen;
+	}
+	/* backing grows in chunks: past the reserve, undone */
+	if (!ret && dev_in_reserve(to, uid))
+		ret = -ENOSPC;
 	if (ret) {
 		phx_buf_free(nb);
 		return ret;

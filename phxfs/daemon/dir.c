@@ -427,7 +427,7 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (src->dev != to->dev) {
 		/* A file to another device: a device-to-device copy. */
 		pthread_rwlock_wrlock(&src->io_lock);
-		err = phxfs_data_move(src, to->dev);
+		err = phxfs_data_move(src, to->dev, fuse_req_ctx(req)->uid);
 		pthread_rwlock_unlock(&src->io_lock);
 		if (err)
 			goto out;

@@ -330,8 +330,13 @@ void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 int phxfs_data_resize(struct phxfs_inode *inode, uint64_t size);
 /* Give @inode a (possibly empty) buffer; io_lock held exclusive. */
 int phxfs_data_ensure(struct phxfs_inode *inode);
-/* Move @inode's contents to device @to (device-to-device copy). */
-int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to);
+/*
+ * Move @inode's contents to device @to (device-to-device copy of its data,
+ * holes kept), for @uid: charged there as a write of what the file holds,
+ * -ENOSPC (the file left where it was) where that dips into @to's root
+ * reserve and @uid is not root, or the device is full.
+ */
+int phxfs_data_move(struct phxfs_inode *inode, struct phxfs_dev *to, uid_t uid);
 /* Free @inode's device memory. */
 void phxfs_data_free(struct phxfs_inode *inode);
 

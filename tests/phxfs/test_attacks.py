@@ -614,6 +614,44 @@ def _fill_device(mode):
         assert read(d + "/root-cp") == data
 
 
+NOBODY_MOVE = r"""
+import errno, os, sys
+try:
+    os.rename(sys.argv[1], sys.argv[2])
+    print("moved")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"""
+
+
+def test_attack_move_into_reserve():
+    """A file moved to another device is a write there: once nobody has
+    filled that device up to root's reserve, moving a file into it is
+    ENOSPC and the file stays where it was, whole; root's move of it
+    succeeds."""
+    need_nobody()
+    if T.FS.dev_index or len(T.FS.devs) < 2:
+        pytest.skip("once per mount, with two device directories")
+    d, _ = T.fresh("mvsrc")
+    there = os.path.join(T.FS.mp, T.FS.devs[1], "mvdst")
+    os.mkdir(there)
+    os.chmod(there, 0o777)
+    r = as_nobody([sys.executable, "-c", NOBODY_FILL, there])
+    assert r.returncode == 0 and r.stdout.startswith("ENOSPC"), \
+        (r.stdout, r.stderr)
+    data = T.rand(8 * MiB, 22)
+    f = d + "/moved"
+    write(f, data)
+    os.chown(f, 65534, 65534)
+    used = T.dev_used(there)
+    r = as_nobody([sys.executable, "-c", NOBODY_MOVE, f, there + "/moved"])
+    assert r.stdout.strip() == "ENOSPC", (r.stdout, r.stderr)
+    assert read(f) == data and not os.path.exists(there + "/moved")
+    assert T.dev_used(there) == used
+    os.rename(f, there + "/moved")
+    assert read(there + "/moved") == data
+
+
 # ---- 6. a failed phx cp ---------------------------------------------------
 
 @T.in_modes
