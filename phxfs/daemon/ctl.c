@@ -61,18 +61,30 @@ out:
 	phxfs_conn_file_put(c->fs, inode);
 }
 
-/* A reply built whole under the locks and sent after (STATUS). */
+/*
+ * Directory entries STATUS walks with fs->lock held before it lets go of
+ * it once, so that the namespace's other users (lookups, creates) get
+ * their turn however many files there are.
+ */
+#define STATUS_SLICE 1024
+
+/* A reply built whole and sent after, with no lock held (STATUS). */
 struct reply {
 	char *p;
 	size_t len, cap;
-	unsigned int unlisted; /* FILE rows past STATUS_MAX */
+	uint64_t listed; /* FILE rows */
+	bool full; /* no room for more rows */
+	bool tail; /* the closing lines: room kept for them */
 	bool nomem;
 };
 
 static bool reply_add(struct reply *r, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* Add one line; false (nothing added) past STATUS_MAX or out of memory. */
+/*
+ * Add one line; false (nothing added) past STATUS_MAX, less the room kept
+ * for the closing lines until they come, or out of memory.
+ */
 static bool reply_add(struct reply *r, const char *fmt, ...)
 {
 	char line[PHXFS_LINE_MAX];
@@ -82,8 +94,10 @@ static bool reply_add(struct reply *r, const char *fmt, ...)
 	va_start(ap, fmt);
 	n = (size_t)phxfs_conn_format(line, fmt, ap);
 	va_end(ap);
-	if (r->len + n > STATUS_MAX)
+	if (r->len + n > STATUS_MAX - (r->tail ? 0 : 4 * PHXFS_LINE_MAX)) {
+		r->full = true;
 		return false;
+	}
 	if (r->len + n > r->cap) {
 		size_t cap = r->cap ? 2 * r->cap : 64 << 10;
 		char *p;
@@ -142,38 +156,103 @@ static void add_file(struct reply *r, struct phxfs_inode *inode,
 
 	if (cut)
 		phxfs_escape(name, strlen(name), tail + 4, sizeof(tail) - 4);
-	if (!reply_add(r, "FILE %s %llu %llu %s %s", inode->dev->name,
-		       (unsigned long long)phxfs_data_size(inode),
-		       (unsigned long long)phxfs_data_held(inode),
-		       phxfs_path_name(atomic_load(&inode->path)),
-		       cut ? tail : path))
-		r->unlisted++;
+	if (reply_add(r, "FILE %s %llu %llu %s %s", inode->dev->name,
+		      (unsigned long long)phxfs_data_size(inode),
+		      (unsigned long long)phxfs_data_held(inode),
+		      phxfs_path_name(atomic_load(&inode->path)),
+		      cut ? tail : path))
+		r->listed++;
+}
+
+/* Per level of the walk: the entry walked into and the path before it. */
+struct level {
+	struct phxfs_dentry *d;
+	size_t len;
+	bool cut;
+	char *name; /* d's name while fs->lock is let go */
+};
+
+/*
+ * Let go of fs->lock and take it again, between two entries of the walk
+ * at @stack (@depth levels) and *@d, the next entry (NULL: the end of its
+ * directory).  Where no entry was freed meanwhile every pointer still
+ * holds; else each level is found again by name.  False where one is
+ * gone: the walk ends there.
+ */
+static bool walk_yield(struct phxfs *fs, struct level *stack, size_t depth,
+		       struct phxfs_dentry **d)
+{
+	uint64_t gen = fs->dentry_gen;
+	struct phxfs_inode *dir = fs->root;
+	char *next = NULL;
+	bool ok = true;
+	size_t i;
+
+	for (i = 0; i < depth; i++)
+		stack[i].name = NULL;
+	for (i = 0; i < depth && ok; i++)
+		ok = (stack[i].name = strdup(stack[i].d->name)) != NULL;
+	if (ok && *d)
+		ok = (next = strdup((*d)->name)) != NULL;
+	pthread_mutex_unlock(&fs->lock);
+	pthread_mutex_lock(&fs->lock);
+	if (ok && gen != fs->dentry_gen) {
+		for (i = 0; i < depth && ok; i++) {
+			struct phxfs_dentry *e =
+				phxfs_dentry_find(fs, dir, stack[i].name);
+
+			ok = e && S_ISDIR(e->inode->mode);
+			if (ok) {
+				stack[i].d = e;
+				dir = e->inode;
+			}
+		}
+		if (ok && next) {
+			*d = phxfs_dentry_find(fs, dir, next);
+			ok = *d != NULL;
+		}
+	}
+	for (i = 0; i < depth; i++)
+		free(stack[i].name);
+	free(next);
+	return ok;
 }
 
 /*
  * FILE rows for every regular file @c's caller could stat: those in the
  * directories it may search, from the root down.  Walked without
- * recursion (directories nest as deep as users make them); fs->lock held.
+ * recursion (directories nest as deep as users make them), with fs->lock
+ * held STATUS_SLICE entries at a time; the walk stops where the reply is
+ * full.  False where it ended early (the reply full, or an entry of its
+ * path removed while the lock was let go).
  */
-static int add_files(struct phxfs_conn *c, struct reply *r)
+static int add_files(struct phxfs_conn *c, struct reply *r, bool *whole)
 {
-	/* per level: the entry being walked and the path's length before it */
-	struct level {
-		struct phxfs_dentry *d;
-		size_t len;
-		bool cut;
-	} *stack = NULL;
+	struct level *stack = NULL;
 	size_t depth = 0, cap = 0, room = PHXFS_LINE_MAX - 256;
 	struct phxfs_dentry *d;
 	char *path = malloc(room + 1);
+	unsigned int slice = 0;
 	bool cut = false;
 	size_t len = 0;
 
+	*whole = true;
 	if (!path)
 		return -ENOMEM;
 	path[0] = '\0';
 	d = phxfs_conn_may(c, c->fs->root, 1) ? c->fs->root->children : NULL;
 	for (;;) {
+		if (r->full || r->nomem) {
+			*whole = false;
+			break;
+		}
+		if (++slice == STATUS_SLICE) {
+			slice = 0;
+			if (!walk_yield(c->fs, stack, depth, &d)) {
+				*whole = false;
+				break;
+			}
+		}
 		if (!d) {
 			if (!depth)
 				break;
@@ -213,7 +292,7 @@ static int add_files(struct phxfs_conn *c, struct reply *r)
 			}
 			stack = s;
 		}
-		stack[depth++] = (struct level){ d, len, cut };
+		stack[depth++] = (struct level){ d, len, cut, NULL };
 		if (fits)
 			len += 1 + n;
 		cut = !fits;
@@ -242,7 +321,9 @@ static void do_status(struct phxfs_conn *c)
 	struct phxfs *fs = c->fs;
 	struct reply r = { 0 };
 	char mp[PHXFS_LINE_MAX - 8];
+	uint64_t unlisted = 0;
 	unsigned int i;
+	bool whole;
 	int ret;
 
 	for (i = 0; i < fs->ndevs; i++)
@@ -266,14 +347,21 @@ static void do_status(struct phxfs_conn *c)
 	reply_add(&r, "INODES %llu %llu %llu", (unsigned long long)fs->ninodes,
 		  (unsigned long long)fs->nentries,
 		  (unsigned long long)fs->nr_inodes);
-	ret = add_files(c, &r);
+	ret = add_files(c, &r, &whole);
+	/*
+	 * Cut short: the files not listed, of all the mount's (those the
+	 * caller may not see among them, as the DEV lines count them).
+	 */
+	if (!whole)
+		unlisted = fs->nfiles > r.listed ? fs->nfiles - r.listed : 0;
 	pthread_mutex_unlock(&fs->lock);
 	pthread_mutex_lock(&fs->ctl_lock);
 	reply_add(&r, "CTL %u %u %u", fs->ctl_nconns, fs->opts.ctl_conns,
 		  fs->opts.ctl_conns_uid);
 	pthread_mutex_unlock(&fs->ctl_lock);
-	if (r.unlisted)
-		reply_add(&r, "UNLISTED %u", r.unlisted);
+	r.tail = true; /* the closing lines have their room */
+	if (unlisted)
+		reply_add(&r, "UNLISTED %llu", (unsigned long long)unlisted);
 	reply_add(&r, "MOUNT %s",
 		  phxfs_conn_esc(fs->mountpoint, mp, sizeof(mp)));
 	/* sent without any lock held: a client that does not read holds

@@ -373,6 +373,7 @@ static int exchange(struct phxfs *fs, struct phxfs_dentry *sd,
 		return -EINVAL;
 	sd->inode = b;
 	dd->inode = a;
+	fs->dentry_gen++; /* a STATUS walk finds its path again */
 	if (S_ISDIR(a->mode)) {
 		a->parent = to;
 		from->nlink--;

@@ -107,6 +107,8 @@ static void inode_free(struct phxfs *fs, struct phxfs_inode *inode)
 	pthread_rwlock_destroy(&inode->io_lock);
 	free(inode->symlink);
 	phxfs_xattr_free_all(fs, inode);
+	if (S_ISREG(inode->mode))
+		fs->nfiles--;
 	free(inode);
 	fs->ninodes--;
 }
@@ -170,6 +172,8 @@ struct phxfs_inode *phxfs_inode_new(struct phxfs *fs, struct phxfs_dev *dev,
 	inode->hash_next = fs->inodes[b];
 	fs->inodes[b] = inode;
 	fs->ninodes++;
+	if (S_ISREG(mode))
+		fs->nfiles++;
 	return inode;
 }
 
@@ -239,6 +243,7 @@ void phxfs_dentry_remove(struct phxfs *fs, struct phxfs_dentry *d)
 		dir->nlink--;
 	phxfs_touch(&dir->mtime);
 	dir->ctime = dir->mtime;
+	fs->dentry_gen++; /* a walk that let go of fs->lock looks again */
 	free(d);
 }
 

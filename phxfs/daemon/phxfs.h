@@ -164,6 +164,8 @@ struct phxfs {
 	struct phxfs_dentry **dentries; /* hash by (parent, name); lock */
 	uint64_t next_ino; /* lock */
 	uint64_t ninodes; /* lock */
+	uint64_t nfiles; /* regular files among them; lock */
+	uint64_t dentry_gen; /* bumped when an entry is freed; lock */
 	/* names in directories, inodes without one; capped by nr_inodes */
 	uint64_t nentries; /* lock */
 	uint64_t nr_inodes;

@@ -719,6 +719,40 @@ def _status_rows(mode):
     assert len(rows) == 2, rows
 
 
+def test_attack_status_capped():
+    """STATUS stops walking where its reply is full (16 MiB): the files
+    past it are counted in UNLISTED (rows and UNLISTED make every file of
+    the mount), and the closing lines still come.  The walk lets go of
+    the namespace lock every few thousand entries, so root's work goes on
+    beside it however many files there are."""
+    if T.FS.dev_index:
+        pytest.skip("once per mount, in the first device directory")
+    d, _ = T.fresh("capped")
+    # rows of about 1 KiB: a name of 240 control bytes, escaped \xHH
+    n = 17000
+    base = os.fsencode(d) + b"/"
+    for i in range(n):
+        os.close(os.open(base + b"\x01" * 240 + b"%05d" % i,
+                         os.O_CREAT | os.O_WRONLY))
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.settimeout(GUARD)
+    c.connect(sock())
+    c.sendall(b"STATUS\n")
+    out = b""
+    while chunk := c.recv(1 << 20):
+        out += chunk
+    c.close()
+    lines = out.decode().splitlines()
+    rows = sum(1 for ln in lines if ln.startswith("FILE "))
+    unlisted = [int(ln.split()[1]) for ln in lines
+                if ln.startswith("UNLISTED ")]
+    assert 15000 < rows < n and unlisted == [n - rows], (rows, unlisted)
+    assert len(out) <= 16 << 20
+    assert lines[-1] == "END" and lines[-2].startswith("MOUNT "), lines[-3:]
+    root_ok("stat", d)
+    shutil.rmtree(d)
+
+
 def test_attack_mount_targets():
     """phx mount refuses a regular file and a non-empty directory (unless
     -o nonempty); phx cp names a missing directory; paths in messages
