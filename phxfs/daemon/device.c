@@ -117,7 +117,7 @@ void phxfs_devices_close(struct phxfs *fs)
 void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 		      struct statvfs *st)
 {
-	uint64_t cap = 0, used = 0, files = 0;
+	uint64_t cap = 0, used = 0, avail = 0, files = 0;
 	unsigned int i;
 
 	for (i = 0; i < fs->ndevs; i++) {
@@ -128,8 +128,17 @@ void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 			continue;
 		if (phx_device_info(d->dev, &info))
 			continue;
+		uint64_t u = info.used < info.capacity ? info.used :
+							 info.capacity;
+		/* what users other than root may still fill, as on ext4 */
+		uint64_t top = info.capacity;
+
+		if (d->root_reserve && !phxfs_dev_ranged(d) &&
+		    d->limit - d->root_reserve < top)
+			top = d->limit - d->root_reserve;
 		cap += info.capacity;
-		used += info.used < info.capacity ? info.used : info.capacity;
+		used += u;
+		avail += top > u ? top - u : 0;
 		files += atomic_load(&d->files);
 	}
 	memset(st, 0, sizeof(*st));
@@ -137,7 +146,7 @@ void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 	st->f_frsize = 4096;
 	st->f_blocks = cap / 4096;
 	st->f_bfree = (cap - used) / 4096;
-	st->f_bavail = st->f_bfree;
+	st->f_bavail = avail / 4096;
 	/* nr_inodes counts inodes and names alike (hard links cost one) */
 	st->f_files = fs->nr_inodes;
 	st->f_ffree = fs->nr_inodes -

@@ -652,6 +652,37 @@ def test_attack_move_into_reserve():
     assert read(there + "/moved") == data
 
 
+def raw_status():
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.settimeout(GUARD)
+    c.connect(sock())
+    c.sendall(b"STATUS\n")
+    out = b""
+    while chunk := c.recv(1 << 20):
+        out += chunk
+    c.close()
+    return out.decode().splitlines()
+
+
+def test_attack_df_avail():
+    """df's available space is what a user other than root may still
+    fill: the free memory less root's reserve (as on ext4), on one
+    device and summed over the mount."""
+    if T.FS.dev_index:
+        pytest.skip("once per mount, in the first device directory")
+    write(T.FS.dev + "/some", T.rand(3 * MiB, 23))
+    reserve = {ln.split()[1]: int(ln.split()[2]) for ln in raw_status()
+               if ln.startswith("ROOTRESERVE ")}
+    assert reserve[T.FS.devs[0]] > 0, reserve
+    sv = os.statvfs(T.FS.dev)
+    assert sv.f_bavail == sv.f_bfree - (reserve[T.FS.devs[0]] + 4095) // \
+        4096 or sv.f_bavail == sv.f_bfree - reserve[T.FS.devs[0]] // 4096, \
+        (sv.f_bavail, sv.f_bfree, reserve)
+    whole = os.statvfs(T.FS.mp)
+    assert whole.f_bfree - whole.f_bavail >= \
+        sum(reserve.values()) // 4096 - len(reserve), (whole, reserve)
+
+
 # ---- 6. a failed phx cp ---------------------------------------------------
 
 @T.in_modes
