@@ -238,3 +238,26 @@ def test_bad_offsets():
     r = sh("dd if=/dev/zero of=%s/f bs=1 count=1 seek=1P status=none" % d,
            check=False)
     assert r.returncode and "File too large" in r.stderr, r.stderr
+
+
+def test_append_fills_the_device():
+    """A file appended to grows up to the last of the device's memory:
+    where the large piece appends are backed in does not fit, only what
+    the write needs is backed (a small file beside it leaves the device
+    short of a whole piece)."""
+    d, _ = fresh("appendfull")
+    write(d + "/small", rand(128 * 1024, 24))
+    block = b"\x5a" * MiB
+    n = 0
+    with open(d + "/big", "wb", buffering=0) as f:
+        try:
+            while n < 2 * CAP // MiB:
+                f.write(block)
+                n += 1
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+    sv = os.statvfs(d)
+    # what is left is less than the write that failed needed
+    assert sv.f_bfree * sv.f_frsize < MiB, (n, sv.f_bfree)
+    assert os.stat(d + "/big").st_size == n * MiB
+    assert read(d + "/small") == rand(128 * 1024, 24)

@@ -330,6 +330,18 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 		ret = phx_chunk_carve(buf, &i, bfrom, bto);
 		if (!ret)
 			ret = chunk_back(buf, &buf->chunks[i], &queued);
+		/*
+		 * A span larger than the range (appends grow geometrically)
+		 * that does not fit: back only the granules the range needs,
+		 * so a file can grow up to the last of the device's memory.
+		 */
+		if (ret == -ENOSPC && (buf->flags & PHX_BUF_SPARSE) &&
+		    phx_align_up(e, gran) < bto) {
+			ret = phx_chunk_carve(buf, &i, bfrom,
+					      phx_align_up(e, gran));
+			if (!ret)
+				ret = chunk_back(buf, &buf->chunks[i], &queued);
+		}
 		if (ret)
 			break;
 	}
