@@ -138,7 +138,7 @@ static int cmd_status(int argc, char **argv)
 		print_file(&st->files[i]);
 	}
 	if (all && st->unlisted)
-		printf("... and %u more files not listed: the reply is capped at 16 MiB\n",
+		printf("... and %u more files not listed: the walk stops where its reply reaches 16 MiB or a directory on its way was removed\n",
 		       st->unlisted);
 	printf("\nmounted at ");
 	print_name(st->mountpoint, strlen(st->mountpoint));
