@@ -16,6 +16,7 @@ from phxio import _weights
 
 torch = pytest.importorskip("torch")
 
+from phxio import _direct  # noqa: E402  (it needs torch)
 from direct_model import (DIRECT, FFN, HEAD, HEADS, HIDDEN,  # noqa: E402
                           KV_HEADS, LOADED, THROUGH_LOADERS, Model,
                           assert_same, file_bytes, loaded_through,
@@ -194,14 +195,19 @@ def test_truncated_file_names_file_and_tensor(tmp_path):
     assert param in dict(model.named_parameters())
 
 
-def test_failed_read_names_file_tensor_and_error(tmp_path):
+def test_failed_read_names_file_tensor_and_error(tmp_path, monkeypatch):
     paths = save(state(), tmp_path / "ck")
     files = _weights.headers(paths)
     f = _file_of(files, "norm.weight")
-    # the file becomes a folder after its header was read: opening it
-    # works, reading it does not
-    os.unlink(f.path)
-    os.mkdir(f.path)
+    # the loader's descriptor of that file is open for writing only:
+    # opening it works, the engine's reads of it fail (EBADF)
+    real_open = _direct.open_data
+
+    def write_only(path, flags, **kw):
+        return real_open(path, os.O_WRONLY if path == f.path else flags,
+                         **kw)
+
+    monkeypatch.setattr(_direct, "open_data", write_only)
     model = Model()
     with pytest.raises(phxio.PhoenixError) as ei:
         run_pass(model, paths, phxio.device("sim0"), files=files)
@@ -211,7 +217,6 @@ def test_failed_read_names_file_tensor_and_error(tmp_path):
                      str(ei.value)), str(ei.value)
     tensor = re.search(r"tensor '([^']+)'", str(ei.value)).group(1)
     assert tensor in {t.name for t in f.tensors}
-    os.rmdir(f.path)
 
 
 def test_failing_loader_leaves_its_tensor_named(tmp_path):
