@@ -66,9 +66,12 @@ def rand(n, seed=None):
     return random.Random(seed).randbytes(n)
 
 
-def write(path, data):
+def write(path, data, mode=None):
+    """@data into @path, then its permission bits set to @mode if given."""
     with open(path, "wb") as f:
         f.write(data)
+    if mode is not None:
+        os.chmod(path, mode)
 
 
 def read(path):

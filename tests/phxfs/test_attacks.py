@@ -136,20 +136,16 @@ def _dir_permissions(mode):
     priv = d + "/root-only"
     os.mkdir(priv, 0o700)
     f, g = priv + "/f", priv + "/g"
-    write(f, b"secret")
-    os.chmod(f, 0o644)
-    write(g, b"keep")
-    os.chmod(g, 0o666)
+    write(f, b"secret", 0o644)
+    write(g, b"keep", 0o666)
     mine = d + "/mine"
     write(mine, b"nobody's")
     os.chown(mine, 65534, 65534)
     out = nobody_dir()
     evil = os.path.join(out, "evil")
-    write(evil, b"EVIL")
-    os.chmod(evil, 0o666)
+    write(evil, b"EVIL", 0o666)
     dst = os.path.join(out, "dst")
-    write(dst, b"")
-    os.chmod(dst, 0o666)
+    write(dst, b"", 0o666)
     ino_f, ino_g = os.stat(f).st_ino, os.stat(g).st_ino
     S = sock()
     # by inode with no descriptor of the file, then with one of another
@@ -211,24 +207,19 @@ def _copy_descriptors(mode):
     d, _ = T.fresh("cpfds")
     out = nobody_dir()
     secret = os.path.join(out, "secret")
-    write(secret, b"root's secret")
-    os.chmod(secret, 0o600)
+    write(secret, b"root's secret", 0o600)
     wonly = os.path.join(out, "write-only")
-    write(wonly, b"nobody may not read this")
-    os.chmod(wonly, 0o622)
+    write(wonly, b"nobody may not read this", 0o622)
     ronly = os.path.join(out, "read-only")
-    write(ronly, b"nobody may not write this")
-    os.chmod(ronly, 0o644)
+    write(ronly, b"nobody may not write this", 0o644)
     mine = os.path.join(out, "mine")
-    write(mine, b"nobody's own")
-    os.chmod(mine, 0o666)
+    write(mine, b"nobody's own", 0o666)
     stolen = d + "/stolen"
     write(stolen, b"")
     os.chown(stolen, 65534, 65534)
     os.chmod(stolen, 0o600)
     src = d + "/src"
-    write(src, b"phxfs data")
-    os.chmod(src, 0o644)
+    write(src, b"phxfs data", 0o644)
     S = sock()
     ino_in, ino_out = os.stat(stolen).st_ino, os.stat(src).st_ino
     for line, fds in (("CP %d" % ino_in, [secret, stolen]),
@@ -290,8 +281,7 @@ def test_attack_cp_keeps_no_privileges():
         pytest.skip("once per mount, in the first device directory")
     d, _ = T.fresh("cppriv")
     src = os.path.join(nobody_dir(), "program")
-    write(src, b"nobody's program")
-    os.chmod(src, 0o644)
+    write(src, b"nobody's program", 0o644)
     S = sock()
 
     def victim(name, mode):
@@ -765,20 +755,13 @@ def test_attack_status_capped():
     for i in range(n):
         os.close(os.open(base + b"\x01" * 240 + b"%05d" % i,
                          os.O_CREAT | os.O_WRONLY))
-    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    c.settimeout(GUARD)
-    c.connect(sock())
-    c.sendall(b"STATUS\n")
-    out = b""
-    while chunk := c.recv(1 << 20):
-        out += chunk
-    c.close()
-    lines = out.decode().splitlines()
+    lines = raw_status()
     rows = sum(1 for ln in lines if ln.startswith("FILE "))
     unlisted = [int(ln.split()[1]) for ln in lines
                 if ln.startswith("UNLISTED ")]
     assert 15000 < rows < n and unlisted == [n - rows], (rows, unlisted)
-    assert len(out) <= 16 << 20
+    # the reply's bytes: every line ends with a newline
+    assert sum(len(ln.encode()) + 1 for ln in lines) <= 16 << 20
     assert lines[-1] == "END" and lines[-2].startswith("MOUNT "), lines[-3:]
     root_ok("stat", d)
     shutil.rmtree(d)
