@@ -201,6 +201,17 @@ static int parse_limits(struct phxfs *fs)
 		fs->opts.ctl_conns = PHXFS_CTL_CONNS;
 	if (!fs->opts.ctl_conns_uid)
 		fs->opts.ctl_conns_uid = PHXFS_CTL_CONNS_UID;
+	/* "%u" takes "-5" as a huge count: a limit that limits nothing */
+	if (fs->opts.ctl_timeout > PHXFS_CTL_TIMEOUT_MAX ||
+	    fs->opts.ctl_conns > PHXFS_CTL_CONNS_MAX ||
+	    fs->opts.ctl_conns_uid > PHXFS_CTL_CONNS_MAX) {
+		fprintf(stderr,
+			"phxfs: bad ctl_timeout=%u, ctl_conns=%u or ctl_conns_uid=%u; use 1 to %u seconds and 1 to %u connections\n",
+			fs->opts.ctl_timeout, fs->opts.ctl_conns,
+			fs->opts.ctl_conns_uid, PHXFS_CTL_TIMEOUT_MAX,
+			PHXFS_CTL_CONNS_MAX);
+		return -EINVAL;
+	}
 	return 0;
 }
 

@@ -133,6 +133,9 @@ struct phxfs_opts {
 #define PHXFS_CTL_TIMEOUT 10
 #define PHXFS_CTL_CONNS 128
 #define PHXFS_CTL_CONNS_UID 16
+/* the most the options may ask for: an hour, a thread per connection */
+#define PHXFS_CTL_TIMEOUT_MAX 3600
+#define PHXFS_CTL_CONNS_MAX 4096
 
 struct phxfs {
 	struct fuse_session *se;

@@ -105,6 +105,22 @@ def test_request_sizes():
         T.FS.mount()
 
 
+def test_mount_refuses_bad_options():
+    """A mount option out of its range is one line on stderr and nothing
+    is mounted: a count given as "-5" is not taken as a huge limit."""
+    mp = os.path.join(T.SCRATCH, "bad-opts")
+    os.makedirs(mp, exist_ok=True)
+    for opt in ("ctl_conns=-5", "ctl_conns_uid=5000", "ctl_timeout=99999",
+                "size=abc", "root_reserve=200%", "blksize=3"):
+        r = T.FS.run_phx("mount", "-o", opt, mp, check=False)
+        lines = r.stderr.splitlines()
+        assert r.returncode == 1, (opt, r.stderr)
+        assert len(lines) == 1 and lines[0].startswith("phxfs: bad "), \
+            (opt, r.stderr)
+        assert mp not in read("/proc/self/mounts").decode(), opt
+    os.rmdir(mp)
+
+
 def test_umount_takes_down_phxfs_only():
     """phx umount refuses a mount point where another file system is on
     top, leaving it mounted with its files, and a directory where nothing
