@@ -53,21 +53,26 @@ int cp_catch_signals(void)
 
 /*
  * Wait until @s has something to read; -EINTR once a signal stopped
- * the copy.
+ * the copy, -ETIMEDOUT when the daemon sent nothing for
+ * PHXFS_CLIENT_TIMEOUT seconds (as the socket's own reads time out).
  */
 static int wait_answer(int s)
 {
 	struct pollfd p[2] = { { .fd = s, .events = POLLIN },
 			       { .fd = sig_pipe[0], .events = POLLIN } };
+	int n;
 
 	for (;;) {
 		if (cp_signal)
 			return -EINTR;
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		n = poll(p, 2, PHXFS_CLIENT_TIMEOUT * 1000);
+		if (n < 0 && errno != EINTR)
 			return -errno;
 		if (cp_signal)
 			return -EINTR;
-		if (p[0].revents)
+		if (!n)
+			return -ETIMEDOUT;
+		if (n > 0 && p[0].revents)
 			return 0;
 	}
 }
