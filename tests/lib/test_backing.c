@@ -177,3 +177,34 @@ Test(backing, transfers_between_a_file_and_a_backing)
 	free(back);
 	rig_close(&r);
 }
+
+/* Sizes near UINT64_MAX are refused, and the device's count stays. */
+Test(backing, sizes_that_would_wrap_are_refused_and_the_count_stays)
+{
+	struct bk_test t = bk_start(4096);
+	struct phx_backing *bk, *bk2 = NULL;
+	uint64_t after;
+
+	if (phx_device_kind(t.dev) == PHX_DEVICE_CUDA) {
+		phx_device_close(t.dev);
+		return;
+	}
+	bk = backing(t.dev, MiB);
+	fill_random(t.data, t.n, 4);
+	cr_assert_eq(phx_backing_write(bk, 0, t.data, t.n), 0);
+	after = used(t.dev);
+	cr_assert_eq(phx_backing_reserve(bk, UINT64_MAX), -EFBIG);
+	cr_assert_eq(phx_backing_reserve(bk, UINT64_MAX - 8192), -ENOSPC);
+	cr_assert_eq(used(t.dev), after, "%s", phx_strerror_last());
+	cr_assert_eq(info_of(bk).capacity, MiB);
+	cr_assert_eq(phx_backing_alloc(t.dev, UINT64_MAX, &bk2), -EFBIG);
+	cr_assert_eq(phx_backing_alloc(t.dev, UINT64_MAX - 8192, &bk2),
+		     -ENOSPC);
+	cr_assert_eq(phx_backing_alloc(t.dev, UINT64_MAX / 2 + 1, &bk2),
+		     -ENOSPC);
+	cr_assert_null(bk2);
+	cr_assert_eq(used(t.dev), after);
+	cr_assert_eq(phx_backing_read(bk, 0, t.back, t.n), (int64_t)t.n);
+	cr_assert_arr_eq(t.back, t.data, t.n, "the bytes are still there");
+	bk_end(&t, bk);
+}

@@ -21,7 +21,8 @@ int phx_device_charge(struct phx_device *dev, uint64_t bytes)
 	char b1[32], b2[32];
 
 	do {
-		if (cap && cur + bytes > cap)
+		/* Written so that no sum can wrap past the capacity */
+		if (cap && (cur > cap || bytes > cap - cur))
 			return phx_err(
 				ENOSPC,
 				"%s: out of device memory: %s in use of %s; free buffers or raise the limit",

@@ -281,6 +281,9 @@ PHX_EXPORT int phx_backing_reserve(struct phx_backing *bk, uint64_t capacity)
 			EBUSY,
 			"%s: backing fd %d is mapped: its memory cannot move to a larger allocation; unmap it first",
 			dev->name, bk->fd);
+	if (capacity > UINT64_MAX - PHX_PAGE)
+		return phx_err(EFBIG, "%s: a backing file of %llu bytes",
+			       dev->name, (unsigned long long)capacity);
 	ret = backing_size(bk, &size);
 	if (ret)
 		return ret;
