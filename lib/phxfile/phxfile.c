@@ -397,6 +397,31 @@ int phxFileStreamDeregister(void *stream)
 	return 0;
 }
 
+/*
+ * -EINVAL where a registered range holds @base and the transfer of @len
+ * bytes at @buf_off from it ends past that range; the library checks the
+ * rest of the values.  Caller holds the lock.
+ */
+static int range_fits_locked(const void *base, uint64_t len, int64_t buf_off)
+{
+	uintptr_t at = (uintptr_t)base;
+	struct phxfile_range *r;
+
+	for (r = phxfile_ranges; r; r = r->next) {
+		uintptr_t start = (uintptr_t)r->addr;
+		uint64_t left;
+
+		if (at < start || at - start >= r->length)
+			continue;
+		left = r->length - (at - start);
+		if (buf_off < 0 || (uint64_t)buf_off > left ||
+		    len > left - (uint64_t)buf_off)
+			return -EINVAL;
+		return 0;
+	}
+	return 0;
+}
+
 static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 			 size_t *nbytes, int64_t *file_offset,
 			 int64_t *buf_offset, int64_t *bytes_done, void *stream)
@@ -410,6 +435,9 @@ static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 		return -EINVAL;
 	pthread_mutex_lock(&phxfile_lock);
 	ret = session_get_locked();
+	if (ret)
+		goto out;
+	ret = range_fits_locked(buf_base, *nbytes, *buf_offset);
 	if (ret)
 		goto out;
 	dev = device_of(buf_base);
@@ -436,7 +464,8 @@ out:
  * @stream: a CUstream (NULL: the default stream).
  *
  * Opens the session if needed.  Returns 0 once queued, -EINVAL (a NULL
- * pointer), -ENODEV (no usable device), or what phx_io_enqueue() returns;
+ * pointer, a range that wraps, or one past the end of the registered
+ * buffer holding @buf_base), -ENODEV (no usable device), or what phx_io_enqueue() returns;
  * the pointers must stay valid until the transfer completed.
  */
 int phxFileReadAsync(void *fh, void *buf_base, size_t *nbytes,

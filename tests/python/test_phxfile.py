@@ -181,6 +181,28 @@ def test_write_only_fd_fails_read_with_ebadf(phx, scratch):
     os.close(fd)
 
 
+def test_ranges_that_do_not_fit_are_refused(phx, scratch):
+    """A length past INT64_MAX, an end that wraps, or one past the end of
+    a registered buffer: refused when queued, nothing moved."""
+    dev = phxio.device()
+    buf = dev.alloc(4 << 20)
+    addr = ctypes.c_void_p(buf.dptr)
+    fd = os.open(scratch / "w", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fh = handle(phx, fd)
+    assert phx.phxFileBufRegister(addr, 4 << 20) == 0
+    with stream(phx, dev) as s:
+        for op in (Op(2**64 - 1, 0), Op(2**63 - 1, 10), Op(4096, 0, 4 << 20),
+                   Op((4 << 20) + 1, 0)):
+            for call in (phx.phxFileWriteAsync, phx.phxFileReadAsync):
+                assert call(fh, addr, *op.args(),
+                            ctypes.c_void_p(s.native)) == -errno.EINVAL
+        s.synchronize()
+    assert phx.phxFileBufDeregister(addr) == 0
+    assert os.fstat(fd).st_size == 0
+    phx.phxFileHandleDeregister(fh)
+    os.close(fd)
+
+
 def test_default_stream(phx, scratch, rng):
     data = random_file(scratch / "f", 100000, rng)
     buf = phxio.device().alloc(100000)

@@ -232,8 +232,8 @@ static void phx_feed_run(struct phx_stream_thread *t, struct phx_stream_req *r)
 	/* chunks start anywhere: an O_DIRECT fd is read through a twin */
 	if (fl >= 0 && (fl & O_DIRECT))
 		fd = phx_reopen(r->fd, fl & O_ACCMODE);
-	if (boff < 0 || foff < 0) {
-		res = -EINVAL;
+	res = phx_stream_range_check(len, foff, boff);
+	if (res) {
 		phx_feed_abort(ctl, res, r->bytes_done);
 	} else if (fd < 0) {
 		res = -errno;

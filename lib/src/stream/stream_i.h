@@ -245,6 +245,14 @@ void phx_pool_serve(struct phx_stream_thread *t, struct phx_stream_req *r);
 /* Stop the workers once every queued transfer is done; free it all. */
 void phx_pool_destroy(struct phx_device *dev);
 
+/*
+ * The one check of a stream-ordered transfer's values, made where they
+ * are read (when queued on a PHX_STREAM_FIXED stream, else where the
+ * stream reaches the transfer, by every mode): offsets not negative,
+ * @len at most INT64_MAX, and neither end past INT64_MAX.  0 or -EINVAL.
+ */
+int phx_stream_range_check(uint64_t len, int64_t file_off, int64_t buf_off);
+
 /* The end of a transfer's life: its flag or control block back, one less queued. */
 void phx_pool_release_locked(struct phx_stream_pool *w,
 			     struct phx_stream_req *r);

@@ -201,10 +201,9 @@ void phx_pool_serve(struct phx_stream_thread *t, struct phx_stream_req *r)
 		.dptr = r->dptr + (uint64_t)*r->buf_off,
 		.len = *r->len,
 	};
-	if (*r->buf_off < 0)
-		io.result = phx_err(EINVAL, "negative buffer offset %lld",
-				    (long long)*r->buf_off);
-	else
+
+	io.result = phx_stream_range_check(io.len, io.file_off, *r->buf_off);
+	if (!io.result)
 		phx_engine_io(t->engine, &io);
 	*r->bytes_done = io.result;
 	/* the stream may move on now */
