@@ -4,6 +4,7 @@
  * memory goes through a pooled engine's pinned staging, pinned memory
  * straight to the device.
  */
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include "util.h"
@@ -125,4 +126,39 @@ Test(host_alloc, pooled_pinned_buffers)
 	phx_buf_free(buf);
 	phx_device_close(dev);
 	free(data);
+}
+
+struct cross_copy {
+	struct phx_buf *to, *from;
+	int ret;
+};
+
+static void *cross_copy_run(void *arg)
+{
+	struct cross_copy *c = arg;
+	unsigned int i;
+
+	for (i = 0; i < 5000 && !c->ret; i++)
+		c->ret = phx_memcpy_buf(c->to, 0, c->from, 0, 64 * 1024);
+	return NULL;
+}
+
+/* A to B on one thread and B to A on another both finish. */
+Test(memcpy_buf, opposite_copies_on_two_threads_complete)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *a = buf_new(dev, MiB, 0), *b = buf_new(dev, MiB, 0);
+	struct cross_copy ab = { .to = b, .from = a };
+	struct cross_copy ba = { .to = a, .from = b };
+	pthread_t t1, t2;
+
+	cr_assert_eq(pthread_create(&t1, NULL, cross_copy_run, &ab), 0);
+	cr_assert_eq(pthread_create(&t2, NULL, cross_copy_run, &ba), 0);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	cr_assert_eq(ab.ret, 0);
+	cr_assert_eq(ba.ret, 0);
+	phx_buf_free(a);
+	phx_buf_free(b);
+	phx_device_close(dev);
 }

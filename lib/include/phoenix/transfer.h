@@ -89,7 +89,9 @@ int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
  * phx_memcpy_buf() - device-to-device copy between two buffers.
  *
  * The buffers may be on different devices of the same kind (a peer copy
- * on cuda).  Blocks.
+ * on cuda).  Blocks.  Holds both buffers' locks for the copy, taken in
+ * address order, so copies between two buffers in opposite directions
+ * on two threads cannot deadlock.
  */
 int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off, struct phx_buf *src,
 		   uint64_t src_off, uint64_t len);

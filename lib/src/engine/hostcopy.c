@@ -472,6 +472,28 @@ PHX_EXPORT int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
 	return copy_finish(dev, stream, ret, len);
 }
 
+/*
+ * Lock @a and @b (which may be the same buffer) in address order: copies
+ * from A to B and from B to A on two threads then take the locks in the
+ * same order and cannot each hold one that the other waits for.
+ */
+static void buf_lock_pair(struct phx_buf *a, struct phx_buf *b)
+{
+	struct phx_buf *first = (uintptr_t)a < (uintptr_t)b ? a : b;
+	struct phx_buf *second = first == a ? b : a;
+
+	pthread_mutex_lock(&first->lock);
+	if (second != first)
+		pthread_mutex_lock(&second->lock);
+}
+
+static void buf_unlock_pair(struct phx_buf *a, struct phx_buf *b)
+{
+	if (a != b)
+		pthread_mutex_unlock(&b->lock);
+	pthread_mutex_unlock(&a->lock);
+}
+
 PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 			      struct phx_buf *src, uint64_t src_off,
 			      uint64_t len)
@@ -499,14 +521,12 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	 * destination as needed), holes only clear what the destination
 	 * already backs, so a sparse file stays sparse when it moves.
 	 */
-	pthread_mutex_lock(&src->lock);
+	buf_lock_pair(dst, src);
 	while (!ret && done < len) {
 		uint64_t off = src_off + done;
 		const struct phx_buf_chunk *c = phx_buf_chunk_at(src, off);
 		uint64_t n = phx_min(len - done, c->off + c->size - off);
 
-		if (dst != src)
-			pthread_mutex_lock(&dst->lock);
 		if (c->mapped) {
 			ret = phx_buf_commit_locked(dst, dst_off + done, n);
 			if (!ret)
@@ -517,10 +537,8 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 			ret = phx_buf_zero_locked(dst, dst_off + done, n,
 						  stream);
 		}
-		if (dst != src)
-			pthread_mutex_unlock(&dst->lock);
 		done += n;
 	}
-	pthread_mutex_unlock(&src->lock);
+	buf_unlock_pair(dst, src);
 	return copy_finish(dev, stream, ret, 0);
 }
