@@ -162,3 +162,39 @@ Test(memcpy_buf, opposite_copies_on_two_threads_complete)
 	phx_buf_free(b);
 	phx_device_close(dev);
 }
+
+/* Overlapping ranges of one buffer copy as memmove does, both ways. */
+static void overlap_case(uint64_t dst_off, uint64_t src_off, uint64_t len,
+			 unsigned int flags)
+{
+	struct phx_device *dev = open_default();
+	size_t n = 4 * MiB;
+	unsigned char *data = xmalloc(n), *want = xmalloc(n);
+	struct phx_buf *buf = buf_new(dev, n, flags);
+
+	fill_random(data, n, 77);
+	memcpy(want, data, n);
+	memmove(want + dst_off, want + src_off, len);
+	cr_assert_eq(phx_memcpy_to_buf(buf, 0, data, n), 0);
+	cr_assert_eq(phx_memcpy_buf(buf, dst_off, buf, src_off, len), 0, "%s",
+		     phx_strerror_last());
+	assert_buf_eq(buf, 0, want, n);
+	phx_buf_free(buf);
+	free(data);
+	free(want);
+	phx_device_close(dev);
+}
+
+Test(memcpy_buf, overlap_to_a_later_offset_is_a_memmove)
+{
+	overlap_case(4096, 0, MiB, 0);
+	overlap_case(3 * MiB - 5, MiB + 3, MiB - 7, PHX_BUF_SPARSE);
+	overlap_case(777, 0, 2 * MiB + 1, 0);
+}
+
+Test(memcpy_buf, overlap_to_an_earlier_offset_is_a_memmove)
+{
+	overlap_case(0, 4096, MiB, 0);
+	overlap_case(MiB + 3, 2 * MiB - 5, MiB - 7, PHX_BUF_SPARSE);
+	overlap_case(5, 5, MiB, 0);
+}

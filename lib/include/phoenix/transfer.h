@@ -91,7 +91,10 @@ int phx_memcpy_from_buf(void *dst, struct phx_buf *buf, uint64_t off,
  * The buffers may be on different devices of the same kind (a peer copy
  * on cuda).  Blocks.  Holds both buffers' locks for the copy, taken in
  * address order, so copies between two buffers in opposite directions
- * on two threads cannot deadlock.
+ * on two threads cannot deadlock.  Ranges of one buffer may overlap: the
+ * result is memmove()'s (the copy runs back to front when the destination
+ * is the later range, in pieces no longer than the distance between the
+ * ranges, so a shift by a few bytes takes many device copies).
  */
 int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off, struct phx_buf *src,
 		   uint64_t src_off, uint64_t len);

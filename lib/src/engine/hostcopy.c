@@ -499,7 +499,8 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 			      uint64_t len)
 {
 	struct phx_device *dev = dst->dev;
-	uint64_t done = 0;
+	uint64_t done = 0, dist, step = UINT64_MAX;
+	bool backward = false;
 	void *stream;
 	int ret;
 
@@ -511,11 +512,26 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	ret = phx_buf_check_range(dst, dst_off, len);
 	if (!ret)
 		ret = phx_buf_check_range(src, src_off, len);
-	if (ret || !len)
+	/* a range copied onto itself is already there */
+	if (ret || !len || (dst == src && dst_off == src_off))
 		return ret;
 	ret = copy_begin(dev, &stream);
 	if (ret)
 		return ret;
+	/*
+	 * Overlapping ranges of one buffer copy as memmove does: back to
+	 * front when the destination is the later one, and in pieces no
+	 * longer than the distance between them, so that no piece reads
+	 * bytes an earlier piece (or itself) already overwrote.
+	 */
+	if (dst == src) {
+		dist = dst_off > src_off ? dst_off - src_off :
+					   src_off - dst_off;
+		if (dist < len) {
+			step = dist;
+			backward = dst_off > src_off;
+		}
+	}
 	/*
 	 * Walk the source chunk by chunk: data is copied (backing the
 	 * destination as needed), holes only clear what the destination
@@ -523,19 +539,31 @@ PHX_EXPORT int phx_memcpy_buf(struct phx_buf *dst, uint64_t dst_off,
 	 */
 	buf_lock_pair(dst, src);
 	while (!ret && done < len) {
-		uint64_t off = src_off + done;
-		const struct phx_buf_chunk *c = phx_buf_chunk_at(src, off);
-		uint64_t n = phx_min(len - done, c->off + c->size - off);
+		uint64_t at, n, off;
+		const struct phx_buf_chunk *c;
 
-		if (c->mapped) {
-			ret = phx_buf_commit_locked(dst, dst_off + done, n);
-			if (!ret)
-				ret = dev->ops->copy_dtod(
-					dev, dst->dptr + dst_off + done,
-					src->dptr + off, n, stream);
+		if (backward) {
+			/* the piece ending at src_off + len - done */
+			uint64_t end = src_off + len - done;
+
+			c = phx_buf_chunk_at(src, end - 1);
+			n = phx_min(phx_min(len - done, step), end - c->off);
+			off = end - n;
 		} else {
-			ret = phx_buf_zero_locked(dst, dst_off + done, n,
-						  stream);
+			off = src_off + done;
+			c = phx_buf_chunk_at(src, off);
+			n = phx_min(phx_min(len - done, step),
+				    c->off + c->size - off);
+		}
+		at = dst_off + (off - src_off);
+		if (c->mapped) {
+			ret = phx_buf_commit_locked(dst, at, n);
+			if (!ret)
+				ret = dev->ops->copy_dtod(dev, dst->dptr + at,
+							  src->dptr + off, n,
+							  stream);
+		} else {
+			ret = phx_buf_zero_locked(dst, at, n, stream);
 		}
 		done += n;
 	}
