@@ -138,3 +138,58 @@ Test(sparse, next_data_reports_backed_ranges)
 	cr_assert_eq(l, 3);
 	sparse_free(buf);
 }
+
+static uint64_t device_used(struct phx_device *dev, uint64_t *capacity)
+{
+	struct phx_device_info info;
+
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	if (capacity)
+		*capacity = info.capacity;
+	return info.used;
+}
+
+/* A read past the end of the file backs only what the file holds. */
+Test(sparse, read_past_end_of_file_backs_only_what_comes)
+{
+	struct phx_device *dev = open_default();
+	uint64_t cap, before = device_used(dev, &cap);
+	struct phx_buf *buf = buf_new(dev, cap, PHX_BUF_SPARSE);
+	uint64_t gran = buf->dev->granularity;
+	void *data;
+	int fd = make_file(dir_direct(), 10, 5, false, &data);
+
+	cr_assert_eq(phx_read(buf, 0, fd, 0, cap), 10, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(phx_buf_committed(buf), gran);
+	cr_assert_eq(phx_read(buf, 0, fd, 0, 200 * MiB), 10);
+	cr_assert_eq(phx_buf_committed(buf), gran);
+	assert_buf_eq(buf, 0, data, 10);
+	cr_assert_eq(phx_read(buf, 64 * MiB, fd, 10, 100 * MiB), 0,
+		     "at the end of the file: nothing to read");
+	cr_assert_eq(phx_buf_committed(buf), gran, "and nothing backed");
+	cr_assert_eq(device_used(dev, NULL), before + gran);
+	phx_buf_free(buf);
+	free(data);
+	close(fd);
+	phx_device_close(dev);
+}
+
+/* A commit that does not fit gives back what it backed on the way. */
+Test(sparse, failed_commit_keeps_nothing)
+{
+	struct phx_device *dev = open_default();
+	uint64_t cap, before = device_used(dev, &cap);
+	struct phx_buf *buf = buf_new(dev, 2 * cap, PHX_BUF_SPARSE);
+	uint64_t gran = buf->dev->granularity;
+	char data[100];
+
+	fill_random(data, sizeof(data), 9);
+	cr_assert_eq(phx_memcpy_to_buf(buf, cap / 2, data, sizeof(data)), 0);
+	cr_assert_eq(phx_buf_commit(buf, 0, 2 * cap), -ENOSPC);
+	cr_assert_eq(phx_buf_committed(buf), gran, "only the earlier write");
+	cr_assert_eq(device_used(dev, NULL), before + gran);
+	assert_buf_eq(buf, cap / 2, data, sizeof(data));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}

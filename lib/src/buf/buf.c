@@ -274,11 +274,12 @@ static bool *backed_now(const struct phx_buf *buf, uint64_t from, uint64_t to)
 }
 
 /*
- * The clearing of the chunks backed since @from failed: they may hold
- * what other buffers left, so they go again.
+ * A commit failed: the chunks of [@from, @to) it backed (not in @was) go
+ * again, so the device gets back what the call took, and chunks whose
+ * clearing failed, which may hold what other buffers left, are not seen.
  */
-static void chunks_unclear(struct phx_buf *buf, uint64_t from, uint64_t to,
-			   const bool *was)
+static void chunks_unback(struct phx_buf *buf, uint64_t from, uint64_t to,
+			  const bool *was)
 {
 	unsigned int i;
 
@@ -317,7 +318,7 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 				"cannot back a hole in an imported buffer: write it in the owning process");
 			break;
 		}
-		if (buf->dev->ops->chunk_clear_wait && !was) {
+		if (!was) {
 			was = backed_now(buf, from, to);
 			if (!was) {
 				ret = -ENOMEM;
@@ -348,11 +349,11 @@ int phx_buf_commit_locked(struct phx_buf *buf, uint64_t off, uint64_t len)
 	if (queued) {
 		/* one wait for every chunk this commit backed */
 		wret = buf->dev->ops->chunk_clear_wait(buf->dev);
-		if (wret) {
-			chunks_unclear(buf, from, to, was);
-			ret = ret ? ret : wret;
-		}
+		ret = ret ? ret : wret;
 	}
+	/* a failed commit gives back all it backed: nothing is kept half */
+	if (ret && was)
+		chunks_unback(buf, from, to, was);
 	free(was);
 	return ret;
 }

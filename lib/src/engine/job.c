@@ -147,12 +147,23 @@ int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
 	if (ret)
 		goto out_free;
 
+	/*
+	 * A read into a buffer moves no byte past the end the file has
+	 * now: a sparse buffer is backed for the bytes that come, never for
+	 * the rest of a length asked past the end, and a file growing
+	 * meanwhile cannot bring bytes to memory that was not backed.  (A
+	 * sink's stream waits for the segments of the length as queued.)
+	 */
+	if (io->op == PHX_OP_READ && io->buf && !sink)
+		j->end = j->start < j->fde->size ?
+				 phx_min(j->end, j->fde->size) :
+				 j->start;
 	if (io->buf) {
 		/* Reads back the range; the lock orders it against resize. */
 		pthread_mutex_lock(&io->buf->lock);
 		if (io->op == PHX_OP_READ)
 			ret = phx_buf_commit_locked(io->buf, io->buf_off,
-						    io->len);
+						    j->end - j->start);
 		j->dptr = io->buf->dptr + io->buf_off;
 		pthread_mutex_unlock(&io->buf->lock);
 		if (ret)
