@@ -84,6 +84,34 @@ Test(buf, out_of_device_memory)
 	phx_device_close(dev);
 }
 
+/* A dense grow that does not fit leaves the buffer as it was. */
+Test(buf, failed_dense_grow_keeps_nothing)
+{
+	struct phx_device *dev = open_default();
+	struct phx_device_info info;
+	struct phx_buf *buf = buf_new(dev, MiB, 0);
+	unsigned char data[4096];
+	uint64_t before, committed = phx_buf_committed(buf);
+
+	fill_random(data, sizeof(data), 6);
+	cr_assert_eq(
+		phx_memcpy_to_buf(buf, MiB - sizeof(data), data, sizeof(data)),
+		0);
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	before = info.used;
+	cr_assert_eq(phx_buf_resize(buf, 1ULL << 40), -ENOSPC);
+	cr_assert_eq(phx_device_info(dev, &info), 0);
+	cr_assert_eq(info.used, before, "the memory it took went back");
+	cr_assert_eq(phx_buf_committed(buf), committed);
+	cr_assert_eq(phx_buf_size(buf), MiB);
+	assert_buf_eq(buf, MiB - sizeof(data), data, sizeof(data));
+	cr_assert_eq(phx_buf_resize(buf, 2 * MiB), 0, "%s",
+		     phx_strerror_last());
+	assert_buf_eq(buf, MiB - sizeof(data), data, sizeof(data));
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
 Test(buf, growth_preserves_data)
 {
 	struct phx_device *dev = open_default();

@@ -546,6 +546,7 @@ PHX_EXPORT int phx_buf_resize(struct phx_buf *buf, uint64_t size)
 			goto out;
 	}
 	if (!(buf->flags & PHX_BUF_SPARSE) && size > buf->size) {
+		/* a failed commit gives back what it took: the old backing */
 		ret = phx_buf_commit_locked(buf, buf->size, size - buf->size);
 		if (ret)
 			goto out;
