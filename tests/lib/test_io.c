@@ -290,6 +290,39 @@ Test(io_errors, reopen_never_widens)
 	phx_device_close(dev);
 }
 
+/* A write to an O_APPEND descriptor is refused; the file stays as it was. */
+Test(io_errors, o_append_write_refused)
+{
+	struct phx_device *dev = open_default();
+	struct phx_buf *buf = buf_new(dev, 2 * MiB, 0);
+	void *data;
+	int fd = make_file(dir_direct(), MiB, 8, false, &data);
+	int afd = reopen(fd, O_WRONLY | O_APPEND);
+	unsigned char *back = xmalloc(MiB);
+	struct stat st;
+
+	cr_assert_geq(afd, 0);
+	cr_assert_eq(phx_write(buf, 0, afd, 4096, MiB + 7), -EINVAL);
+	cr_assert(strstr(phx_strerror_last(), "O_APPEND"), "%s",
+		  phx_strerror_last());
+	cr_assert_eq(phx_write(buf, 3, afd, 0, 100), -EINVAL);
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq(st.st_size, (off_t)MiB);
+	cr_assert_eq(pread(fd, back, MiB, 0), (ssize_t)MiB);
+	cr_assert_arr_eq(back, data, MiB);
+	/* reading through it is fine */
+	close(afd);
+	afd = reopen(fd, O_RDWR | O_APPEND);
+	cr_assert_eq(phx_read(buf, 0, afd, 0, MiB), (int64_t)MiB, "%s",
+		     phx_strerror_last());
+	close(afd);
+	close(fd);
+	free(back);
+	free(data);
+	phx_buf_free(buf);
+	phx_device_close(dev);
+}
+
 Test(io_errors, range_outside_buffer)
 {
 	struct phx_device *dev = open_default();

@@ -61,7 +61,10 @@ int64_t phx_read(struct phx_buf *buf, uint64_t buf_off, int fd,
 /**
  * phx_write() - write @len bytes of @buf at @buf_off to @fd at @file_off.
  *
- * Blocks.  Returns the bytes written or a negative errno.
+ * Blocks.  Returns the bytes written or a negative errno: -EINVAL for a
+ * descriptor open with O_APPEND, whose writes would land at the end of
+ * the file instead of @file_off (as for every write the library makes:
+ * batches, stream-ordered transfers).
  */
 int64_t phx_write(struct phx_buf *buf, uint64_t buf_off, int fd,
 		  int64_t file_off, uint64_t len);

@@ -142,6 +142,12 @@ int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
 		return phx_err(EBADF, "fd %d is not open for reading", fd);
 	if (op == PHX_OP_WRITE && !fd_allows(fl, O_WRONLY))
 		return phx_err(EBADF, "fd %d is not open for writing", fd);
+	/* the kernel would put every piece at the end, not at its offset */
+	if (op == PHX_OP_WRITE && (fl & O_APPEND))
+		return phx_err(
+			EINVAL,
+			"fd %d is open with O_APPEND: writes go to an offset; open it without",
+			fd);
 	ret = stat_size(fd, &st, &size);
 	if (ret)
 		return ret;

@@ -233,6 +233,11 @@ static void phx_feed_run(struct phx_stream_thread *t, struct phx_stream_req *r)
 	if (fl >= 0 && (fl & O_DIRECT))
 		fd = phx_reopen(r->fd, fl & O_ACCMODE);
 	res = phx_stream_range_check(len, foff, boff);
+	if (!res && r->op == PHX_OP_WRITE && fl >= 0 && (fl & O_APPEND))
+		res = phx_err(
+			EINVAL,
+			"fd %d is open with O_APPEND: writes go to an offset; open it without",
+			r->fd);
 	if (res) {
 		phx_feed_abort(ctl, res, r->bytes_done);
 	} else if (fd < 0) {
