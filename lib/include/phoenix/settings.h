@@ -39,7 +39,9 @@ enum phx_stream_wait {
  *   PHX_SIM_DEVICES    1                     number of simulated devices
  *   PHX_SIM_CAPACITY   4G                    bytes per simulated device
  *   PHX_STAGING_SIZE   64M                   pinned staging per engine
+ *                                            (at most 16384 chunks)
  *   PHX_CHUNK_SIZE     4M                    bytes per staged I/O
+ *                                            (at most 1G)
  *   PHX_QUEUE_DEPTH    16                    io_uring requests in flight
  *   PHX_ALLOC_CHUNK    64M                   largest device backing chunk
  *   PHX_DIRECT         auto | on | off       O_DIRECT use

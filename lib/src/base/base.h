@@ -71,12 +71,17 @@ char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);
  * alignment O_DIRECT asks of file offsets, lengths and memory.
  * PHX_MIN_SLOT: the smallest staging slot cut, and the least staging.
  * PHX_MAX_QUEUE_DEPTH: the most slots of an engine (PHX_QUEUE_DEPTH and
- * a batch's depth).  PHX_DEVICE_KINDS: the values of enum
- * phx_device_kind.
+ * a batch's depth).  PHX_MAX_CHUNK: the largest PHX_CHUNK_SIZE.
+ * PHX_MAX_STAGING_SLOTS: the most chunks in PHX_STAGING_SIZE (a
+ * synchronous engine has a slot per chunk and two io_uring entries per
+ * slot, and io_uring takes at most 32768).  PHX_DEVICE_KINDS: the values
+ * of enum phx_device_kind.
  */
 #define PHX_PAGE 4096ULL
 #define PHX_MIN_SLOT (64u << 10)
 #define PHX_MAX_QUEUE_DEPTH 4096u
+#define PHX_MAX_CHUNK (1ULL << 30)
+#define PHX_MAX_STAGING_SLOTS 16384u
 #define PHX_DEVICE_KINDS (PHX_DEVICE_KMOD + 1)
 
 /*

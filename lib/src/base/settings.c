@@ -103,6 +103,23 @@ static void env_size(const char *name, uint64_t *val, uint64_t min)
 	env_number(name, val, min, true);
 }
 
+/* A size of at least @min and at most @max; reported and ignored else. */
+static void env_size_max(const char *name, uint64_t *val, uint64_t min,
+			 uint64_t max)
+{
+	uint64_t v = *val;
+	char why[96];
+
+	env_size(name, &v, min);
+	if (v <= max) {
+		*val = v;
+		return;
+	}
+	snprintf(why, sizeof(why), "more than the largest, %llu bytes",
+		 (unsigned long long)max);
+	env_bad(name, getenv(name), why);
+}
+
 /* A count of at least @min; more than @max is cut to @max. */
 static void env_count(const char *name, unsigned int *val, uint64_t min,
 		      uint64_t max)
@@ -140,10 +157,11 @@ static int env_choice(const char *name, const char *const *choices, int val)
 
 static void settings_init(void)
 {
+	const uint64_t staging_default = 64ULL << 20;
 	struct rlimit rl;
 
 	settings = (struct phx_settings){
-		.staging_size = 64ULL << 20,
+		.staging_size = staging_default,
 		.chunk_size = 4ULL << 20,
 		.queue_depth = 16,
 		.alloc_chunk = 64ULL << 20,
@@ -157,7 +175,8 @@ static void settings_init(void)
 		.hot_readers = 16,
 	};
 	env_size("PHX_STAGING_SIZE", &settings.staging_size, PHX_MIN_SLOT);
-	env_size("PHX_CHUNK_SIZE", &settings.chunk_size, PHX_PAGE);
+	env_size_max("PHX_CHUNK_SIZE", &settings.chunk_size, PHX_PAGE,
+		     PHX_MAX_CHUNK);
 	env_size("PHX_ALLOC_CHUNK", &settings.alloc_chunk, PHX_PAGE);
 	env_size("PHX_SIM_CAPACITY", &settings.sim_capacity, 1 << 20);
 	env_count("PHX_QUEUE_DEPTH", &settings.queue_depth, 1,
@@ -168,6 +187,18 @@ static void settings_init(void)
 	env_count("PHX_HOT_READERS", &settings.hot_readers, 0, 64);
 
 	settings.chunk_size = phx_align_up(settings.chunk_size, PHX_PAGE);
+	if (settings.staging_size / settings.chunk_size >
+	    PHX_MAX_STAGING_SLOTS) {
+		char why[128];
+
+		snprintf(why, sizeof(why),
+			 "more than %u chunks of %llu bytes (PHX_CHUNK_SIZE)",
+			 PHX_MAX_STAGING_SLOTS,
+			 (unsigned long long)settings.chunk_size);
+		env_bad("PHX_STAGING_SIZE",
+			getenv("PHX_STAGING_SIZE") ?: "(default)", why);
+		settings.staging_size = staging_default;
+	}
 	if (settings.staging_size < settings.chunk_size)
 		settings.staging_size = settings.chunk_size;
 
