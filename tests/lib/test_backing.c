@@ -208,3 +208,42 @@ Test(backing, sizes_that_would_wrap_are_refused_and_the_count_stays)
 	cr_assert_arr_eq(t.back, t.data, t.n, "the bytes are still there");
 	bk_end(&t, bk);
 }
+
+/* A read that is refused or fails leaves the backing's size as it was. */
+Test(backing, failed_read_does_not_grow_the_backing)
+{
+	struct rig r = rig_file(open_default(), dir_direct(), 100000, 5, false);
+	int wfd = reopen(r.fd, O_WRONLY);
+	struct phx_backing *bk;
+	struct phx_io io;
+
+	if (phx_device_kind(r.dev) == PHX_DEVICE_CUDA) {
+		close(wfd);
+		rig_close(&r);
+		return;
+	}
+	bk = backing(r.dev, MiB);
+	io = (struct phx_io){ .op = PHX_OP_READ,
+			      .fd = r.fd,
+			      .file_off = -1,
+			      .buf_off = 4096,
+			      .len = 500000 };
+	cr_assert_eq(phx_backing_io(bk, &io), -EINVAL);
+	cr_assert_eq(info_of(bk).size, 0);
+	io = (struct phx_io){ .op = PHX_OP_READ, .fd = 9999, .len = 800000 };
+	cr_assert_eq(phx_backing_io(bk, &io), -EBADF);
+	cr_assert_eq(info_of(bk).size, 0);
+	io = (struct phx_io){ .op = PHX_OP_READ, .fd = wfd, .len = 800000 };
+	cr_assert_eq(phx_backing_io(bk, &io), -EBADF);
+	cr_assert_eq(info_of(bk).size, 0);
+	/* short: the file grows by what came */
+	io = (struct phx_io){
+		.op = PHX_OP_READ, .fd = r.fd, .buf_off = 10, .len = 900000
+	};
+	cr_assert_eq(phx_backing_io(bk, &io), 100000, "%s",
+		     phx_strerror_last());
+	cr_assert_eq(info_of(bk).size, 100010);
+	phx_backing_free(bk);
+	close(wfd);
+	rig_close(&r);
+}

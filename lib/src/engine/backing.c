@@ -182,8 +182,31 @@ static int backing_extend(struct phx_backing *bk, uint64_t end)
 	return 0;
 }
 
+/*
+ * What the engine would refuse of read @io, refused before the backing
+ * grows for it; *@size: the backing's size now.
+ */
+static int backing_read_check(struct phx_backing *bk, const struct phx_io *io,
+			      uint64_t *size)
+{
+	int fl;
+
+	if (io->file_off < 0 || io->len > INT64_MAX ||
+	    (uint64_t)io->file_off > (uint64_t)INT64_MAX - io->len)
+		return phx_err(EINVAL, "file range %lld+%llu is invalid",
+			       (long long)io->file_off,
+			       (unsigned long long)io->len);
+	fl = fcntl(io->fd, F_GETFL);
+	if (fl < 0)
+		return phx_err(EBADF, "fd %d is not an open file", io->fd);
+	if ((fl & O_PATH) || (fl & O_ACCMODE) == O_WRONLY)
+		return phx_err(EBADF, "fd %d is not open for reading", io->fd);
+	return backing_size(bk, size);
+}
+
 PHX_EXPORT int64_t phx_backing_io(struct phx_backing *bk, struct phx_io *io)
 {
+	uint64_t size = 0;
 	int ret;
 
 	if (io->buf)
@@ -196,10 +219,10 @@ PHX_EXPORT int64_t phx_backing_io(struct phx_backing *bk, struct phx_io *io)
 			       (unsigned long long)io->buf_off,
 			       (unsigned long long)io->len);
 	if (io->op == PHX_OP_READ) {
-		ret = backing_extend(bk, io->buf_off + io->len);
+		ret = backing_read_check(bk, io, &size);
+		if (!ret)
+			ret = backing_extend(bk, io->buf_off + io->len);
 	} else {
-		uint64_t size;
-
 		ret = backing_size(bk, &size);
 		if (!ret && io->buf_off + io->len > size)
 			ret = phx_err(
@@ -211,7 +234,17 @@ PHX_EXPORT int64_t phx_backing_io(struct phx_backing *bk, struct phx_io *io)
 	}
 	if (ret)
 		return io->result = ret;
-	return backing_transfer(bk->dev, bk->fd, io->buf_off, io);
+	backing_transfer(bk->dev, bk->fd, io->buf_off, io);
+	if (io->op == PHX_OP_READ && io->result < (int64_t)io->len) {
+		/* failed or short: the file grows only by what came */
+		uint64_t end = io->buf_off +
+			       (io->result > 0 ? (uint64_t)io->result : 0);
+
+		if (ftruncate(bk->fd, (off_t)phx_max(size, end)))
+			phx_err(errno, "%s: backing fd %d: ftruncate: %s",
+				bk->dev->name, bk->fd, strerror(errno));
+	}
+	return io->result;
 }
 
 /* Move @len bytes between the file at @off and host memory @host. */
