@@ -101,8 +101,9 @@ int phx_backing_write(struct phx_backing *bk, uint64_t off, const void *src,
  * phx_backing_io() - a transfer between a file and a backing file.
  * @io: @buf must be NULL; @buf_off is the offset in @bk; @op, @fd,
  *	@file_off and @len as for phx_io_run().  Reads (file -> @bk) extend
- *	@bk to @buf_off + @len first (within its capacity); writes must lie
- *	inside it.
+ *	@bk to @buf_off + @len first (within its capacity), once the range
+ *	and @fd are checked; a read that fails or comes short leaves @bk
+ *	grown only by the bytes read.  Writes must lie inside it.
  *
  * On phx.ko devices aligned ranges take the p2p path.  Blocks.  Returns
  * io->result.
