@@ -119,7 +119,8 @@ enum phx_batch_flags {
  *
  * A batch is used by one thread at a time.  It borrows one of the device's
  * pooled engines for its life (built only if none is idle) and gives it
- * back when destroyed; it never waits for one.
+ * back when destroyed; it never waits for one.  Returns 0, -EINVAL
+ * (unknown @flags) or a negative errno.
  */
 int phx_batch_create(struct phx_device *dev, unsigned int depth,
 		     unsigned int flags, struct phx_batch **out);
@@ -131,7 +132,7 @@ int phx_batch_create(struct phx_device *dev, unsigned int depth,
  * completed (phx_batch_wait() returns it).  @n may be 0 (@ios NULL): it
  * starts what phx_batch_queue() queued.  Transfers complete soonest when
  * the thread that started them waits for them.  Returns @n or a negative
- * errno if nothing was started.
+ * errno if nothing was started (-EINVAL: @ios NULL with @n not 0).
  */
 int phx_batch_submit(struct phx_batch *batch, struct phx_io *ios,
 		     unsigned int n);

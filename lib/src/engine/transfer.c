@@ -377,6 +377,8 @@ PHX_EXPORT int phx_batch_create(struct phx_device *dev, unsigned int depth,
 	struct phx_batch *b;
 	int ret;
 
+	if (flags & ~(unsigned int)PHX_BATCH_POLL)
+		return phx_err(EINVAL, "unknown batch flags 0x%x", flags);
 	ret = phx_device_bind(dev);
 	if (ret)
 		return ret;
@@ -412,6 +414,10 @@ static int batch_queue(struct phx_batch *b, struct phx_io *ios, unsigned int n)
 	struct phx_engine *e = b->engine;
 	unsigned int i;
 	int ret;
+
+	if (!ios && n)
+		return phx_err(EINVAL, "batch: %u transfers in a NULL array",
+			       n);
 
 	for (i = 0; i < n; i++) {
 		struct phx_job *j;
