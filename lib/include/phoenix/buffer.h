@@ -27,7 +27,8 @@ enum phx_buf_flags {
  * @out: receives the buffer.
  *
  * Memory is reserved in address space for growth and backed in chunks,
- * so phx_buf_resize() never copies.  Returns 0, -ENOSPC (device out of
+ * so phx_buf_resize() never copies.  Returns 0, -EINVAL (unknown
+ * @flags), -ENOSPC (device out of
  * memory or over the limit), -EFBIG (size beyond what can be reserved),
  * -ENOMEM (host memory) or -EIO (driver failure).
  */

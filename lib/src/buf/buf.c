@@ -401,6 +401,9 @@ PHX_EXPORT int phx_buf_alloc(struct phx_device *dev, uint64_t size,
 	struct phx_buf *buf = NULL;
 	int ret;
 
+	if (flags & ~(unsigned int)PHX_BUF_SPARSE)
+		return phx_err(EINVAL, "%s: unknown buffer flags 0x%x",
+			       dev->name, flags);
 	if (size > PHX_MAX_SIZE)
 		return phx_err(EFBIG,
 			       "%s: cannot allocate %llu bytes: too large",
