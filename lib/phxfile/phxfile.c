@@ -400,7 +400,8 @@ int phxFileStreamDeregister(void *stream)
 /*
  * -EINVAL where a registered range holds @base and the transfer of @len
  * bytes at @buf_off from it ends past that range; the library checks the
- * rest of the values.  Caller holds the lock.
+ * rest of the values (a range that wraps: -EINVAL in bytes_done).
+ * Caller holds the lock.
  */
 static int range_fits_locked(const void *base, uint64_t len, int64_t buf_off)
 {
@@ -414,8 +415,8 @@ static int range_fits_locked(const void *base, uint64_t len, int64_t buf_off)
 		if (at < start || at - start >= r->length)
 			continue;
 		left = r->length - (at - start);
-		if (buf_off < 0 || (uint64_t)buf_off > left ||
-		    len > left - (uint64_t)buf_off)
+		if (buf_off >= 0 && ((uint64_t)buf_off > left ||
+				     len > left - (uint64_t)buf_off))
 			return -EINVAL;
 		return 0;
 	}
@@ -464,8 +465,8 @@ out:
  * @stream: a CUstream (NULL: the default stream).
  *
  * Opens the session if needed.  Returns 0 once queued, -EINVAL (a NULL
- * pointer, a range that wraps, or one past the end of the registered
- * buffer holding @buf_base), -ENODEV (no usable device), or what phx_io_enqueue() returns;
+ * pointer, or a range past the end of the registered buffer holding
+ * @buf_base), -ENODEV (no usable device), or what phx_io_enqueue() returns;
  * the pointers must stay valid until the transfer completed.
  */
 int phxFileReadAsync(void *fh, void *buf_base, size_t *nbytes,

@@ -183,7 +183,7 @@ def test_write_only_fd_fails_read_with_ebadf(phx, scratch):
 
 def test_ranges_that_do_not_fit_are_refused(phx, scratch):
     """A length past INT64_MAX, an end that wraps, or one past the end of
-    a registered buffer: refused when queued, nothing moved."""
+    a registered buffer: refused, nothing moved."""
     dev = phxio.device()
     buf = dev.alloc(4 << 20)
     addr = ctypes.c_void_p(buf.dptr)
@@ -198,6 +198,14 @@ def test_ranges_that_do_not_fit_are_refused(phx, scratch):
                             ctypes.c_void_p(s.native)) == -errno.EINVAL
         s.synchronize()
     assert phx.phxFileBufDeregister(addr) == 0
+    # unregistered: the library refuses the range when the stream gets there
+    with stream(phx, dev) as s:
+        ops = [Op(2**64 - 1, 0), Op(2**63 - 1, 10)]
+        for op in ops:
+            assert phx.phxFileWriteAsync(fh, addr, *op.args(),
+                                         ctypes.c_void_p(s.native)) == 0
+        s.synchronize()
+    assert [op.bytes_done.value for op in ops] == [-errno.EINVAL] * 2
     assert os.fstat(fd).st_size == 0
     phx.phxFileHandleDeregister(fh)
     os.close(fd)

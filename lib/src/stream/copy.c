@@ -202,9 +202,10 @@ static bool ring_fits(struct phx_stream *stream, struct phx_stream_req *r)
 
 	if ((stream->flags & PHX_STREAM_FIXED) != PHX_STREAM_FIXED)
 		return false;
-	if (foff < 0 || boff < 0 || len > INT64_MAX ||
-	    (uint64_t)foff > (uint64_t)INT64_MAX - len)
+	if (phx_stream_range_check(len, foff, boff)) {
+		phx_err_clear(); /* the copy kernel's path reports it */
 		return false;
+	}
 	if (phx_fd_size(r->fd, &size)) {
 		phx_err_clear(); /* the copy kernel's path reports it */
 		return false;

@@ -205,12 +205,6 @@ PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 		return phx_err(
 			EFAULT,
 			"stream-ordered transfer: a parameter pointer is NULL");
-	/* values final now are checked now; the others where they are read */
-	if ((stream->flags & PHX_STREAM_FIXED) == PHX_STREAM_FIXED) {
-		ret = phx_stream_range_check(*len, *file_off, *buf_off);
-		if (ret)
-			return ret;
-	}
 	ret = phx_device_bind(dev);
 	if (ret)
 		return ret;

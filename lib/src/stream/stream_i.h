@@ -246,10 +246,10 @@ void phx_pool_serve(struct phx_stream_thread *t, struct phx_stream_req *r);
 void phx_pool_destroy(struct phx_device *dev);
 
 /*
- * The one check of a stream-ordered transfer's values, made where they
- * are read (when queued on a PHX_STREAM_FIXED stream, else where the
- * stream reaches the transfer, by every mode): offsets not negative,
- * @len at most INT64_MAX, and neither end past INT64_MAX.  0 or -EINVAL.
+ * The one check of a stream-ordered transfer's values, made by every
+ * mode where it reads them, before a byte moves (a failure reaches the
+ * caller through bytes_done): offsets not negative, @len at most
+ * INT64_MAX, and neither end past INT64_MAX.  0 or -EINVAL.
  */
 int phx_stream_range_check(uint64_t len, int64_t file_off, int64_t buf_off);
 
