@@ -50,9 +50,14 @@
 _Static_assert(sizeof(size_t) == sizeof(uint64_t),
 	       "phxFile passes size_t where libphoenix takes uint64_t");
 
-/* A registered file: the fd stays the caller's. */
+/*
+ * A registered file: the fd stays the caller's.  The live handles are
+ * listed (phxfile_handles), so that deregistering one twice, or a
+ * pointer that never was one, is refused instead of freeing it again.
+ */
 struct phxfile_handle {
 	int fd;
+	struct phxfile_handle *next;
 };
 
 /* A registered memory range, for deregistration. */
@@ -84,6 +89,7 @@ static pthread_mutex_t phxfile_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct phx_device *phxfile_dev;
 static unsigned int phxfile_opens;
 static struct phxfile_range *phxfile_ranges;
+static struct phxfile_handle *phxfile_handles;
 static struct phxfile_stream *phxfile_streams;
 
 PHXFILE_EXPORT int phxFileDriverOpen(void);
@@ -263,18 +269,37 @@ int phxFileHandleRegister(void **fh, int fd)
 	if (!h)
 		return -ENOMEM;
 	h->fd = fd;
+	pthread_mutex_lock(&phxfile_lock);
+	h->next = phxfile_handles;
+	phxfile_handles = h;
+	pthread_mutex_unlock(&phxfile_lock);
 	*fh = h;
 	return 0;
 }
 
 /**
  * phxFileHandleDeregister() - free a handle; its transfers must be done.
+ *
+ * Returns 0, or -EINVAL for NULL or a pointer that is not a live handle
+ * (deregistered already), which is left alone.  Handles outlive the
+ * session: they hold no more than the fd.
  */
 int phxFileHandleDeregister(void *fh)
 {
+	struct phxfile_handle **p, *h;
+
 	if (!fh)
 		return -EINVAL;
-	free(fh);
+	pthread_mutex_lock(&phxfile_lock);
+	for (p = &phxfile_handles; (h = *p); p = &h->next)
+		if (h == fh)
+			break;
+	if (h)
+		*p = h->next;
+	pthread_mutex_unlock(&phxfile_lock);
+	if (!h)
+		return -EINVAL;
+	free(h);
 	return 0;
 }
 

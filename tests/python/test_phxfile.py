@@ -211,6 +211,17 @@ def test_ranges_that_do_not_fit_are_refused(phx, scratch):
     os.close(fd)
 
 
+def test_handle_deregistered_twice_is_refused(phx, scratch):
+    fd = os.open(scratch / "h", os.O_RDWR | os.O_CREAT, 0o644)
+    fh = handle(phx, fd)
+    other = handle(phx, fd)
+    assert phx.phxFileHandleDeregister(fh) == 0
+    assert phx.phxFileHandleDeregister(fh) == -errno.EINVAL
+    assert phx.phxFileHandleDeregister(None) == -errno.EINVAL
+    assert phx.phxFileHandleDeregister(other) == 0
+    os.close(fd)
+
+
 def test_default_stream(phx, scratch, rng):
     data = random_file(scratch / "f", 100000, rng)
     buf = phxio.device().alloc(100000)
