@@ -175,19 +175,6 @@ int phx_stream_device_open(struct phx_device *dev)
 	return 0;
 }
 
-int phx_stream_range_check(uint64_t len, int64_t file_off, int64_t buf_off)
-{
-	if (file_off < 0 || buf_off < 0 || len > INT64_MAX ||
-	    (uint64_t)file_off > INT64_MAX - len ||
-	    (uint64_t)buf_off > INT64_MAX - len)
-		return phx_err(
-			EINVAL,
-			"stream-ordered transfer of %llu bytes at file offset %lld, buffer offset %lld: invalid range",
-			(unsigned long long)len, (long long)file_off,
-			(long long)buf_off);
-	return 0;
-}
-
 PHX_EXPORT int phx_io_enqueue(struct phx_stream *stream, enum phx_op op, int fd,
 			      phx_dptr_t dptr, const uint64_t *len,
 			      const int64_t *file_off, const int64_t *buf_off,

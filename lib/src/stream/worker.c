@@ -187,6 +187,19 @@ static void *pool_main(void *arg)
 	return NULL;
 }
 
+int phx_stream_range_check(uint64_t len, int64_t file_off, int64_t buf_off)
+{
+	if (file_off < 0 || buf_off < 0 || len > INT64_MAX ||
+	    (uint64_t)file_off > INT64_MAX - len ||
+	    (uint64_t)buf_off > INT64_MAX - len)
+		return phx_err(
+			EINVAL,
+			"stream-ordered transfer of %llu bytes at file offset %lld, buffer offset %lld: invalid range",
+			(unsigned long long)len, (long long)file_off,
+			(long long)buf_off);
+	return 0;
+}
+
 /*
  * Serve @r on @t's engine, the values read now, and let its stream go on
  * (the host and device modes, whose requests come through the queue).
