@@ -26,43 +26,46 @@ static void transfers_work(void)
 	phx_device_close(dev);
 }
 
-Test(settings, chunk_size_past_the_largest_is_ignored,
-     .init = cr_redirect_stderr)
+/*
+ * With PHX_CHUNK_SIZE=@chunk and PHX_STAGING_SIZE=@staging, the settings
+ * are @want_chunk and @want_staging, stderr says @said (NULL: not
+ * checked), and transfers work.
+ */
+static void sizes_give(const char *chunk, const char *staging,
+		       uint64_t want_chunk, uint64_t want_staging,
+		       const char *said)
 {
 	struct phx_settings s;
 
-	setenv("PHX_CHUNK_SIZE", "18446744073709551615", 1);
-	setenv("PHX_STAGING_SIZE", "64M", 1);
+	setenv("PHX_CHUNK_SIZE", chunk, 1);
+	setenv("PHX_STAGING_SIZE", staging, 1);
 	phx_settings_get(&s);
-	cr_assert_eq(s.chunk_size, 4 * MiB, "the default stays");
-	cr_assert_stderr_eq_str(
-		"phoenix: ignoring PHX_CHUNK_SIZE=18446744073709551615: more than the largest, 1073741824 bytes\n");
+	cr_assert_eq(s.chunk_size, want_chunk);
+	cr_assert_eq(s.staging_size, want_staging);
+	if (said)
+		cr_assert_stderr_eq_str(said);
 	transfers_work();
+}
+
+Test(settings, chunk_size_past_the_largest_is_ignored,
+     .init = cr_redirect_stderr)
+{
+	/* the default stays */
+	sizes_give(
+		"18446744073709551615", "64M", 4 * MiB, 64 * MiB,
+		"phoenix: ignoring PHX_CHUNK_SIZE=18446744073709551615: more than the largest, 1073741824 bytes\n");
 }
 
 Test(settings, staging_of_too_many_chunks_is_ignored,
      .init = cr_redirect_stderr)
 {
-	struct phx_settings s;
-
-	setenv("PHX_CHUNK_SIZE", "4M", 1);
-	setenv("PHX_STAGING_SIZE", "128G", 1);
-	phx_settings_get(&s);
-	cr_assert_eq(s.staging_size, 64 * MiB, "the default stays");
-	cr_assert_stderr_eq_str(
+	sizes_give(
+		"4M", "128G", 4 * MiB, 64 * MiB,
 		"phoenix: ignoring PHX_STAGING_SIZE=128G: more than 16384 chunks of 4194304 bytes (PHX_CHUNK_SIZE)\n");
-	transfers_work();
 }
 
 Test(settings, huge_staging_of_small_chunks_is_ignored,
      .init = cr_redirect_stderr)
 {
-	struct phx_settings s;
-
-	setenv("PHX_CHUNK_SIZE", "4096", 1);
-	setenv("PHX_STAGING_SIZE", "16T", 1);
-	phx_settings_get(&s);
-	cr_assert_eq(s.staging_size, 64 * MiB);
-	cr_assert_eq(s.chunk_size, 4096);
-	transfers_work();
+	sizes_give("4096", "16T", 4096, 64 * MiB, NULL);
 }
