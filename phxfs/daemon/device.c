@@ -128,8 +128,8 @@ void phxfs_dev_statfs(struct phxfs *fs, struct phxfs_dev *dev,
 			continue;
 		if (phx_device_info(d->dev, &info))
 			continue;
-		uint64_t u = info.used < info.capacity ? info.used :
-							 info.capacity;
+		uint64_t u =
+			info.used < info.capacity ? info.used : info.capacity;
 		/* what users other than root may still fill, as on ext4 */
 		uint64_t top = info.capacity;
 
