@@ -175,6 +175,11 @@ int cli_cp(int argc, char **argv)
 		strcpy(r.spath, src);
 		strcpy(r.dpath, dst);
 		cp_tree(&r, sfd, ddir, name);
+		/* a signal between two files ends the walk there */
+		if (cp_signal && !r.stopped)
+			cp_stopped(
+				&r, dst,
+				"the files copied before it stay as they are");
 	} else {
 		/* O_NONBLOCK: what replaced the file may be a FIFO */
 		sfd = open(src, (r.out ? O_PATH : O_RDONLY | O_NONBLOCK) |
@@ -195,9 +200,6 @@ int cli_cp(int argc, char **argv)
 	if (r.bar && r.files)
 		cp_progress(r.base, r.total, r.t0);
 	cp_end_bar(&r);
-	if (cp_signal && !r.stopped)
-		fprintf(stderr, "phx: cp: stopped by %s\n",
-			strsignal(cp_signal));
 	dt = cli_now() - r.t0;
 	if (!r.quiet && r.files)
 		fprintf(stderr,
@@ -207,7 +209,8 @@ int cli_cp(int argc, char **argv)
 			cli_rate(r.base, dt), r.path);
 out:
 	close(ddir);
-	if (cp_signal)
+	/* a signal that came once every copy was over stopped nothing */
+	if (r.stopped)
 		return 128 + cp_signal;
 	return r.failed ? 1 : 0;
 }
