@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "engine_i.h"
 
 struct phx_backing {
 	struct phx_device *dev;
@@ -189,19 +189,11 @@ static int backing_extend(struct phx_backing *bk, uint64_t end)
 static int backing_read_check(struct phx_backing *bk, const struct phx_io *io,
 			      uint64_t *size)
 {
-	int fl;
+	int ret = phx_file_range_check(io->file_off, io->len);
 
-	if (io->file_off < 0 || io->len > INT64_MAX ||
-	    (uint64_t)io->file_off > (uint64_t)INT64_MAX - io->len)
-		return phx_err(EINVAL, "file range %lld+%llu is invalid",
-			       (long long)io->file_off,
-			       (unsigned long long)io->len);
-	fl = fcntl(io->fd, F_GETFL);
-	if (fl < 0)
-		return phx_err(EBADF, "fd %d is not an open file", io->fd);
-	if ((fl & O_PATH) || (fl & O_ACCMODE) == O_WRONLY)
-		return phx_err(EBADF, "fd %d is not open for reading", io->fd);
-	return backing_size(bk, size);
+	if (!ret && (ret = phx_fd_check(io->fd, PHX_OP_READ)) > 0)
+		ret = 0;
+	return ret ? ret : backing_size(bk, size);
 }
 
 PHX_EXPORT int64_t phx_backing_io(struct phx_backing *bk, struct phx_io *io)

@@ -245,6 +245,13 @@ struct phx_engine_shape {
 /* ---- the file cache (fdcache.c) ------------------------------------- */
 
 /*
+ * Whether @fd may be used for @op: open for it (O_PATH allows nothing)
+ * and, to be written, not O_APPEND.  Its F_GETFL flags, or a negative
+ * errno with a message.
+ */
+int phx_fd_check(int fd, enum phx_op op);
+
+/*
  * The entry of @cache for @fd, shared with the jobs already on it, or a
  * free one; -EAGAIN when all are busy (the caller runs the engine and
  * retries), -EBADF/-EINVAL with a message for unusable descriptors.
@@ -296,6 +303,9 @@ void phx_slot_free(struct phx_engine *e, struct phx_slot *sl);
 void phx_slot_finish(struct phx_engine *e, struct phx_slot *sl);
 
 /* ---- jobs (job.c) --------------------------------------------------- */
+
+/* A transfer's file range: -EINVAL with a message where it cannot be. */
+int phx_file_range_check(int64_t file_off, uint64_t len);
 
 /*
  * Validate @io and turn it into a job for @e, its bytes moved by @sink's

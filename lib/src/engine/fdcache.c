@@ -51,6 +51,25 @@ static bool fd_allows(int fl, int acc)
 	return have == O_RDWR || have == acc;
 }
 
+int phx_fd_check(int fd, enum phx_op op)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		return phx_err(EBADF, "fd %d is not an open file", fd);
+	if (op == PHX_OP_READ && !fd_allows(fl, O_RDONLY))
+		return phx_err(EBADF, "fd %d is not open for reading", fd);
+	if (op == PHX_OP_WRITE && !fd_allows(fl, O_WRONLY))
+		return phx_err(EBADF, "fd %d is not open for writing", fd);
+	/* the kernel would put every piece at the end, not at its offset */
+	if (op == PHX_OP_WRITE && (fl & O_APPEND))
+		return phx_err(
+			EINVAL,
+			"fd %d is open with O_APPEND: writes go to an offset; open it without",
+			fd);
+	return fl;
+}
+
 int phx_reopen(int fd, int flags)
 {
 	int fl = fcntl(fd, F_GETFL);
@@ -134,20 +153,12 @@ int phx_fd_get(struct phx_fd *cache, int fd, enum phx_op op,
 		*out = f;
 		return 0;
 	}
-	fl = fcntl(fd, F_GETFL);
-	if (fl < 0 || fstat(fd, &st))
+	fl = phx_fd_check(fd, op);
+	if (fl < 0)
+		return fl;
+	if (fstat(fd, &st))
 		return phx_err(EBADF, "fd %d is not an open file", fd);
 	acc = fl & O_ACCMODE;
-	if (op == PHX_OP_READ && !fd_allows(fl, O_RDONLY))
-		return phx_err(EBADF, "fd %d is not open for reading", fd);
-	if (op == PHX_OP_WRITE && !fd_allows(fl, O_WRONLY))
-		return phx_err(EBADF, "fd %d is not open for writing", fd);
-	/* the kernel would put every piece at the end, not at its offset */
-	if (op == PHX_OP_WRITE && (fl & O_APPEND))
-		return phx_err(
-			EINVAL,
-			"fd %d is open with O_APPEND: writes go to an offset; open it without",
-			fd);
 	ret = stat_size(fd, &st, &size);
 	if (ret)
 		return ret;

@@ -103,6 +103,15 @@ int phx_job_direct(struct phx_engine *e, struct phx_job *j, bool *out,
 	return 0;
 }
 
+int phx_file_range_check(int64_t file_off, uint64_t len)
+{
+	if (file_off < 0 || len > INT64_MAX ||
+	    (uint64_t)file_off > (uint64_t)INT64_MAX - len)
+		return phx_err(EINVAL, "file range %lld+%llu is invalid",
+			       (long long)file_off, (unsigned long long)len);
+	return 0;
+}
+
 int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
 		 struct phx_job **out)
 {
@@ -127,11 +136,9 @@ int phx_job_make(struct phx_engine *e, struct phx_io *io, struct phx_sink *sink,
 			"transfer has neither a buffer nor a device address");
 	}
 
-	if (io->file_off < 0 || io->len > INT64_MAX ||
-	    (uint64_t)io->file_off > (uint64_t)INT64_MAX - io->len)
-		return phx_err(EINVAL, "file range %lld+%llu is invalid",
-			       (long long)io->file_off,
-			       (unsigned long long)io->len);
+	ret = phx_file_range_check(io->file_off, io->len);
+	if (ret)
+		return ret;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		return phx_err(ENOMEM, "out of host memory for a transfer");
