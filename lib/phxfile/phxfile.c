@@ -448,18 +448,35 @@ static int range_fits_locked(const void *base, uint64_t len, int64_t buf_off)
 	return 0;
 }
 
+/* @fh if it is a live handle, else NULL.  Caller holds the lock. */
+static struct phxfile_handle *handle_find_locked(const void *fh)
+{
+	struct phxfile_handle *h;
+
+	for (h = phxfile_handles; h; h = h->next)
+		if (h == fh)
+			return h;
+	return NULL;
+}
+
 static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 			 size_t *nbytes, int64_t *file_offset,
 			 int64_t *buf_offset, int64_t *bytes_done, void *stream)
 {
-	struct phxfile_handle *h = fh;
+	struct phxfile_handle *h;
 	struct phxfile_stream *s;
 	struct phx_device *dev;
 	int ret;
 
-	if (!h || !nbytes || !file_offset || !buf_offset || !bytes_done)
+	if (!fh || !nbytes || !file_offset || !buf_offset || !bytes_done)
 		return -EINVAL;
 	pthread_mutex_lock(&phxfile_lock);
+	/* deregistered already, or never a handle: nothing to read it from */
+	h = handle_find_locked(fh);
+	if (!h) {
+		ret = -EINVAL;
+		goto out;
+	}
 	ret = session_get_locked();
 	if (ret)
 		goto out;
@@ -490,8 +507,9 @@ out:
  * @stream: a CUstream (NULL: the default stream).
  *
  * Opens the session if needed.  Returns 0 once queued, -EINVAL (a NULL
- * pointer, or a range past the end of the registered buffer holding
- * @buf_base), -ENODEV (no usable device), or what phx_io_enqueue() returns;
+ * pointer, @fh not a live handle (deregistered already, or never one), or
+ * a range past the end of the registered buffer holding @buf_base),
+ * -ENODEV (no usable device), or what phx_io_enqueue() returns;
  * the pointers must stay valid until the transfer completed.
  */
 int phxFileReadAsync(void *fh, void *buf_base, size_t *nbytes,

@@ -280,3 +280,28 @@ def test_many_ops_in_flight(phx, scratch, rng):
     assert (got == ref[::-1]).all()
     phx.phxFileHandleDeregister(fh)
     os.close(fd)
+
+
+def test_transfer_on_a_handle_that_is_not_live_is_refused(phx, scratch, rng):
+    """A handle used after its deregistration, or a pointer that never
+    was one (here: memory that looks like a handle of an open file), is
+    -EINVAL: nothing queued, nothing moved, bytes_done untouched."""
+    random_file(scratch / "f", 8192, rng)
+    dev = phxio.device()
+    buf = dev.alloc(8192)
+    buf.copy_from_host(b"\x5a" * 8192)
+    fd = os.open(scratch / "f", os.O_RDWR)
+    gone = handle(phx, fd)
+    assert phx.phxFileHandleDeregister(gone) == 0
+    fake = ctypes.create_string_buffer(fd.to_bytes(4, "little") + bytes(12))
+    with stream(phx, dev) as s:
+        for fh in (gone, ctypes.c_void_p(ctypes.addressof(fake))):
+            for call in (phx.phxFileReadAsync, phx.phxFileWriteAsync):
+                op = Op(4096, 0)
+                assert call(fh, ctypes.c_void_p(buf.dptr), *op.args(),
+                            ctypes.c_void_p(s.native)) == -errno.EINVAL
+                s.synchronize()
+                assert op.bytes_done.value == Op(0, 0).bytes_done.value
+    assert buf.to_bytes() == b"\x5a" * 8192
+    assert os.fstat(fd).st_size == 8192
+    os.close(fd)
