@@ -468,7 +468,9 @@ static int phxfile_async(enum phx_op op, void *fh, void *buf_base,
 	struct phx_device *dev;
 	int ret;
 
-	if (!fh || !nbytes || !file_offset || !buf_offset || !bytes_done)
+	/* no device memory lives at 0, whatever buf_offset says */
+	if (!fh || !buf_base || !nbytes || !file_offset || !buf_offset ||
+	    !bytes_done)
 		return -EINVAL;
 	pthread_mutex_lock(&phxfile_lock);
 	/* deregistered already, or never a handle: nothing to read it from */
@@ -507,7 +509,7 @@ out:
  * @stream: a CUstream (NULL: the default stream).
  *
  * Opens the session if needed.  Returns 0 once queued, -EINVAL (a NULL
- * pointer, @fh not a live handle (deregistered already, or never one), or
+ * pointer, @buf_base included, @fh not a live handle (deregistered already, or never one), or
  * a range past the end of the registered buffer holding @buf_base),
  * -ENODEV (no usable device), or what phx_io_enqueue() returns;
  * the pointers must stay valid until the transfer completed.

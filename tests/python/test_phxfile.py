@@ -305,3 +305,22 @@ def test_transfer_on_a_handle_that_is_not_live_is_refused(phx, scratch, rng):
     assert buf.to_bytes() == b"\x5a" * 8192
     assert os.fstat(fd).st_size == 8192
     os.close(fd)
+
+
+def test_null_buffer_is_refused(phx, scratch, rng):
+    """No device memory lives at address 0: a NULL buf_base is -EINVAL,
+    whatever buf_offset points past it, and nothing is queued."""
+    random_file(scratch / "f", 8192, rng)
+    fd = os.open(scratch / "f", os.O_RDWR)
+    fh = handle(phx, fd)
+    with stream(phx, phxio.device()) as s:
+        for call in (phx.phxFileReadAsync, phx.phxFileWriteAsync):
+            for buf_offset in (0, 4096):
+                op = Op(4096, 0, buf_offset)
+                assert call(fh, None, *op.args(),
+                            ctypes.c_void_p(s.native)) == -errno.EINVAL
+                s.synchronize()
+                assert op.bytes_done.value == Op(0, 0).bytes_done.value
+    assert os.fstat(fd).st_size == 8192
+    assert phx.phxFileHandleDeregister(fh) == 0
+    os.close(fd)
