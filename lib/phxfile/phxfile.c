@@ -193,7 +193,8 @@ int phxFileDriverClose(void)
  * @length: bytes.
  *
  * Optional, as with cuFile: transfers work on unregistered memory too.
- * Opens the session if needed.  Returns 0, -EINVAL (NULL or empty range),
+ * Opens the session if needed.  Returns 0, -EINVAL (NULL, empty, or a
+ * range that runs past the end of the address space),
  * -EEXIST (already registered), -ENODEV (no usable device) or -ENOMEM.
  */
 int phxFileBufRegister(const void *addr, size_t length)
@@ -201,7 +202,8 @@ int phxFileBufRegister(const void *addr, size_t length)
 	struct phxfile_range *r;
 	int ret = 0;
 
-	if (!addr || !length)
+	/* its last byte must be in the address space */
+	if (!addr || !length || length - 1 > UINTPTR_MAX - (uintptr_t)addr)
 		return -EINVAL;
 	pthread_mutex_lock(&phxfile_lock);
 	ret = session_get_locked();

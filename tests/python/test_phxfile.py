@@ -324,3 +324,17 @@ def test_null_buffer_is_refused(phx, scratch, rng):
     assert os.fstat(fd).st_size == 8192
     assert phx.phxFileHandleDeregister(fh) == 0
     os.close(fd)
+
+
+def test_buf_register_range_that_wraps_is_refused(phx):
+    """A length that runs past the end of the address space is -EINVAL,
+    and nothing is recorded: the base can be registered afterwards."""
+    buf = phxio.device().alloc(1 << 20)
+    addr = ctypes.c_void_p(buf.dptr)
+    for length in (2**64 - 1, 2**64 - buf.dptr + 1):
+        assert phx.phxFileBufRegister(addr, length) == -errno.EINVAL
+    # up to the last byte of the address space: no wrap
+    assert phx.phxFileBufRegister(addr, 2**64 - buf.dptr) == 0
+    assert phx.phxFileBufDeregister(addr) == 0
+    assert phx.phxFileBufRegister(addr, 1 << 20) == 0
+    assert phx.phxFileBufDeregister(addr) == 0
