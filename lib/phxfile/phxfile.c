@@ -195,7 +195,7 @@ int phxFileDriverClose(void)
  * Optional, as with cuFile: transfers work on unregistered memory too.
  * Opens the session if needed.  Returns 0, -EINVAL (NULL, empty, or a
  * range that runs past the end of the address space),
- * -EEXIST (already registered), -ENODEV (no usable device) or -ENOMEM.
+ * -EEXIST (a byte of it is registered already), -ENODEV (no usable device) or -ENOMEM.
  */
 int phxFileBufRegister(const void *addr, size_t length)
 {
@@ -209,8 +209,16 @@ int phxFileBufRegister(const void *addr, size_t length)
 	ret = session_get_locked();
 	if (ret)
 		goto out;
+	/*
+	 * One registration per byte: with two, the one that bounds a
+	 * transfer would depend on the order they were made in.  Compared
+	 * by last bytes, which cannot wrap.
+	 */
 	for (r = phxfile_ranges; r; r = r->next) {
-		if (r->addr == addr) {
+		uintptr_t start = (uintptr_t)r->addr;
+
+		if ((uintptr_t)addr <= start + (r->length - 1) &&
+		    start <= (uintptr_t)addr + (length - 1)) {
 			ret = -EEXIST;
 			goto out;
 		}

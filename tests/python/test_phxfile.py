@@ -338,3 +338,34 @@ def test_buf_register_range_that_wraps_is_refused(phx):
     assert phx.phxFileBufDeregister(addr) == 0
     assert phx.phxFileBufRegister(addr, 1 << 20) == 0
     assert phx.phxFileBufDeregister(addr) == 0
+
+
+def test_buf_register_overlapping_is_refused(phx, scratch, rng):
+    """A range that overlaps a registered one is -EEXIST, as its base
+    would be, so which registration bounds a transfer never depends on
+    the order they were made in; ranges that only touch are two."""
+    data = random_file(scratch / "f", 1 << 20, rng)
+    buf = phxio.device().alloc(1 << 20)
+    base = buf.dptr
+    assert phx.phxFileBufRegister(ctypes.c_void_p(base), 1 << 20) == 0
+    for addr, length in ((base + 4096, 4096), (base - 4096, 8192),
+                         (base + (1 << 20) - 1, 4096), (base - 1, 2)):
+        assert phx.phxFileBufRegister(ctypes.c_void_p(addr),
+                                      length) == -errno.EEXIST
+    assert phx.phxFileBufRegister(ctypes.c_void_p(base + (1 << 20)),
+                                  4096) == 0
+    # bounded by the one registration that holds it
+    fd = os.open(scratch / "f", os.O_RDONLY)
+    fh = handle(phx, fd)
+    with stream(phx, phxio.device()) as s:
+        op = Op(8192, 0)
+        assert phx.phxFileReadAsync(fh, ctypes.c_void_p(base + 4096),
+                                    *op.args(),
+                                    ctypes.c_void_p(s.native)) == 0
+        s.synchronize()
+    assert op.bytes_done.value == 8192
+    assert buf.to_bytes(4096, 8192) == data[:8192]
+    assert phx.phxFileBufDeregister(ctypes.c_void_p(base + (1 << 20))) == 0
+    assert phx.phxFileBufDeregister(ctypes.c_void_p(base)) == 0
+    assert phx.phxFileHandleDeregister(fh) == 0
+    os.close(fd)
