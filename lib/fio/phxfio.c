@@ -17,6 +17,9 @@
  *          getevents reaps every completed one there is;
  *   poll   the same batch, waiting by spinning (PHX_BATCH_POLL).
  *
+ * fio's syncs (fsync=, fdatasync=, sync_file_range=, end_fsync=) are
+ * fio's own calls on the file, made once what queue queued is started.
+ *
  * What it deliberately does not do: fio's own buffers stay in host memory,
  * so by default the bytes written to a file are whatever the device slot
  * holds and bytes read never reach fio.  phx_hostcopy=1 copies fio's
@@ -202,6 +205,22 @@ static void phxfio_complete(struct phxfio *p, struct io_u *io_u,
 	}
 }
 
+/* Start what queue queued: one submission for all of it. */
+static int phxfio_commit(struct thread_data *td)
+{
+	struct phxfio *p = td->io_ops_data;
+	int ret;
+
+	if (!p->batch || !p->queued)
+		return 0;
+	ret = phx_batch_submit(p->batch, NULL, 0);
+	if (ret < 0)
+		return ret;
+	io_u_mark_submit(td, p->queued);
+	p->queued = 0;
+	return 0;
+}
+
 static enum fio_q_status phxfio_queue(struct thread_data *td, struct io_u *io_u)
 {
 	struct phxfio *p = td->io_ops_data;
@@ -209,8 +228,21 @@ static enum fio_q_status phxfio_queue(struct thread_data *td, struct io_u *io_u)
 	int ret;
 
 	fio_ro_check(td, io_u);
+	if (ddir_sync(io_u->ddir)) {
+		/*
+		 * fio's own fsync, fdatasync or sync_file_range, once what
+		 * queue queued is started: as with fio's libaio engine, it
+		 * covers the writes that completed before it.
+		 */
+		ret = phxfio_commit(td);
+		if (ret < 0)
+			io_u->error = -ret;
+		else
+			do_io_u_sync(td, io_u);
+		return FIO_Q_COMPLETED;
+	}
 	if (io_u->ddir != DDIR_READ && io_u->ddir != DDIR_WRITE) {
-		io_u->error = EINVAL; /* trim and sync are not supported */
+		io_u->error = EINVAL; /* trims are not supported */
 		return FIO_Q_COMPLETED;
 	}
 	if (io_u->index >= p->slots || io_u->xfer_buflen > p->slot) {
@@ -247,22 +279,6 @@ static enum fio_q_status phxfio_queue(struct thread_data *td, struct io_u *io_u)
 	}
 	p->queued++;
 	return FIO_Q_QUEUED;
-}
-
-/* Start what queue queued: one submission for all of it. */
-static int phxfio_commit(struct thread_data *td)
-{
-	struct phxfio *p = td->io_ops_data;
-	int ret;
-
-	if (!p->batch || !p->queued)
-		return 0;
-	ret = phx_batch_submit(p->batch, NULL, 0);
-	if (ret < 0)
-		return ret;
-	io_u_mark_submit(td, p->queued);
-	p->queued = 0;
-	return 0;
 }
 
 static int phxfio_getevents(struct thread_data *td, unsigned int min,

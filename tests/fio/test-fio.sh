@@ -1,7 +1,7 @@
 #!/bin/sh
 # fio through the Phoenix engine on the simulated device: fio's own
 # verify (crc32c headers in every block) on write-then-read jobs in each
-# transfer mode, data written by the engine checked by fio's psync engine
+# transfer mode, with fio's syncs between writes, data written by the engine checked by fio's psync engine
 # and the reverse, a corrupted file caught, bad options refused.
 #
 #   test-fio.sh BUILD/libphxfio.so
@@ -61,6 +61,16 @@ for mode in sync batch poll; do
 done
 run "unaligned blocks (12 KiB + 1000 B), buffered" $phx $job \
 	--phx_hostcopy=1 --rw=write --bs=13288 --iodepth=4
+
+# fio's syncs between writes and at the end of the job
+run "fsync every 4 writes and at the end, phx_mode=batch" $phx $job \
+	--phx_hostcopy=1 --rw=write --bs=64k --iodepth=8 --iodepth_batch=4 \
+	--fsync=4 --end_fsync=1
+run "fdatasync every 2 writes, phx_mode=sync" $phx $job --phx_hostcopy=1 \
+	--phx_mode=sync --rw=randwrite --bs=64k --fdatasync=2
+run "sync_file_range every 8 writes, phx_mode=poll" $phx $job \
+	--phx_hostcopy=1 --phx_mode=poll --rw=write --bs=64k --iodepth=8 \
+	--sync_file_range=write:8
 
 # the engine's writes read back by fio's psync engine, and the reverse
 run "phx writes, psync verifies" $phx $job --phx_hostcopy=1 --rw=write \
