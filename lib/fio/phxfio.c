@@ -145,6 +145,11 @@ static int phxfio_init(struct thread_data *td)
 			o->mode);
 		return 1;
 	}
+	if (td_trim(td)) {
+		log_err("phxfio: trims are not supported: the engine moves "
+			"bytes between files and device memory\n");
+		return 1;
+	}
 	if (td->o.verify != VERIFY_NONE && !o->hostcopy) {
 		log_err("phxfio: verify needs phx_hostcopy=1: the data moves "
 			"between the file and device memory, and fio checks "
@@ -242,7 +247,7 @@ static enum fio_q_status phxfio_queue(struct thread_data *td, struct io_u *io_u)
 		return FIO_Q_COMPLETED;
 	}
 	if (io_u->ddir != DDIR_READ && io_u->ddir != DDIR_WRITE) {
-		io_u->error = EINVAL; /* trims are not supported */
+		io_u->error = EINVAL; /* trims are refused by init */
 		return FIO_Q_COMPLETED;
 	}
 	if (io_u->index >= p->slots || io_u->xfer_buflen > p->slot) {

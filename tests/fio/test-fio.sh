@@ -116,5 +116,9 @@ refuse "verify without phx_hostcopy is refused" "verify needs phx_hostcopy=1" \
 	$phx $job --rw=write --bs=64k
 refuse "an unknown device is refused" "opening the device" \
 	$phx $job --phx_device=sim9 --phx_hostcopy=1 --rw=write --bs=64k
+refuse "rw=trim is refused" "phxfio: trims are not supported" \
+	$phx --name=phx --filename=$dir/f --size=1M --rw=trim --bs=64k
+refuse "rw=trimwrite is refused" "phxfio: trims are not supported" \
+	$phx --name=phx --filename=$dir/f --size=1M --rw=trimwrite --bs=64k
 
 harness_end test-fio
