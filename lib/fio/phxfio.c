@@ -315,6 +315,11 @@ static struct io_u *phxfio_event(struct thread_data *td, int event)
 __attribute__((visibility("default"))) struct ioengine_ops ioengine = {
 	.name = "phx",
 	.version = FIO_IOOPS_VERSION,
+	/*
+	 * io_submit_mode=offload queues on worker threads whose engine
+	 * instance has one slot, with io_us numbered for the job's iodepth.
+	 */
+	.flags = FIO_NO_OFFLOAD,
 	.init = phxfio_init,
 	.queue = phxfio_queue,
 	.commit = phxfio_commit,

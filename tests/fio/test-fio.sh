@@ -118,6 +118,9 @@ refuse "an unknown device is refused" "opening the device" \
 	$phx $job --phx_device=sim9 --phx_hostcopy=1 --rw=write --bs=64k
 refuse "rw=trim is refused" "phxfio: trims are not supported" \
 	$phx --name=phx --filename=$dir/f --size=1M --rw=trim --bs=64k
+refuse "offloaded submission is refused" \
+	"phx: can't be used with offloaded submit" $phx $job --phx_hostcopy=1 \
+	--rw=write --bs=64k --iodepth=8 --io_submit_mode=offload
 refuse "rw=trimwrite is refused" "phxfio: trims are not supported" \
 	$phx --name=phx --filename=$dir/f --size=1M --rw=trimwrite --bs=64k
 
