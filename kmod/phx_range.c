@@ -423,8 +423,12 @@ static long phx_range_ioctl(struct file *file, unsigned int cmd,
 	struct phx_dev *phx = range->phx;
 	struct phx_ioc_range info = {};
 
-	if (cmd == PHX_IOC_TRIM)
+	if (cmd == PHX_IOC_TRIM) {
+		/* It changes the file: only for those who may write it. */
+		if (!(file->f_mode & FMODE_WRITE))
+			return -EBADF;
 		return phx_range_trim(range);
+	}
 	if (cmd != PHX_IOC_RANGE)
 		return -ENOTTY;
 	down_read(&phx->lock);
@@ -449,6 +453,8 @@ static long phx_range_ioctl(struct file *file, unsigned int cmd,
  * Keeps at least one page.  Pages past the size are never mapped (faults
  * stop at the size) but may still be pinned by I/O that began before a
  * truncate; then nothing is given back.
+ *
+ * The caller checked that its descriptor is open for writing.
  *
  * Return: 0, -EINVAL (not a GROW file), -EBUSY (pinned), -EOPNOTSUPP
  * (the allocator cannot split the range) or -ENODEV (device gone).

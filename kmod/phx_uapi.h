@@ -127,8 +127,9 @@ struct phx_ioc_range {
 /*
  * PHX_IOC_TRIM, on a PHX_ALLOC_GROW file: give back the pages past the
  * file's size (one page is kept).  EBUSY while I/O pins one of them,
- * EINVAL on other files, EOPNOTSUPP where the allocator cannot split an
- * allocation (P2PDMA kernels).
+ * EINVAL on other files, EBADF on a descriptor not open for writing,
+ * EOPNOTSUPP where the allocator cannot split an allocation (P2PDMA
+ * kernels).
  */
 #define PHX_IOC_TRIM _IO(PHX_IOC_MAGIC, 4)
 

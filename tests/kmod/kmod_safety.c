@@ -158,6 +158,46 @@ static void bad_ranges(int dev)
 	EXPECT(all_free(), "memory not back after close");
 }
 
+/*
+ * A descriptor of a GROW file reopened for reading only (through
+ * /proc/self/fd, as any holder of the descriptor can) changes neither the
+ * file nor its capacity.
+ */
+static void read_only_descriptor(int dev)
+{
+	struct phx_ioc_range r = {};
+	char path[64];
+	int fd, ro;
+
+	fd = range_alloc(dev, 8 * PAGE, 0, PHX_ALLOC_GROW);
+	EXPECT(fd >= 0, "alloc a GROW file: %s", strerror(errno));
+	if (fd < 0)
+		return;
+	EXPECT(!ftruncate(fd, PAGE), "ftruncate: %s", strerror(errno));
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	EXPECT(ro >= 0, "reopen read-only: %s", strerror(errno));
+	if (ro >= 0) {
+		EXPECT_ERR(ioctl(ro, PHX_IOC_TRIM), EBADF,
+			   "PHX_IOC_TRIM through a read-only descriptor");
+		EXPECT_ERR(ftruncate(ro, 0), EINVAL,
+			   "ftruncate through a read-only descriptor");
+		EXPECT_ERR(write(ro, "x", 1), EBADF,
+			   "write through a read-only descriptor");
+		EXPECT(!ioctl(ro, PHX_IOC_RANGE, &r) && r.size == 8 * PAGE,
+		       "capacity %llu after the read-only descriptor, want %llu",
+		       (unsigned long long)r.size,
+		       (unsigned long long)(8 * PAGE));
+		close(ro);
+	}
+	EXPECT(!ioctl(fd, PHX_IOC_TRIM), "PHX_IOC_TRIM: %s", strerror(errno));
+	EXPECT(!ioctl(fd, PHX_IOC_RANGE, &r) && r.size == PAGE,
+	       "capacity %llu after PHX_IOC_TRIM, want %llu",
+	       (unsigned long long)r.size, (unsigned long long)PAGE);
+	close(fd);
+	EXPECT(all_free(), "memory not back after the GROW file");
+}
+
 static void close_before_munmap(int dev)
 {
 	char *p;
@@ -421,6 +461,7 @@ int main(void)
 		return test_result(5, "misuse is refused or survived");
 	bad_ioctls(dev);
 	bad_ranges(dev);
+	read_only_descriptor(dev);
 	close_before_munmap(dev);
 	exit_with_mapping(dev);
 	concurrent();
