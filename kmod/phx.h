@@ -39,7 +39,8 @@ struct phx_range;
  *	  taken for write to tear the pages down.
  * @dead: no access to the pages any more; protected by @lock.
  * @ranges_lock: protects @ranges and @pending.
- * @ranges: live ranges (an open file or mapping refers to each).
+ * @ranges: live ranges: each from before its memory is taken until its
+ *	    file goes (or it is given up before it has one).
  * @pending: ranges already closed whose pages are still pinned.
  * @reap_work: retries @pending.
  */
@@ -83,7 +84,8 @@ struct phx_range_ops {
  * @phx: its device (a reference is held).
  * @ops: how to give the memory back.
  * @node: in @phx->ranges or @phx->pending, protected by its ranges_lock.
- * @inode: the inode of the range's file (set once the file exists).
+ * @inode: the inode of the range's file; NULL until the file exists, set
+ *	   under @phx->ranges_lock.
  * @pages: the ZONE_DEVICE pages, in file order.
  * @nr_pages: entries in @pages.
  * @offset: offset of @pages[0] in the device memory.
@@ -91,7 +93,10 @@ struct phx_range_ops {
  * @grow: PHX_ALLOC_GROW: the file's size is its own, up to @nr_pages
  *	  pages; @nr_pages shrinks with PHX_IOC_TRIM (under @phx->lock
  *	  held for write and the inode lock).
- * @released: @ops->release has run; protected by @phx->ranges_lock.
+ * @released: @ops->release has run, or no memory is taken yet; protected
+ *	      by @phx->ranges_lock, except that the allocator clears it
+ *	      under @phx->lock held for read, having seen @phx->dead false:
+ *	      phx_dev_kill() reads it only after setting @dead.
  * @revoked: the exporter took the memory back; protected by @phx->lock.
  * @priv: owned by @ops.
  */
@@ -127,6 +132,7 @@ int phx_fs_init(void);
 void phx_fs_exit(void);
 struct phx_range *phx_range_create(struct phx_dev *phx, unsigned long nr_pages,
 				   const struct phx_range_ops *ops);
+void phx_range_track(struct phx_range *range);
 void phx_range_destroy(struct phx_range *range);
 int phx_range_install(struct phx_range *range, void __user *uarg,
 		      void *arg, size_t len, __s32 *fd_field);

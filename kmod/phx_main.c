@@ -223,8 +223,13 @@ static struct phx_range *phx_bar_alloc(struct phx_dev *phx,
 	range = phx_range_create(phx, nr_pages, &phx_bar_range_ops);
 	if (!range)
 		return ERR_PTR(-ENOMEM);
-	/* Nothing to give back until the memory is taken. */
+	/*
+	 * Nothing to give back until the memory is taken.  The range is on
+	 * the device's list before: once the memory is taken, an unbind
+	 * that comes before the range has its file gives it back.
+	 */
 	range->released = true;
+	phx_range_track(range);
 
 	down_read(&phx->lock);
 	if (phx->dead) {
@@ -383,9 +388,11 @@ void phx_dev_kill(struct phx_dev *phx)
 	phx->dead = true;
 	up_write(&phx->lock);
 
+	/* A range whose file is not made yet has no mapping. */
 	mutex_lock(&phx->ranges_lock);
 	list_for_each_entry(range, &phx->ranges, node)
-		phx_range_zap(range);
+		if (range->inode)
+			phx_range_zap(range);
 	mutex_unlock(&phx->ranges_lock);
 
 	while (phx_dev_pinned(phx)) {
@@ -408,7 +415,7 @@ void phx_dev_kill(struct phx_dev *phx)
 	cancel_delayed_work_sync(&phx->reap_work);
 
 	list_for_each_entry_safe(range, tmp, &done, node) {
-		list_del(&range->node);
+		list_del_init(&range->node);
 		phx_range_destroy(range);
 	}
 }

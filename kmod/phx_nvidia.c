@@ -198,6 +198,7 @@ static struct phx_range *phx_import(struct phx_dev *phx, int dmabuf_fd)
 	range->offset = page_to_phys(range->pages[0]) - phx->phys;
 	range->contiguous = phx_pages_contiguous(range);
 	range->released = false;
+	phx_range_track(range);
 	return range;
 
 err_range:

@@ -135,13 +135,31 @@ struct phx_range *phx_range_create(struct phx_dev *phx, unsigned long nr_pages,
 }
 
 /**
- * phx_range_destroy() - free a range that is on no list.
+ * phx_range_track() - put a range on its device's list of live ranges.
+ * @range: a range that is on no list.
+ *
+ * From then on phx_dev_kill() gives back its memory, if it has any.
+ */
+void phx_range_track(struct phx_range *range)
+{
+	struct phx_dev *phx = range->phx;
+
+	mutex_lock(&phx->ranges_lock);
+	list_add_tail(&range->node, &phx->ranges);
+	mutex_unlock(&phx->ranges_lock);
+}
+
+/**
+ * phx_range_destroy() - take a range off its list and free it.
  * @range: the range; its memory is released first unless already done.
  */
 void phx_range_destroy(struct phx_range *range)
 {
 	struct phx_dev *phx = range->phx;
 
+	mutex_lock(&phx->ranges_lock);
+	list_del_init(&range->node);
+	mutex_unlock(&phx->ranges_lock);
 	if (!range->released)
 		range->ops->release(range);
 	kvfree(range->pages);
@@ -151,7 +169,7 @@ void phx_range_destroy(struct phx_range *range)
 
 /**
  * phx_range_zap() - remove every user mapping of @range.
- * @range: a range on its device's list, whose file exists.
+ * @range: a range whose file exists.
  *
  * Later accesses fault, and the fault handler refuses them once the
  * device or the range is dead.
@@ -183,7 +201,7 @@ void phx_dev_reap(struct phx_dev *phx)
 	mutex_unlock(&phx->ranges_lock);
 
 	list_for_each_entry_safe(range, tmp, &done, node) {
-		list_del(&range->node);
+		list_del_init(&range->node);
 		phx_range_destroy(range);
 	}
 	if (again)
@@ -197,12 +215,22 @@ static void phx_range_final(struct phx_range *range)
 
 	mutex_lock(&phx->ranges_lock);
 	list_del_init(&range->node);
-	if (!range->released && phx_range_pinned(range)) {
+	if (!range->released) {
 		/* O_DIRECT I/O from an unmapped buffer may be in flight. */
-		list_add_tail(&range->node, &phx->pending);
-		mutex_unlock(&phx->ranges_lock);
-		schedule_delayed_work(&phx->reap_work, msecs_to_jiffies(50));
-		return;
+		if (phx_range_pinned(range)) {
+			list_add_tail(&range->node, &phx->pending);
+			mutex_unlock(&phx->ranges_lock);
+			schedule_delayed_work(&phx->reap_work,
+					      msecs_to_jiffies(50));
+			return;
+		}
+		/*
+		 * Off the list, the range is no longer phx_dev_kill()'s to
+		 * give back: give it back before the lock goes, while the
+		 * device's pages are sure to exist.
+		 */
+		range->ops->release(range);
+		range->released = true;
 	}
 	mutex_unlock(&phx->ranges_lock);
 	phx_range_destroy(range);
@@ -594,10 +622,8 @@ static struct file *phx_range_file(struct phx_range *range)
 	simple_inode_init_ts(inode);
 	/* From here on, the inode's eviction frees the range. */
 	inode->i_private = range;
-	range->inode = inode;
-
 	mutex_lock(&phx->ranges_lock);
-	list_add_tail(&range->node, &phx->ranges);
+	range->inode = inode;
 	mutex_unlock(&phx->ranges_lock);
 
 	/* alloc_file_pseudo() does not take the module reference fput drops. */
@@ -616,7 +642,8 @@ static struct file *phx_range_file(struct phx_range *range)
 
 /**
  * phx_range_install() - give a range to userspace as a new descriptor.
- * @range: a range whose pages are set; consumed in every case.
+ * @range: a range whose pages are set, on its device's list
+ *	   (phx_range_track()); consumed in every case.
  * @uarg: the ioctl argument to answer.
  * @arg: the kernel copy of it, copied back with the descriptor filled in.
  * @len: size of @arg.

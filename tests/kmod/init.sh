@@ -25,6 +25,7 @@ mount -t ext4 -o ro /dev/nvme0n1 /mnt || echo "# cannot mount the ext4 disk"
 /kmod_dma file
 /kmod_lib
 umount /mnt
+/kmod_safety alloc-unbind
 
 echo "==== dmesg begin"
 dmesg

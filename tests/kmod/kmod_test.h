@@ -38,6 +38,8 @@
 #define BAR_FILE_A (44 * MIB)
 #define BAR_FILE_B (52 * MIB)
 #define BAR_DISK_WRITE (60 * MIB)
+/* 16 MiB no check reads back: for the programs that run last. */
+#define BAR_SCRATCH (16 * MIB)
 
 /* Disk image: an ext4 file system in the first 48 MiB, raw space after. */
 #define DISK_FS_SIZE (48 * MIB)
