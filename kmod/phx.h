@@ -36,7 +36,8 @@ struct phx_range;
  * @misc: the character device.
  * @published: @misc is registered.
  * @lock: held for read while pages are handed out (mmap, read, write);
- *	  taken for write to tear the pages down.
+ *	  taken for write to tear the pages down.  Never held while a user
+ *	  page is faulted in: the fault may be on a mapping of this device.
  * @dead: no access to the pages any more; protected by @lock.
  * @ranges_lock: protects @ranges and @pending.
  * @ranges: live ranges: each from before its memory is taken until its

@@ -25,6 +25,7 @@
 #include <linux/module.h>
 #include <linux/pseudo_fs.h>
 #include <linux/slab.h>
+#include <linux/uaccess.h>
 #include <linux/uio.h>
 
 #include "phx.h"
@@ -249,70 +250,115 @@ static int phx_range_open(struct inode *inode, struct file *file)
 	return ret;
 }
 
+/*
+ * read_iter and write_iter copy with phx->lock held for read, but never
+ * fault a user page in while they hold it: the buffer may be a mapping of
+ * a range of the same device, whose fault takes the lock again and would
+ * queue behind a writer (a truncate, an unbind) that waits for this
+ * reader; or a mapping of a slow file, which would hold the lock as long
+ * as its fault takes.  A page that does not copy whole with page faults
+ * off is faulted in with the lock dropped, then copied again.
+ */
+
 static ssize_t phx_range_read_iter(struct kiocb *iocb, struct iov_iter *to)
 {
 	struct phx_range *range = phx_file_range(iocb->ki_filp);
+	struct phx_dev *phx = range->phx;
 	loff_t pos = iocb->ki_pos;
-	ssize_t done = 0;
-	u64 size;
+	ssize_t done = 0, ret = 0;
 
 	if (pos < 0)
 		return -EINVAL;
 	if (!iov_iter_count(to))
 		return 0;
 
-	down_read(&range->phx->lock);
-	if (range->phx->dead || range->revoked) {
-		up_read(&range->phx->lock);
-		return -ENODEV;
-	}
-	size = phx_range_end(range);
-	if (pos >= size) {
-		up_read(&range->phx->lock);
-		return 0;
-	}
-	while (iov_iter_count(to) && pos < size) {
+	down_read(&phx->lock);
+	while (iov_iter_count(to)) {
 		size_t off = offset_in_page(pos);
-		size_t len = min_t(u64, PAGE_SIZE - off, size - pos);
-		size_t copied;
+		size_t len, copied;
+		u64 size;
 
+		/* Checked again after every time the lock was dropped. */
+		if (phx->dead || range->revoked) {
+			ret = -ENODEV;
+			break;
+		}
+		size = phx_range_end(range);
+		if (pos >= size)
+			break;
+		len = min_t(u64, PAGE_SIZE - off, size - pos);
+		len = min(len, iov_iter_count(to));
+		pagefault_disable();
 		copied = copy_page_to_iter(range->pages[pos >> PAGE_SHIFT], off,
 					   len, to);
+		pagefault_enable();
 		done += copied;
 		pos += copied;
-		if (copied < len || fatal_signal_pending(current))
+		if (copied < len) {
+			up_read(&phx->lock);
+			if (fault_in_iov_iter_writeable(to, len - copied) ==
+			    len - copied) {
+				ret = -EFAULT;
+				goto out;
+			}
+			down_read(&phx->lock);
+			continue;
+		}
+		if (fatal_signal_pending(current))
 			break;
 		cond_resched();
 	}
-	up_read(&range->phx->lock);
-
+	up_read(&phx->lock);
+out:
 	iocb->ki_pos = pos;
-	return done ? done : -EFAULT;
+	return done ? done : ret;
 }
 
-/* Copy from @from to @range at *@ppos, up to @end; phx->lock held. */
+/*
+ * Copy from @from to @range at *@ppos, up to @end.  phx->lock is held for
+ * read on entry and on return, and dropped meanwhile to fault the user's
+ * buffer in.
+ */
 static ssize_t phx_range_copy_in(struct phx_range *range, struct iov_iter *from,
 				 loff_t *ppos, u64 end)
 {
+	struct phx_dev *phx = range->phx;
 	loff_t pos = *ppos;
-	ssize_t done = 0;
+	ssize_t done = 0, ret = 0;
 
-	lockdep_assert_held(&range->phx->lock);
+	lockdep_assert_held_read(&phx->lock);
 	while (iov_iter_count(from) && pos < end) {
 		size_t off = offset_in_page(pos);
 		size_t len = min_t(u64, PAGE_SIZE - off, end - pos);
-		size_t copied;
+		size_t copied, left;
 
+		len = min(len, iov_iter_count(from));
+		pagefault_disable();
 		copied = copy_page_from_iter(range->pages[pos >> PAGE_SHIFT],
 					     off, len, from);
+		pagefault_enable();
 		done += copied;
 		pos += copied;
-		if (copied < len || fatal_signal_pending(current))
+		if (copied < len) {
+			up_read(&phx->lock);
+			left = fault_in_iov_iter_readable(from, len - copied);
+			down_read(&phx->lock);
+			if (left == len - copied) {
+				ret = -EFAULT;
+				break;
+			}
+			if (phx->dead || range->revoked) {
+				ret = -ENODEV;
+				break;
+			}
+			continue;
+		}
+		if (fatal_signal_pending(current))
 			break;
 		cond_resched();
 	}
 	*ppos = pos;
-	return done ? done : -EFAULT;
+	return done ? done : ret;
 }
 
 /* A GROW file: writes extend the size up to the capacity. */

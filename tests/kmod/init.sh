@@ -26,6 +26,7 @@ mount -t ext4 -o ro /dev/nvme0n1 /mnt || echo "# cannot mount the ext4 disk"
 /kmod_lib
 umount /mnt
 /kmod_safety alloc-unbind
+/kmod_safety copy-truncate
 
 echo "==== dmesg begin"
 dmesg

@@ -11,7 +11,8 @@
  *
  * Races run on their own, last, because the bugs they look for leave the
  * device unusable: "kmod_safety alloc-unbind" allocates while the device
- * is unbound.
+ * is unbound, "kmod_safety copy-truncate" reads and writes range files
+ * into mappings of other ranges while a GROW file is truncated.
  */
 #include <liburing.h>
 #include <pthread.h>
@@ -538,6 +539,92 @@ static void alloc_during_unbind(void)
 	EXPECT(all_free(), "rebound device has memory in use");
 }
 
+struct truncator {
+	int fd;
+	volatile int stop;
+	int err;
+};
+
+static void *truncate_loop(void *arg)
+{
+	struct truncator *t = arg;
+
+	while (!t->stop)
+		if (ftruncate(t->fd, 0) || ftruncate(t->fd, PAGE))
+			t->err = errno;
+	return NULL;
+}
+
+/*
+ * preadv and pwritev of a range file whose buffer is 4 MiB of ordinary
+ * memory followed by a page of a fresh mapping of another range, so the
+ * copy faults on that mapping after a while; meanwhile a thread truncates
+ * a GROW file of the same device.  Exit 0: every copy moved the right
+ * bytes.
+ */
+static int copy_child(void)
+{
+	const uint64_t head = 4 * MIB;
+	struct truncator t = {};
+	struct iovec iov[2];
+	pthread_t thread;
+	int dev, src, buf, i, bad = 0;
+	char *anon, *page;
+
+	dev = open("/dev/phx0", O_RDWR);
+	src = range_alloc(dev, 8 * MIB, BAR_SCRATCH, PHX_ALLOC_FIXED);
+	buf = range_alloc(dev, PAGE, BAR_SCRATCH + 8 * MIB, PHX_ALLOC_FIXED);
+	t.fd = range_alloc(dev, 2 * PAGE, BAR_SCRATCH + 8 * MIB + PAGE,
+			   PHX_ALLOC_FIXED | PHX_ALLOC_GROW);
+	anon = malloc(head);
+	page = malloc(PAGE);
+	if (dev < 0 || src < 0 || buf < 0 || t.fd < 0 || !anon || !page)
+		return 2;
+	memset(anon, 1, head);
+	pat_fill(page, PAGE, SEED_FILE_WRITE, head);
+	if (pwrite(src, page, PAGE, head) != PAGE)
+		return 3;
+	if (pthread_create(&thread, NULL, truncate_loop, &t))
+		return 4;
+	for (i = 0; i < 20; i++) {
+		iov[0] = (struct iovec){ anon, head };
+		iov[1] = (struct iovec){ range_map(buf, PAGE), PAGE };
+		if (!iov[1].iov_base)
+			return 5;
+		bad += preadv(src, iov, 2, 0) != (ssize_t)(head + PAGE);
+		bad += pat_check(iov[1].iov_base, PAGE, SEED_FILE_WRITE,
+				 head) >= 0;
+		munmap(iov[1].iov_base, PAGE);
+		iov[1].iov_base = range_map(buf, PAGE);
+		if (!iov[1].iov_base)
+			return 5;
+		bad += pwritev(src, iov, 2, 0) != (ssize_t)(head + PAGE);
+		munmap(iov[1].iov_base, PAGE);
+	}
+	t.stop = 1;
+	pthread_join(thread, NULL);
+	bad += t.err != 0;
+	return bad ? 1 : 0;
+}
+
+static void copy_while_truncating(void)
+{
+	int status = -1, i;
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(copy_child());
+	/* A deadlock leaves the child unkillable: only report it. */
+	for (i = 0; i < 1200 && waitpid(pid, &status, WNOHANG) == 0; i++)
+		usleep(100000);
+	EXPECT(i < 1200, "read/write into a range mapping deadlocked "
+			 "against a truncate");
+	EXPECT(i == 1200 || (WIFEXITED(status) && !WEXITSTATUS(status)),
+	       "copying child: status %#x", status);
+	if (i < 1200)
+		EXPECT(all_free(), "memory not back after the copies");
+}
+
 int main(int argc, char **argv)
 {
 	int dev;
@@ -550,6 +637,8 @@ int main(int argc, char **argv)
 		close(dev);
 		if (!strcmp(argv[1], "alloc-unbind"))
 			alloc_during_unbind();
+		else if (!strcmp(argv[1], "copy-truncate"))
+			copy_while_truncating();
 		else
 			EXPECT(0, "unknown test %s", argv[1]);
 		return test_result(5, argv[1]);
