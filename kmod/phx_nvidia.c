@@ -202,7 +202,13 @@ static struct phx_range *phx_import(struct phx_dev *phx, int dmabuf_fd)
 	return range;
 
 err_range:
+	/*
+	 * The attachment names the range (move_notify's importer_priv):
+	 * detached first, so no move_notify can come for a freed range.
+	 */
+	phx_import_undo(imp);
 	phx_range_destroy(range);
+	return ERR_PTR(ret);
 err_imp:
 	phx_import_undo(imp);
 	return ERR_PTR(ret);
