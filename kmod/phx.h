@@ -5,6 +5,7 @@
 #ifndef PHX_H
 #define PHX_H
 
+#include <linux/fs.h>
 #include <linux/kref.h>
 #include <linux/list.h>
 #include <linux/memremap.h>
@@ -121,6 +122,20 @@ static inline u64 phx_range_size(const struct phx_range *range)
 	return (u64)range->nr_pages << PAGE_SHIFT;
 }
 
+static inline struct phx_range *phx_file_range(struct file *file)
+{
+	return file_inode(file)->i_private;
+}
+
+/* Bytes a reader or a fault may reach: the file's size.  Under phx->lock. */
+static inline u64 phx_range_end(const struct phx_range *range)
+{
+	lockdep_assert_held(&range->phx->lock);
+	if (range->grow)
+		return i_size_read(range->inode);
+	return phx_range_size(range);
+}
+
 /* phx_main.c */
 struct phx_dev *phx_dev_create(struct pci_dev *pdev, enum phx_provider provider,
 			       int bar);
@@ -141,6 +156,12 @@ void phx_range_zap(struct phx_range *range);
 bool phx_range_pinned(const struct phx_range *range);
 void phx_dev_reap(struct phx_dev *phx);
 long phx_range_trim(struct phx_range *range);
+
+/* phx_range_io.c */
+void phx_range_clear(struct phx_range *range, u64 from, u64 to);
+void phx_range_set_size(struct phx_range *range, u64 old, u64 size);
+ssize_t phx_range_read_iter(struct kiocb *iocb, struct iov_iter *to);
+ssize_t phx_range_write_iter(struct kiocb *iocb, struct iov_iter *from);
 
 /* phx_nvidia.c */
 int phx_nvidia_init(void);
