@@ -14,13 +14,21 @@
 
 #include "phxfs.h"
 
+struct dir_ent {
+	fuse_ino_t ino;
+	mode_t mode;
+	char *name;
+};
+
+/*
+ * An open directory: its entries as they were when it was opened, or
+ * when it was last read again from its start (rewinddir), so that what
+ * was added and removed since shows then, as POSIX asks.
+ */
 struct dir_snap {
 	size_t n;
-	struct {
-		fuse_ino_t ino;
-		mode_t mode;
-		char *name;
-	} ents[];
+	bool read; /* served a readdir since it was taken */
+	struct dir_ent *ents;
 };
 
 /* Caller holds fs->lock. */
@@ -477,44 +485,67 @@ static void phxfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	fuse_reply_create(req, &e, fi);
 }
 
-static void phxfs_opendir(fuse_req_t req, fuse_ino_t ino,
-			  struct fuse_file_info *fi)
+static void snap_free_ents(struct dir_ent *ents, size_t n)
 {
-	struct phxfs *fs = phxfs_fs(req);
+	size_t i;
+
+	for (i = 0; ents && i < n; i++)
+		free(ents[i].name);
+	free(ents);
+}
+
+/* Take the entries of directory @ino into @s; 0 or -errno (@s as it was). */
+static int snap_take(struct phxfs *fs, fuse_ino_t ino, struct dir_snap *s)
+{
 	struct phxfs_inode *dir;
 	struct phxfs_dentry *d;
-	struct dir_snap *s = NULL;
-	size_t i = 0;
+	struct dir_ent *ents = NULL;
+	size_t i = 0, n = 0;
 	int err;
 
 	pthread_mutex_lock(&fs->lock);
 	dir = dir_of(fs, ino, &err);
 	if (err)
 		goto out;
-	s = calloc(1, sizeof(*s) + (dir->nchildren + 2) * sizeof(s->ents[0]));
-	if (!s) {
+	ents = calloc(dir->nchildren + 2, sizeof(*ents));
+	if (!ents) {
 		err = -ENOMEM;
 		goto out;
 	}
-	s->ents[0].ino = dir->ino;
-	s->ents[0].name = strdup(".");
-	s->ents[1].ino = dir->parent->ino;
-	s->ents[1].name = strdup("..");
-	s->ents[0].mode = s->ents[1].mode = S_IFDIR;
+	ents[0].ino = dir->ino;
+	ents[0].name = strdup(".");
+	ents[1].ino = dir->parent->ino;
+	ents[1].name = strdup("..");
+	ents[0].mode = ents[1].mode = S_IFDIR;
 	for (i = 2, d = dir->children; d; d = d->sib_next, i++) {
-		s->ents[i].ino = d->inode->ino;
-		s->ents[i].mode = d->inode->mode;
-		s->ents[i].name = strdup(d->name);
+		ents[i].ino = d->inode->ino;
+		ents[i].mode = d->inode->mode;
+		ents[i].name = strdup(d->name);
 	}
-	s->n = i;
-	for (i = 0; i < s->n; i++)
-		if (!s->ents[i].name)
+	n = i;
+	for (i = 0; i < n; i++)
+		if (!ents[i].name)
 			err = -ENOMEM;
 out:
 	pthread_mutex_unlock(&fs->lock);
 	if (err) {
-		for (i = 0; s && i < s->n; i++)
-			free(s->ents[i].name);
+		snap_free_ents(ents, n);
+		return err;
+	}
+	snap_free_ents(s->ents, s->n);
+	s->ents = ents;
+	s->n = n;
+	s->read = false;
+	return 0;
+}
+
+static void phxfs_opendir(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	struct dir_snap *s = calloc(1, sizeof(*s));
+	int err = s ? snap_take(phxfs_fs(req), ino, s) : -ENOMEM;
+
+	if (err) {
 		free(s);
 		fuse_reply_err(req, -err);
 		return;
@@ -534,6 +565,14 @@ static void phxfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	/*
+	 * Read again from the start: the entries as they are now (the
+	 * kernel serializes the readdirs of one open directory).  Where
+	 * they cannot be taken, the ones taken before serve.
+	 */
+	if (!off && s->read)
+		snap_take(phxfs_fs(req), ino, s);
+	s->read = true;
 	for (i = (size_t)off; i < s->n; i++) {
 		struct stat st = { .st_ino = s->ents[i].ino,
 				   .st_mode = s->ents[i].mode };
@@ -553,10 +592,8 @@ static void phxfs_releasedir(fuse_req_t req, fuse_ino_t ino,
 			     struct fuse_file_info *fi)
 {
 	struct dir_snap *s = (struct dir_snap *)(uintptr_t)fi->fh;
-	size_t i;
 
-	for (i = 0; i < s->n; i++)
-		free(s->ents[i].name);
+	snap_free_ents(s->ents, s->n);
 	free(s);
 	fuse_reply_err(req, 0);
 }

@@ -40,3 +40,32 @@ def test_posix_fallocate_times():
     """fallocate() is a change of the file: mtime and ctime move, whether
     it grew the file or not."""
     compare(fallocate_times)
+
+
+def list_rewound(d):
+    """Names listed, then listed again on the same descriptor after a
+    rewind (os.listdir of a descriptor rewinds it first) once an entry
+    was added and another removed."""
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        before = sorted(os.listdir(fd))
+        T.write(os.path.join(d, "added"), b"")
+        os.unlink(os.path.join(d, "e0"))
+        os.lseek(fd, 0, os.SEEK_SET)
+        return before, sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def readdir_rewind(r):
+    d = new_dir(r.p("d"), 0o755)
+    for i in range(3):
+        T.write(os.path.join(d, "e%d" % i), b"")
+    r.do("listed again", list_rewound, d,
+         want=(["e0", "e1", "e2"], ["added", "e1", "e2"]))
+
+
+def test_posix_readdir_rewind():
+    """A directory read again from its start (rewinddir) shows the
+    entries added and removed since it was opened."""
+    compare(readdir_rewind)
