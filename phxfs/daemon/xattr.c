@@ -20,10 +20,19 @@ static const char *const phx_names[] = {
 	"user.phx.requests", "user.phx.readahead", "user.phx.socket"
 };
 
-static bool stored_namespace(const char *name)
+/*
+ * 0 for a name of the namespaces stored, else -ENOTSUP; a namespace with
+ * nothing after it names no attribute: -EINVAL, as on tmpfs.
+ */
+static int stored_name(const char *name)
 {
-	return !strncmp(name, "user.", 5) || !strncmp(name, "security.", 9) ||
-	       !strncmp(name, "trusted.", 8);
+	static const char *const ns[] = { "user.", "security.", "trusted." };
+	unsigned int i;
+
+	for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
+		if (!strncmp(name, ns[i], strlen(ns[i])))
+			return name[strlen(ns[i])] ? 0 : -EINVAL;
+	return -ENOTSUP;
 }
 
 /*
@@ -98,8 +107,8 @@ static void phxfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	if (inode && !strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX))) {
 		len = phx_value(fs, inode, name, fuse_req_ctx(req)->uid, val,
 				sizeof(val));
-	} else if (inode && !stored_namespace(name)) {
-		len = -ENOTSUP;
+	} else if (inode && stored_name(name)) {
+		len = stored_name(name);
 	} else if (inode) {
 		stored = phxfs_xattr_value(inode, name, &n);
 		len = stored ? (long)n : -ENODATA;
@@ -158,7 +167,7 @@ static int may_change(const char *name)
 {
 	if (!strncmp(name, PHX_PREFIX, strlen(PHX_PREFIX)))
 		return -EPERM;
-	return stored_namespace(name) ? 0 : -ENOTSUP;
+	return stored_name(name);
 }
 
 /* Set (@value non-NULL) or remove @name of inode @ino; replies to @req. */

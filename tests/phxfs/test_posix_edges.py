@@ -69,3 +69,21 @@ def test_posix_readdir_rewind():
     """A directory read again from its start (rewinddir) shows the
     entries added and removed since it was opened."""
     compare(readdir_rewind)
+
+
+def xattr_bare_names(r):
+    f = new_file(r.p("f"), 0o644, b"data")
+    for ns in ("user.", "trusted.", "security."):
+        r.do("set " + ns, os.setxattr, f, ns, b"v", want="EINVAL")
+        r.do("get " + ns, os.getxattr, f, ns, want="EINVAL")
+        r.do("remove " + ns, os.removexattr, f, ns, want="EINVAL")
+        r.do("set %sx" % ns, os.setxattr, f, ns + "x", b"v")
+    r.note("listed", sorted(n for n in os.listxattr(f)
+                            if not n.startswith("user.phx.")),
+           ["security.x", "trusted.x", "user.x"])
+
+
+def test_posix_xattr_bare_names():
+    """A name that is a namespace and nothing more (user., trusted.,
+    security.) is no attribute: EINVAL, nothing stored."""
+    compare(xattr_bare_names)
