@@ -169,9 +169,8 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	inode->rdev = rdev;
 	if (link)
 		inode->symlink = strdup(link);
-	err = link && !inode->symlink ?
-		      -ENOMEM :
-		      phxfs_dentry_add(fs, dir, name, inode);
+	err = link && !inode->symlink ? -ENOMEM :
+					phxfs_dentry_add(fs, dir, name, inode);
 	if (err) {
 		inode->nlink = 0;
 		phxfs_inode_unref(fs, inode, 0, 0);
@@ -404,7 +403,7 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct phxfs *fs = phxfs_fs(req);
 	struct phxfs_inode *from, *to, *src, *dst = NULL;
-	struct phxfs_dentry *sd, *dd;
+	struct phxfs_dentry *sd, *dd, *nd;
 	int err;
 
 	pthread_mutex_lock(&fs->lock);
@@ -433,13 +432,24 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	err = check_rename(fs, src, dst, to, flags);
 	if (err)
 		goto out;
+	/*
+	 * The new entry is made first: past this point nothing fails but the
+	 * copy to another device, which leaves both names as they were.
+	 */
+	nd = phxfs_dentry_new(newname);
+	if (!nd) {
+		err = -ENOMEM;
+		goto out;
+	}
 	if (src->dev != to->dev) {
 		/* A file to another device: a device-to-device copy. */
 		pthread_rwlock_wrlock(&src->io_lock);
 		err = phxfs_data_move(src, to->dev, fuse_req_ctx(req)->uid);
 		pthread_rwlock_unlock(&src->io_lock);
-		if (err)
+		if (err) {
+			free(nd);
 			goto out;
+		}
 	}
 	if (dd) {
 		phxfs_dentry_remove(fs, dd);
@@ -447,7 +457,7 @@ static void phxfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		phxfs_touch(&dst->ctime);
 	}
 	phxfs_dentry_remove(fs, sd);
-	err = phxfs_dentry_add(fs, to, newname, src);
+	phxfs_dentry_link(fs, to, nd, src);
 	phxfs_touch(&src->ctime);
 	if (dst)
 		phxfs_inode_unref(fs, dst, 0, 0);

@@ -187,21 +187,24 @@ phxfs_dentry_find(struct phxfs *fs, struct phxfs_inode *dir, const char *name)
 	return d;
 }
 
-int phxfs_dentry_add(struct phxfs *fs, struct phxfs_inode *dir,
-		     const char *name, struct phxfs_inode *inode)
+/* An entry named @name, not in any directory yet; NULL when out of memory. */
+struct phxfs_dentry *phxfs_dentry_new(const char *name)
 {
 	size_t len = strlen(name);
-	struct phxfs_dentry *d;
-	unsigned int b = dentry_bucket(dir->ino, name);
+	struct phxfs_dentry *d = malloc(sizeof(*d) + len + 1);
 
-	/* a hard link costs as much as an inode, as on tmpfs */
-	if (fs->nr_inodes && fs->nentries >= fs->nr_inodes)
-		return -ENOSPC;
-	d = malloc(sizeof(*d) + len + 1);
-	if (!d)
-		return -ENOMEM;
+	if (d)
+		memcpy(d->name, name, len + 1);
+	return d;
+}
+
+/* Put @d, from phxfs_dentry_new(), in @dir for @inode; cannot fail. */
+void phxfs_dentry_link(struct phxfs *fs, struct phxfs_inode *dir,
+		       struct phxfs_dentry *d, struct phxfs_inode *inode)
+{
+	unsigned int b = dentry_bucket(dir->ino, d->name);
+
 	fs->nentries++;
-	memcpy(d->name, name, len + 1);
 	d->parent = dir;
 	d->inode = inode;
 	d->hash_next = fs->dentries[b];
@@ -218,6 +221,20 @@ int phxfs_dentry_add(struct phxfs *fs, struct phxfs_inode *dir,
 	}
 	phxfs_touch(&dir->mtime);
 	dir->ctime = dir->mtime;
+}
+
+int phxfs_dentry_add(struct phxfs *fs, struct phxfs_inode *dir,
+		     const char *name, struct phxfs_inode *inode)
+{
+	struct phxfs_dentry *d;
+
+	/* a hard link costs as much as an inode, as on tmpfs */
+	if (fs->nr_inodes && fs->nentries >= fs->nr_inodes)
+		return -ENOSPC;
+	d = phxfs_dentry_new(name);
+	if (!d)
+		return -ENOMEM;
+	phxfs_dentry_link(fs, dir, d, inode);
 	return 0;
 }
 

@@ -289,6 +289,9 @@ struct phxfs_dentry *
 phxfs_dentry_find(struct phxfs *fs, struct phxfs_inode *dir, const char *name);
 int phxfs_dentry_add(struct phxfs *fs, struct phxfs_inode *dir,
 		     const char *name, struct phxfs_inode *inode);
+struct phxfs_dentry *phxfs_dentry_new(const char *name);
+void phxfs_dentry_link(struct phxfs *fs, struct phxfs_inode *dir,
+		       struct phxfs_dentry *d, struct phxfs_inode *inode);
 void phxfs_dentry_remove(struct phxfs *fs, struct phxfs_dentry *d);
 /* Drop references; frees memory and the inode when nothing holds them. */
 void phxfs_inode_unref(struct phxfs *fs, struct phxfs_inode *inode,
