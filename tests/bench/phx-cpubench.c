@@ -264,11 +264,14 @@ int main(int argc, char **argv)
 	struct phx_device *dev;
 	struct phx_buf *buf;
 	struct row rows[6] = {
-		{ .kase = "file->dev cold", .peer = "raw O_DIRECT io_uring (limit)" },
+		{ .kase = "file->dev cold",
+		  .peer = "raw O_DIRECT io_uring (limit)" },
 		{ .kase = "file->dev cold", .peer = "libphoenix" },
-		{ .kase = "file->dev hot", .peer = "raw pread, 1 thread (limit)" },
+		{ .kase = "file->dev hot",
+		  .peer = "raw pread, 1 thread (limit)" },
 		{ .kase = "file->dev hot", .peer = "libphoenix" },
-		{ .kase = "dev->file", .peer = "raw O_DIRECT io_uring (limit)" },
+		{ .kase = "dev->file",
+		  .peer = "raw O_DIRECT io_uring (limit)" },
 		{ .kase = "dev->file", .peer = "libphoenix" },
 	};
 	enum phx_path p;
@@ -285,7 +288,8 @@ int main(int argc, char **argv)
 			if (runs < 1 || runs > MAX_RUNS)
 				die("runs must be 1..9, not %s", optarg);
 		} else {
-			die("%s", "usage: phx-cpubench [-s SIZE] [-r RUNS] DIR");
+			die("%s",
+			    "usage: phx-cpubench [-s SIZE] [-r RUNS] DIR");
 		}
 	}
 	if (optind != argc - 1)
@@ -295,8 +299,7 @@ int main(int argc, char **argv)
 		 argv[optind]);
 	setenv("PHX_DEVICE", "sim", 0);
 	make_file();
-	if (phx_device_open(NULL, &dev) ||
-	    phx_buf_alloc(dev, size, 0, &buf))
+	if (phx_device_open(NULL, &dev) || phx_buf_alloc(dev, size, 0, &buf))
 		die("libphoenix: %s", phx_strerror_last());
 
 	for (i = 0; i < runs; i++) {

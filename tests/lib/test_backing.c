@@ -20,8 +20,7 @@ static struct phx_backing_info info_of(struct phx_backing *bk)
 {
 	struct phx_backing_info info;
 
-	cr_assert_eq(phx_backing_info(bk, &info), 0, "%s",
-		     phx_strerror_last());
+	cr_assert_eq(phx_backing_info(bk, &info), 0, "%s", phx_strerror_last());
 	return info;
 }
 
@@ -142,8 +141,11 @@ Test(backing, transfers_between_a_file_and_a_backing)
 	int out = empty_file(dir_direct());
 	struct phx_backing *bk;
 	struct phx_io io = {
-		.op = PHX_OP_READ, .fd = r.fd, .file_off = 0,
-		.buf_off = 4096, .len = n,
+		.op = PHX_OP_READ,
+		.fd = r.fd,
+		.file_off = 0,
+		.buf_off = 4096,
+		.len = n,
 	};
 
 	if (phx_device_kind(r.dev) == PHX_DEVICE_CUDA) {
@@ -158,16 +160,20 @@ Test(backing, transfers_between_a_file_and_a_backing)
 	cr_assert_eq(phx_backing_read(bk, 4096, back, n), (int64_t)n);
 	cr_assert_arr_eq(back, r.data, n);
 
-	io = (struct phx_io){ .op = PHX_OP_WRITE, .fd = out, .file_off = 3,
-			      .buf_off = 4096, .len = n };
+	io = (struct phx_io){ .op = PHX_OP_WRITE,
+			      .fd = out,
+			      .file_off = 3,
+			      .buf_off = 4096,
+			      .len = n };
 	cr_assert_eq(phx_backing_io(bk, &io), (int64_t)n, "%s",
 		     phx_strerror_last());
 	memset(back, 0, n);
 	cr_assert_eq(pread(out, back, n, 3), (ssize_t)n);
 	cr_assert_arr_eq(back, r.data, n);
 
-	io = (struct phx_io){ .op = PHX_OP_WRITE, .fd = out,
-			      .buf_off = 4096, .len = n + 1 };
+	io = (struct phx_io){
+		.op = PHX_OP_WRITE, .fd = out, .buf_off = 4096, .len = n + 1
+	};
 	cr_assert_eq(phx_backing_io(bk, &io), -ERANGE, "past the size");
 	io = (struct phx_io){ .op = PHX_OP_READ, .fd = r.fd, .len = n + 8192 };
 	cr_assert_eq(phx_backing_io(bk, &io), -EFBIG, "past the capacity");

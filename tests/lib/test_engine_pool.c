@@ -17,9 +17,12 @@ static void batch_read(struct phx_device *dev, unsigned int depth, int fd,
 		     phx_strerror_last());
 	for (i = 0; i < 4; i++)
 		ios[i] = (struct phx_io){
-			.op = PHX_OP_READ, .fd = fd,
+			.op = PHX_OP_READ,
+			.fd = fd,
 			.file_off = (int64_t)(i * n / 4),
-			.buf = buf, .buf_off = i * n / 4, .len = n / 4,
+			.buf = buf,
+			.buf_off = i * n / 4,
+			.len = n / 4,
 		};
 	cr_assert_eq(phx_batch_submit(b, ios, 4), 4);
 	cr_assert_eq(phx_batch_wait(b, 4, NULL, 0, -1), 4);
@@ -81,8 +84,7 @@ Test(engine_pool, calls_and_batches_build_no_engine_after_the_first)
 }
 
 /* A hang here is the failure: the time limit only turns it into one. */
-Test(engine_pool, batches_past_the_limit_neither_wait_nor_stay,
-     .timeout = 120)
+Test(engine_pool, batches_past_the_limit_neither_wait_nor_stay, .timeout = 120)
 {
 	struct rig r = rig_open(open_default(), dir_direct(), MiB, 9, false);
 	struct phx_batch *b[6];

@@ -39,15 +39,16 @@ Test(sparse, hole_write_commits_what_it_touches)
 	fill_random(data, sizeof(data), 7);
 	/* 4 KiB in the middle of the 64 MiB grid chunk [128, 192) MiB */
 	cr_assert_eq(phx_memcpy_to_buf(buf, 150 * MiB + 100, data, 4096), 0);
-	cr_assert_eq(phx_buf_committed(buf), gran,
-		     "a 4 KiB write into a hole backs one %llu-byte granule, not %llu bytes",
-		     (unsigned long long)gran,
-		     (unsigned long long)phx_buf_committed(buf));
+	cr_assert_eq(
+		phx_buf_committed(buf), gran,
+		"a 4 KiB write into a hole backs one %llu-byte granule, not %llu bytes",
+		(unsigned long long)gran,
+		(unsigned long long)phx_buf_committed(buf));
 	cr_assert_eq(mapped_chunks(buf), 1);
 	/* one straddling two granules backs two, in one chunk */
-	cr_assert_eq(phx_memcpy_to_buf(buf, 3 * gran + 100 * MiB - 10, data,
-				       4096),
-		     0);
+	cr_assert_eq(
+		phx_memcpy_to_buf(buf, 3 * gran + 100 * MiB - 10, data, 4096),
+		0);
 	cr_assert_eq(phx_buf_committed(buf), 3 * gran);
 	cr_assert_eq(mapped_chunks(buf), 2);
 	/* writing where it is backed already commits nothing */
@@ -56,8 +57,7 @@ Test(sparse, hole_write_commits_what_it_touches)
 	cr_assert_eq(phx_memcpy_from_buf(back, buf, 150 * MiB, 4096), 0);
 	cr_assert(!memcmp(back, data, sizeof(back)));
 	/* the holes around still read as zeros */
-	cr_assert_eq(phx_memcpy_from_buf(back, buf, 150 * MiB + gran, 4096),
-		     0);
+	cr_assert_eq(phx_memcpy_from_buf(back, buf, 150 * MiB + gran, 4096), 0);
 	memset(data, 0, sizeof(data));
 	cr_assert(!memcmp(back, data, sizeof(back)));
 	sparse_free(buf);

@@ -36,4 +36,3 @@ void phx_engine_device_close(struct phx_device *dev)
 	phx_hostcopy_release(dev);
 	phx_staging_close(dev);
 }
-
