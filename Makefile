@@ -49,7 +49,7 @@ test: deps
 	@$(MAKE) --no-print-directory check-asan-run
 
 test-gpu:
-	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod test-passthrough,$(TESTS))
+	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod test-passthrough test-format,$(TESTS))
 
 check-asan: deps
 	@$(MAKE) --no-print-directory check-asan-run
@@ -66,5 +66,17 @@ run: deps
 clean:
 	rm -rf build build-asan
 
+# The C sources in kernel style (.clang-format); kmod/ is the kernel's
+# own style, checked by its build (make kmod).
+FORMAT_SRCS = $$(git ls-files '*.c' '*.h' | grep -v '^kmod/')
+
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h' | grep -v '^kmod/')
+	clang-format -i $(FORMAT_SRCS)
+
+.PHONY: test-format
+test-format:
+	@clang-format --dry-run --Werror $(FORMAT_SRCS) || \
+		{ echo "test-format: run make format"; exit 1; }
+	@echo "test-format: $$(git ls-files '*.c' '*.h' | grep -vc '^kmod/') files formatted"
+
+TESTS += test-format

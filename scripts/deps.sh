@@ -6,7 +6,7 @@ set -eu
 
 PKGS="build-essential pkg-config libfuse3-dev fuse3 liburing-dev libnuma-dev \
 libcriterion-dev python3 python3-pip python3-venv rsync attr util-linux \
-fio"
+fio clang-format"
 
 # shellcheck disable=SC2086
 apt_need phoenix $PKGS
