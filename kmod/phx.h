@@ -144,8 +144,6 @@ void phx_dev_kill(struct phx_dev *phx);
 void phx_dev_put(struct phx_dev *phx);
 
 /* phx_range.c */
-int phx_fs_init(void);
-void phx_fs_exit(void);
 struct phx_range *phx_range_create(struct phx_dev *phx, unsigned long nr_pages,
 				   const struct phx_range_ops *ops);
 void phx_range_track(struct phx_range *range);

@@ -562,12 +562,9 @@ static int __init phx_init(void)
 {
 	int ret;
 
-	ret = phx_fs_init();
-	if (ret)
-		return ret;
 	ret = pci_register_driver(&phx_pci_driver);
 	if (ret)
-		goto err_fs;
+		return ret;
 	ret = phx_add_ids();
 	if (ret)
 		goto err_pci;
@@ -578,8 +575,6 @@ static int __init phx_init(void)
 
 err_pci:
 	pci_unregister_driver(&phx_pci_driver);
-err_fs:
-	phx_fs_exit();
 	return ret;
 }
 
@@ -587,7 +582,6 @@ static void __exit phx_exit(void)
 {
 	phx_nvidia_exit();
 	pci_unregister_driver(&phx_pci_driver);
-	phx_fs_exit();
 }
 
 module_init(phx_init);

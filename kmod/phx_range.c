@@ -14,6 +14,14 @@
  * munmap), but only once no page is pinned by I/O still in flight: such
  * ranges wait on a pending list.
  *
+ * Unloading: the filesystem type is owned by the module, and a superblock
+ * holds its type's module until it is destroyed, after its last inode.
+ * The mount that makes the superblock is pinned once per range file and
+ * unpinned by the file's eviction; the file being released still holds
+ * the mount then, and drops it only after the eviction has returned.  So
+ * the module cannot go while its eviction code may still run, and nothing
+ * holds it once every range file is gone.
+ *
  * The file holds no page cache and never writes anything back: fsync has
  * nothing to do.  A GROW file keeps every byte past its size zero, except
  * in the page that holds the end (a mapping may write there), which is
@@ -24,6 +32,7 @@
 #include <linux/falloc.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/mount.h>
 #include <linux/pseudo_fs.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
@@ -35,7 +44,10 @@
 /* Most pages one fault inserts: 16 MiB, bounds the time @lock is held. */
 #define PHX_FAULT_BATCH 4096UL
 
+static struct file_system_type phx_fs_type;
+/* Mounted while some range file exists: one pin (phx_mnt_count) each. */
 static struct vfsmount *phx_mnt;
+static int phx_mnt_count;
 
 /**
  * phx_range_pinned() - whether some page of @range is referenced by others.
@@ -416,15 +428,28 @@ static const struct file_operations phx_range_fops = {
 	.compat_ioctl = compat_ptr_ioctl,
 };
 
-/* Wrap @range in a new file; @range is consumed in every case. */
+/*
+ * Wrap @range in a new file; @range is consumed in every case.  The caller
+ * holds the module (it runs an ioctl of /dev/phxN).
+ */
 static struct file *phx_range_file(struct phx_range *range)
 {
 	struct phx_dev *phx = range->phx;
+	struct vfsmount *mnt;
 	struct inode *inode;
 	struct file *file;
+	int ret;
 
-	inode = new_inode(phx_mnt->mnt_sb);
+	ret = simple_pin_fs(&phx_fs_type, &phx_mnt, &phx_mnt_count);
+	if (ret) {
+		phx_range_destroy(range);
+		return ERR_PTR(ret);
+	}
+	/* Stays what it is while the pin is held. */
+	mnt = phx_mnt;
+	inode = new_inode(mnt->mnt_sb);
 	if (!inode) {
+		simple_release_fs(&phx_mnt, &phx_mnt_count);
 		phx_range_destroy(range);
 		return ERR_PTR(-ENOMEM);
 	}
@@ -436,7 +461,7 @@ static struct file *phx_range_file(struct phx_range *range)
 	inode->i_op = &phx_range_iops;
 	inode->i_fop = &phx_range_fops;
 	simple_inode_init_ts(inode);
-	/* From here on, the inode's eviction frees the range. */
+	/* From here on, the inode's eviction frees the range and unpins. */
 	inode->i_private = range;
 	mutex_lock(&phx->ranges_lock);
 	range->inode = inode;
@@ -444,11 +469,14 @@ static struct file *phx_range_file(struct phx_range *range)
 
 	/* alloc_file_pseudo() does not take the module reference fput drops. */
 	__module_get(THIS_MODULE);
-	file = alloc_file_pseudo(inode, phx_mnt, phx->name, O_RDWR,
+	file = alloc_file_pseudo(inode, mnt, phx->name, O_RDWR,
 				 &phx_range_fops);
 	if (IS_ERR(file)) {
 		module_put(THIS_MODULE);
+		/* The eviction must not drop the mount's last reference. */
+		mntget(mnt);
 		iput(inode);
+		mntput(mnt);
 		return file;
 	}
 	file->f_mode |= FMODE_LSEEK | FMODE_PREAD | FMODE_PWRITE |
@@ -496,14 +524,22 @@ int phx_range_install(struct phx_range *range, void __user *uarg,
 	return 0;
 }
 
+/*
+ * The last reference to a range file's inode goes: from __fput(), whose
+ * file holds the mount (and so the module) until after this returns, or
+ * from phx_range_file() failing, which holds the mount over it.  The pin
+ * given up here is thus never the mount's last reference.
+ */
 static void phx_fs_evict_inode(struct inode *inode)
 {
 	struct phx_range *range = inode->i_private;
 
 	truncate_inode_pages_final(&inode->i_data);
 	clear_inode(inode);
-	if (range)
+	if (range) {
 		phx_range_final(range);
+		simple_release_fs(&phx_mnt, &phx_mnt_count);
+	}
 }
 
 static const struct super_operations phx_fs_sops = {
@@ -522,27 +558,14 @@ static int phx_fs_init_fs_context(struct fs_context *fc)
 	return 0;
 }
 
+/*
+ * Owned by the module: each superblock holds it, so it stays while a
+ * range file's inode exists.  Never registered: only phx_range_file()
+ * mounts it.
+ */
 static struct file_system_type phx_fs_type = {
+	.owner = THIS_MODULE,
 	.name = "phxmem",
 	.init_fs_context = phx_fs_init_fs_context,
 	.kill_sb = kill_anon_super,
 };
-
-/**
- * phx_fs_init() - mount the internal filesystem that holds range files.
- *
- * Return: 0 or a negative errno.
- */
-int phx_fs_init(void)
-{
-	phx_mnt = kern_mount(&phx_fs_type);
-	return PTR_ERR_OR_ZERO(phx_mnt);
-}
-
-/**
- * phx_fs_exit() - unmount it; every range file is gone by then.
- */
-void phx_fs_exit(void)
-{
-	kern_unmount(phx_mnt);
-}

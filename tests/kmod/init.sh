@@ -27,6 +27,7 @@ mount -t ext4 -o ro /dev/nvme0n1 /mnt || echo "# cannot mount the ext4 disk"
 umount /mnt
 /kmod_safety alloc-unbind
 /kmod_safety copy-truncate
+/kmod_safety rmmod-race
 
 echo "==== dmesg begin"
 dmesg

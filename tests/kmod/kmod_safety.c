@@ -12,7 +12,9 @@
  * Races run on their own, last, because the bugs they look for leave the
  * device unusable: "kmod_safety alloc-unbind" allocates while the device
  * is unbound, "kmod_safety copy-truncate" reads and writes range files
- * into mappings of other ranges while a GROW file is truncated.
+ * into mappings of other ranges while a GROW file is truncated,
+ * "kmod_safety rmmod-race" unloads the module while a process drops its
+ * last range files.
  */
 #include <liburing.h>
 #include <pthread.h>
@@ -28,6 +30,7 @@
 #define PAGE 4096ULL
 #define WORKERS 4
 #define ROUNDS 60
+#define UNLOAD_ROUNDS 64
 
 static struct phx_ioc_info info;
 
@@ -625,6 +628,150 @@ static void copy_while_truncating(void)
 		EXPECT(all_free(), "memory not back after the copies");
 }
 
+/*
+ * Hold ranges of each kind (plain, GROW, a large one, a second open file
+ * of one) and mappings until the parent says go, then drop them all; the
+ * last reference goes in a way that depends on @round: a munmap, a close,
+ * the exit, or the files go while io_uring still pins the pages.
+ * Exit 0: nothing failed.
+ */
+static int unload_child(int round, int go, int ready)
+{
+	const uint64_t big = 4 * MIB;
+	int dev, fd[4], i, kind = round % 4, bad = 0;
+	struct io_uring ring;
+	struct iovec iov;
+	char path[64], c;
+	char *p, *q;
+
+	dev = open("/dev/phx0", O_RDWR);
+	fd[0] = range_alloc(dev, 4 * PAGE, BAR_SCRATCH, PHX_ALLOC_FIXED);
+	fd[1] = range_alloc(dev, 8 * PAGE, BAR_SCRATCH + MIB,
+			    PHX_ALLOC_FIXED | PHX_ALLOC_GROW);
+	fd[2] = range_alloc(dev, big, BAR_SCRATCH + 2 * MIB, PHX_ALLOC_FIXED);
+	close(dev);
+	if (fd[0] < 0 || fd[1] < 0 || fd[2] < 0 || ftruncate(fd[1], PAGE))
+		return 2;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd[0]);
+	fd[3] = open(path, O_RDWR | O_CLOEXEC);
+	p = range_map(fd[2], big);
+	q = range_map(fd[1], PAGE);
+	if (fd[3] < 0 || !p || !q)
+		return 3;
+	memset(p, 0x5a, big);
+	q[0] = 1;
+	if (kind == 3) {
+		iov = (struct iovec){ p, big };
+		if (io_uring_queue_init(4, &ring, 0) ||
+		    io_uring_register_buffers(&ring, &iov, 1))
+			return 4;
+	}
+	if (write(ready, "r", 1) != 1 || read(go, &c, 1) != 1)
+		return 5;
+
+	if (kind == 2) {
+		/* Unmapped first: the last close is the last reference. */
+		bad |= munmap(q, PAGE) | munmap(p, big);
+		for (i = 0; i < 4; i++)
+			bad |= close(fd[i]);
+		return bad ? 6 : 0;
+	}
+	for (i = 0; i < 4; i++)
+		bad |= close(fd[i]);
+	bad |= munmap(q, PAGE);
+	bad |= p[big - 1] != 0x5a;
+	if (kind == 0)
+		bad |= munmap(p, big);
+	/* 1: the exit unmaps the last one; 3: the ring goes with the exit. */
+	return bad ? 6 : 0;
+}
+
+/* Unload the module, retrying while it is in use; 0 or an errno. */
+static int unload(void)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (syscall(SYS_delete_module, "phx", O_NONBLOCK)) {
+		int err = errno;
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (err != EWOULDBLOCK || t.tv_sec - t0.tv_sec > 60)
+			return err;
+	}
+	return 0;
+}
+
+/*
+ * Unload the module while a child drops its last range files and
+ * mappings, round after round: a file's last close gives up its module
+ * reference before the module's code evicts its inode, and the unload
+ * must not land in between.  The window is short and may never be hit;
+ * what is checked holds whatever the interleaving: the unload is refused
+ * while the child holds a range and succeeds once it is done, and the
+ * module then loads again and works.  The host scans the kernel log for
+ * code run after the module went.
+ */
+static void rmmod_racing_close(void)
+{
+	int i, err, status;
+	char *p;
+	int dev, fd;
+
+	for (i = 0; i < UNLOAD_ROUNDS && !test_failures; i++) {
+		int to_child[2], to_parent[2];
+		char c = 0;
+		pid_t pid;
+
+		if (pipe(to_child) || pipe(to_parent))
+			break;
+		pid = fork();
+		if (pid == 0)
+			_exit(unload_child(i, to_child[0], to_parent[1]));
+		EXPECT(read(to_parent[0], &c, 1) == 1 && c == 'r',
+		       "round %d: child not ready", i);
+		EXPECT_ERR(syscall(SYS_delete_module, "phx", O_NONBLOCK),
+			   EWOULDBLOCK, "rmmod while a child holds ranges");
+		EXPECT(write(to_child[1], "g", 1) == 1, "wake child");
+		err = unload();
+		EXPECT(!err, "round %d: rmmod: %s", i, strerror(err));
+		status = -1;
+		waitpid(pid, &status, 0);
+		EXPECT(WIFEXITED(status) && !WEXITSTATUS(status),
+		       "round %d: child: status %#x", i, status);
+		close(to_child[0]);
+		close(to_child[1]);
+		close(to_parent[0]);
+		close(to_parent[1]);
+		if (err)
+			break;
+		EXPECT(access("/dev/phx0", F_OK) != 0,
+		       "round %d: /dev/phx0 still there", i);
+		EXPECT(!reload_module(), "round %d: insmod again: %s", i,
+		       strerror(errno));
+	}
+	printf("# %d rounds of rmmod against the last close\n", i);
+
+	EXPECT(all_free(), "reloaded module has memory in use");
+	dev = open("/dev/phx0", O_RDWR);
+	fd = dev >= 0 ? range_alloc(dev, MIB, BAR_SCRATCH + 8 * MIB,
+				    PHX_ALLOC_FIXED) :
+			-1;
+	p = fd >= 0 ? range_map(fd, MIB) : NULL;
+	EXPECT(p, "reloaded module: alloc/mmap: %s", strerror(errno));
+	if (p) {
+		pat_fill(p, MIB, SEED_MAP_WRITE, 0);
+		EXPECT(pat_check(p, MIB, SEED_MAP_WRITE, 0) < 0,
+		       "reloaded module: mapping reads back wrong data");
+		munmap(p, MIB);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (dev >= 0)
+		close(dev);
+	EXPECT(all_free(), "memory not back on the reloaded module");
+}
+
 int main(int argc, char **argv)
 {
 	int dev;
@@ -639,6 +786,8 @@ int main(int argc, char **argv)
 			alloc_during_unbind();
 		else if (!strcmp(argv[1], "copy-truncate"))
 			copy_while_truncating();
+		else if (!strcmp(argv[1], "rmmod-race"))
+			rmmod_racing_close();
 		else
 			EXPECT(0, "unknown test %s", argv[1]);
 		return test_result(5, argv[1]);
