@@ -138,13 +138,26 @@ def open_file(path: Any) -> "_core.Buffer":
     removed until it is freed.  Only the file's owner (or root) may open it.
     """
     path = os.fspath(path)
+    return _open(path, path)
+
+
+def open_fd(fd: int, path: str) -> "_core.Buffer":
+    """open_file() of the phxfs file open as @fd (named @path in errors):
+    the file that descriptor reads, also when @path was removed or now
+    names another file."""
+    proc = f"/proc/self/fd/{fd}"
+    return _open(proc if os.path.exists(proc) else path, path)
+
+
+def _open(where: str, path: str) -> "_core.Buffer":
     name = ctypes.create_string_buffer(32)
     why = ctypes.create_string_buffer(512)
     size = ctypes.c_uint64()
-    fd = ctl().phxfs_open_handle(os.fsencode(path), name, len(name),
+    fd = ctl().phxfs_open_handle(os.fsencode(where), name, len(name),
                                  ctypes.byref(size), why, len(why))
     if fd < 0:
-        raise PhoenixError(-fd, why.value.decode(errors="replace"))
+        raise PhoenixError(-fd, why.value.decode(errors="replace")
+                           .replace(where, path))
     try:
         dev = _core.device(name.value.decode())
         h = ctypes.c_void_p()

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 from . import _core, _lib
 from ._header import (INDEX_NAME, SafetensorsError, TensorInfo, parse_json,
                       read_header)
-from ._phxfs import XATTR_DEVICE, open_file
+from ._phxfs import XATTR_DEVICE, open_fd
 from ._transfer import open_data
 from ._pipeline import NOT_RUN, Pipeline, ios as new_ios, threads_of
 
@@ -422,7 +422,9 @@ def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
     if where is None:
         return False
     try:
-        mapped = open_file(plan.path)
+        # the file whose header was read, also where its name was taken
+        # by another file since
+        mapped = open_fd(plan.fd, plan.path)
     except _lib.PhoenixError:
         return False
     if not copy and (not named or mapped.device.name == dev.name):

@@ -5,6 +5,7 @@ through the mount."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -103,3 +104,39 @@ def test_staged_file_and_index_and_read(mount, rng, tmp_path):
 def test_bad_staged_option():
     with pytest.raises(ValueError, match="staged="):
         phxio.load_safetensors("x", staged="maybe")
+
+
+def _after_header(monkeypatch, change):
+    """Run @change(fd) once a staged file's header is read, before its
+    memory is mapped."""
+    from phxio import _safetensors
+
+    real = _safetensors._staged_on
+
+    def staged_on(fd):
+        change(fd)
+        return real(fd)
+
+    monkeypatch.setattr(_safetensors, "_staged_on", staged_on)
+
+
+@pytest.mark.parametrize("staged", ["view", "copy"])
+def test_staged_file_replaced_while_loading(mount, rng, monkeypatch,
+                                            staged):
+    """A file renamed over the checkpoint's name after its header was
+    read: the tensors are the opened file's, as a read would give."""
+    want = {"a": rng.integers(-9, 9, (64, 33)).astype(np.float32),
+            "b": rng.integers(-9, 9, (40,)).astype(np.int64)}
+    other = {k: np.full_like(v, 7) for k, v in want.items()}
+    f, new = mount / f"swap-{staged}.safetensors", mount / "swap-new"
+    safetensors_numpy.save_file(want, str(f))
+    safetensors_numpy.save_file(other, str(new))
+    _after_header(monkeypatch, lambda fd: os.replace(new, f))
+    fw = _fw(mount)
+    if fw == "pt":
+        pytest.importorskip("torch")
+    got = phxio.load_safetensors(f, framework=fw, staged=staged)
+    _same(got, want)
+    del got
+    f.unlink()
+
