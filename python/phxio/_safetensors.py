@@ -427,6 +427,15 @@ def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
         mapped = open_fd(plan.fd, plan.path)
     except _lib.PhoenixError:
         return False
+    # the file may have shrunk since its header was read
+    end = max((plan.data_start + t.end for t, _ in plan.tensors),
+              default=0)
+    size = mapped.size
+    if size < end:
+        mapped.free()
+        raise SafetensorsError(
+            f"{plan.path}: truncated: the file ends at byte {size}, "
+            "before the data its header lists")
     if not copy and (not named or mapped.device.name == dev.name):
         # the tensors sit where the file has them
         plan.tensors = [(t, plan.data_start + t.begin)
@@ -437,11 +446,6 @@ def _from_staged(plan: _Plan, dev: "_core.Device", named: bool,
     try:
         plan.buf = dev.alloc(max(plan.size, 1))
         for foff, boff, n in plan.ranges:
-            end = min(foff + n, mapped.size)
-            if end < foff + n:
-                raise SafetensorsError(
-                    f"{plan.path}: truncated: the file ends at byte {end}, "
-                    "before the data its header lists")
             _lib.check(_lib.lib().phx_memcpy_buf(plan.buf.handle, boff,
                                                  mapped.handle, foff, n),
                        f"copying {plan.path} from {mapped.device.name} to "

@@ -106,6 +106,18 @@ def test_bad_staged_option():
         phxio.load_safetensors("x", staged="maybe")
 
 
+def _open_on(path) -> list[str]:
+    """This process's descriptors open on @path."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                out.append(fd)
+        except OSError:
+            pass
+    return out
+
+
 def _after_header(monkeypatch, change):
     """Run @change(fd) once a staged file's header is read, before its
     memory is mapped."""
@@ -140,3 +152,20 @@ def test_staged_file_replaced_while_loading(mount, rng, monkeypatch,
     del got
     f.unlink()
 
+
+@pytest.mark.parametrize("staged", ["view", "copy"])
+def test_staged_file_truncated_while_loading(mount, rng, monkeypatch,
+                                             staged):
+    want = {"a": rng.integers(-9, 9, (64, 33)).astype(np.float32)}
+    f = mount / f"short-{staged}.safetensors"
+    safetensors_numpy.save_file(want, str(f))
+    _after_header(monkeypatch, lambda fd: os.truncate(f, 1000))
+    fw = _fw(mount)
+    if fw == "pt":
+        pytest.importorskip("torch")
+    with pytest.raises(phxio.SafetensorsError,
+                       match=f"{f.name}: truncated: the file ends at byte "
+                       "1000"):
+        phxio.load_safetensors(f, framework=fw, staged=staged)
+    assert _open_on(f) == []
+    f.unlink()
