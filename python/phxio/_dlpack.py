@@ -188,6 +188,7 @@ class ForeignTensor:
     device_id: int
     nbytes: int
     contiguous: bool
+    readonly: bool = False  # its producer marked it so (DLPack 1.0)
 
 
 def inspect(obj: Any) -> ForeignTensor:
@@ -218,7 +219,8 @@ def inspect(obj: Any) -> ForeignTensor:
                 contiguous = False
             expect *= shape[i]
     info = ForeignTensor((t.data or 0) + t.byte_offset, t.device.device_type,
-                         t.device.device_id, nbytes, contiguous)
+                         t.device.device_id, nbytes, contiguous,
+                         versioned and bool(mt.flags & FLAG_READ_ONLY))
     # Consume the capsule and hand the tensor straight back to its producer;
     # the caller keeps @obj alive for as long as it uses the address.
     _api.PyCapsule_SetName(cap, _NAME_USED_VERSIONED if versioned

@@ -51,6 +51,8 @@ def _target(obj: Any, source: bool = False) -> _Target:
             return _host_array(obj, source)
         if not t.contiguous:
             raise ValueError("transfer target must be contiguous")
+        if t.readonly and not source:
+            raise ValueError("transfer target is read-only")
         if t.device_type == _dlpack.KDL_CUDA:
             return _Target(device(f"cuda:{t.device_id}"), t.data, t.nbytes,
                            obj)

@@ -106,6 +106,24 @@ def test_readonly_and_noncontiguous_targets_refused(scratch, rng):
         phxio.read_into(scratch / "f", arr, 0, size=101)
 
 
+@needs_host_views
+def test_readonly_array_is_not_read_into(scratch, rng):
+    """A read-only NumPy array (its DLPack export says so) is refused as a
+    target, alone or in a batch, and left as it was; it may be written
+    from."""
+    data = random_file(scratch / "f", 4096, rng)
+    arr = np.zeros(64, np.uint8)
+    arr.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        phxio.read_into(scratch / "f", arr)
+    with pytest.raises(ValueError, match="read-only"):
+        phxio.read_batch(scratch / "f", [(0, 64, arr)])
+    assert not arr.any()
+    src = np.frombuffer(data[:64], np.uint8)
+    assert phxio.write_from(scratch / "out", src) == 64
+    assert (scratch / "out").read_bytes() == data[:64]
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_write_from_round_trip(dev, scratch, rng, size):
     data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
