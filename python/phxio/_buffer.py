@@ -4,6 +4,7 @@ typed window of one that torch, CuPy and NumPy view without a copy."""
 from __future__ import annotations
 
 import ctypes
+import operator
 import weakref
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -230,8 +231,19 @@ class DeviceArray:
 
     def __init__(self, owner: Buffer, offset: int, dtype: DType,
                  shape: tuple[int, ...]) -> None:
+        try:
+            if any(isinstance(v, bool) for v in (offset, *shape)):
+                raise TypeError
+            offset = operator.index(offset)
+            shape = tuple(map(operator.index, shape))
+            if offset < 0 or min(shape, default=0) < 0:
+                raise TypeError
+        except TypeError:
+            raise ValueError(f"view at offset {offset!r} with shape "
+                             f"{list(shape)!r}: they must be non-negative "
+                             "integers") from None
         nbytes = dtype.nbytes(shape)
-        if offset < 0 or offset + nbytes > owner.size:
+        if offset + nbytes > owner.size:
             raise ValueError(f"view of {nbytes} bytes at {offset} is outside "
                              f"the {owner.size}-byte buffer")
         self.owner = owner

@@ -132,6 +132,20 @@ def test_typed_views(dev, rng):
         buf.view("F32", (1 << 16,))
 
 
+def test_views_of_bad_shape_or_offset_are_refused(dev):
+    """A view's shape and offset are non-negative integers: a negative
+    dimension (two of them make a positive size), a float or a bool is a
+    ValueError, not an array of a shape no consumer can use."""
+    buf = dev.alloc(4096)
+    for shape, offset in [((-1,), 0), ((-2, -4), 0), ((2.5,), 0),
+                          ((True,), 0), ((4,), -4), ((4,), 1.5)]:
+        with pytest.raises(ValueError, match="non-negative integers"):
+            buf.view("F32", shape, offset)
+    assert buf.view("F32", (0,), 4096).nbytes == 0
+    assert buf.view("F32", (np.int64(2), 3)).shape == (2, 3)
+    buf.free()
+
+
 def test_stats(dev, scratch):
     s = dev.stats()
     assert set(s) >= {"staged", "buffered", "p2p", "ios", "errors"}
