@@ -87,6 +87,11 @@ def options(extra: Optional[dict]) -> dict:
     """The loader's options from vLLM's model_loader_extra_config."""
     out = {"group_size": DEFAULT_GROUP, "threads": None, "tp_slices": True,
            "direct": True, "prepare": True}
+    if extra is not None and not isinstance(extra, dict):
+        raise ValueError(f"load format {LOAD_FORMAT}: "
+                         f"model_loader_extra_config is "
+                         f"{type(extra).__name__} {extra!r}: give a JSON "
+                         f"object of options ({', '.join(OPTIONS)})")
     for key, value in (extra or {}).items():
         if key not in OPTIONS:
             raise ValueError(f"load format {LOAD_FORMAT}: unknown option "
@@ -98,6 +103,9 @@ def options(extra: Optional[dict]) -> dict:
                 if out[key] < 1:
                     raise ValueError
             elif key == "threads":
+                # a whole number (as JSON or text); not true, not 2.5
+                if isinstance(value, (bool, float)):
+                    raise ValueError
                 out[key] = int(value)
                 if out[key] < 1:
                     raise ValueError

@@ -90,7 +90,17 @@ def test_vllm_options():
                       ({"threads": 0}, "option threads=0"),
                       ({"tp_slices": "yes"}, "option tp_slices='yes'"),
                       ({"direct": 1}, "option direct=1: give true or "
-                       "false")]:
+                       "false"),
+                      # not taken for 1 worker
+                      ({"threads": True}, "option threads=True: give a "
+                       "number of workers"),
+                      ({"threads": 2.5}, "option threads=2.5"),
+                      ({"group_size": "1XB"}, "option group_size='1XB'"),
+                      ({"group_size": "-1"}, "option group_size='-1'"),
+                      ('{"threads": 2}', "model_loader_extra_config is str "
+                       "'{\"threads\": 2}': give a JSON object"),
+                      ([("threads", 2)], "model_loader_extra_config is "
+                       "list")]:
         with pytest.raises(ValueError, match=what):
             v.options(bad)
 
