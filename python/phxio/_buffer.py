@@ -119,6 +119,7 @@ class Buffer:
         """Copy a bytes-like object into the buffer at @offset."""
         mv = memoryview(data).cast("B")
         n = mv.nbytes
+        self._span("copy_from_host", offset, n)
         if mv.readonly:
             src = ctypes.c_char_p(bytes(mv))
             addr = ctypes.cast(src, ctypes.c_void_p).value
@@ -130,10 +131,22 @@ class Buffer:
     def to_bytes(self, offset: int = 0, size: Optional[int] = None) -> bytes:
         """Copy [offset, offset + size) back into host memory."""
         if size is None:
+            self._span("to_bytes", offset, 0)
             size = self.size - offset
+        self._span("to_bytes", offset, size)
         out = ctypes.create_string_buffer(size)
         check(lib().phx_memcpy_from_buf(out, self.handle, offset, size))
         return out.raw
+
+    def _span(self, what: str, offset: Any, size: Any) -> None:
+        """ValueError unless [@offset, @offset + @size) lies in the
+        buffer (non-negative integers)."""
+        total = self.size
+        if not all(type(v) is int and v >= 0 for v in (offset, size)) or \
+                offset + size > total:
+            raise ValueError(f"{what}: offset {offset!r} and size "
+                             f"{size!r} are not non-negative integers "
+                             f"inside the {total}-byte buffer")
 
     # typed windows
     def view(self, dtype: Any, shape: Sequence[int], offset: int = 0

@@ -146,6 +146,21 @@ def test_views_of_bad_shape_or_offset_are_refused(dev):
     buf.free()
 
 
+def test_host_copies_outside_the_buffer_are_refused(dev):
+    buf = dev.alloc(64)
+    buf.copy_from_host(b"abcd", 60)
+    for call in (lambda: buf.copy_from_host(b"abcd", -1),
+                 lambda: buf.copy_from_host(b"abcd", 61),
+                 lambda: buf.to_bytes(-1),
+                 lambda: buf.to_bytes(100),
+                 lambda: buf.to_bytes(0, -5),
+                 lambda: buf.to_bytes(8, 57)):
+        with pytest.raises(ValueError, match="inside the 64-byte buffer"):
+            call()
+    assert buf.to_bytes(60) == b"abcd" and buf.to_bytes(64) == b""
+    buf.free()
+
+
 def test_stats(dev, scratch):
     s = dev.stats()
     assert set(s) >= {"staged", "buffered", "p2p", "ios", "errors"}
