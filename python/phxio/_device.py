@@ -307,7 +307,12 @@ def _native_stream(s: Any) -> Optional[int]:
         return None
     if isinstance(s, Stream):
         return s.native
+    if isinstance(s, bool):
+        raise TypeError(f"not a stream: {s!r}")
     if isinstance(s, int):
+        # an address (cudaStream_t), or 0: the device's default stream
+        if s < 0:
+            raise ValueError(f"stream handle {s} is not an address")
         return s or None
     native = getattr(s, "cuda_stream", None)  # torch.cuda.Stream
     if native is not None:

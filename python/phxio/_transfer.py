@@ -243,11 +243,12 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
         raise ValueError(f"{_describe(op, path, t.device)}: negative "
                          f"{'size' if n < 0 else 'file offset'} "
                          f"{n if n < 0 else file_offset}")
+    # the stream before the file: a bad one creates or truncates nothing
+    s = t.device.stream_of(stream) if stream is not None else None
     f = _File(path, op == _lib.PHX_OP_WRITE,
               truncate=(file_offset == 0 and size is None))
     fd = f.__enter__()
-    if stream is not None:
-        s = t.device.stream_of(stream)
+    if s is not None:
         if _inflight:
             _settle_done()
         owner = obj if isinstance(obj, Buffer) else \

@@ -247,6 +247,20 @@ def test_stream_ordered_write_from(dev, scratch, rng):
     assert (scratch / "out").read_bytes() == src
 
 
+def test_stream_handle_that_is_no_address_is_refused(dev, scratch, rng):
+    """A raw stream handle is an address (or 0, the default stream): a
+    negative number or a bool is refused before anything is queued."""
+    random_file(scratch / "f", 8192, rng)
+    buf = dev.alloc(8192)
+    for bad in (-1, -(1 << 40), True):
+        with pytest.raises((ValueError, TypeError), match="stream"):
+            phxio.read_into(scratch / "f", buf, stream=bad)
+        with pytest.raises((ValueError, TypeError), match="stream"):
+            phxio.write_from(scratch / "out", buf, stream=bad)
+    assert not (scratch / "out").exists()
+    assert phxio.read_into(scratch / "f", buf) == 8192
+
+
 def test_buffer_read_write_methods(dev, scratch, rng):
     data = random_file(scratch / "f", 20000, rng)
     buf = dev.alloc(20000)
