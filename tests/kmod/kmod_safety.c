@@ -460,6 +460,47 @@ static void unbind_with_mapping(void)
 	EXPECT(all_free(), "rebound device has memory in use");
 }
 
+/* A racing child, told by its parent when to go on. */
+struct child {
+	pid_t pid;
+	int go, ready;
+};
+
+/*
+ * Fork a child that runs @fn(@round, go, ready) and exits with what it
+ * returns; once it says it is ready ('r'), the parent may race it.
+ * Returns 0, or -1 where no pipe could be made.
+ */
+static int child_start(struct child *ch, int (*fn)(int, int, int), int round)
+{
+	int to_child[2], to_parent[2];
+	char c = 0;
+
+	if (pipe(to_child) || pipe(to_parent))
+		return -1;
+	ch->pid = fork();
+	if (ch->pid == 0)
+		_exit(fn(round, to_child[0], to_parent[1]));
+	close(to_child[0]);
+	close(to_parent[1]);
+	ch->go = to_child[1];
+	ch->ready = to_parent[0];
+	EXPECT(read(ch->ready, &c, 1) == 1 && c == 'r',
+	       "round %d: child not ready", round);
+	return 0;
+}
+
+/* The child reaped; its wait status. */
+static int child_end(struct child *ch)
+{
+	int status = -1;
+
+	waitpid(ch->pid, &status, 0);
+	close(ch->go);
+	close(ch->ready);
+	return status;
+}
+
 static void *idle_thread(void *arg)
 {
 	for (;;)
@@ -474,7 +515,7 @@ static void *idle_thread(void *arg)
  * memory and making the range's file.  Exit 0: refused with ENODEV; 10:
  * a range, which must be dead (ENODEV) and close cleanly after the unbind.
  */
-static int alloc_child(int go, int ready)
+static int alloc_child(int round, int go, int ready)
 {
 	struct phx_ioc_alloc req = { .size = PAGE,
 				     .offset = BAR_SCRATCH,
@@ -511,29 +552,20 @@ static void alloc_during_unbind(void)
 	int i, got = 0;
 
 	for (i = 0; i < 10; i++) {
-		int to_child[2], to_parent[2], status = -1;
-		char c = 0;
-		pid_t pid;
+		struct child ch;
+		int status;
 
-		if (pipe(to_child) || pipe(to_parent))
+		if (child_start(&ch, alloc_child, i))
 			break;
-		pid = fork();
-		if (pid == 0)
-			_exit(alloc_child(to_child[0], to_parent[1]));
-		EXPECT(read(to_parent[0], &c, 1) == 1, "child not ready");
 		EXPECT(!write_sysfs("/sys/bus/pci/drivers/phx/unbind",
 				    info.pci_name),
 		       "unbind: %s", strerror(errno));
-		EXPECT(write(to_child[1], "g", 1) == 1, "wake child");
-		waitpid(pid, &status, 0);
+		EXPECT(write(ch.go, "g", 1) == 1, "wake child");
+		status = child_end(&ch);
 		EXPECT(WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
 					     WEXITSTATUS(status) == 10),
 		       "round %d: allocating child: status %#x", i, status);
 		got += WIFEXITED(status) && WEXITSTATUS(status) == 10;
-		close(to_child[0]);
-		close(to_child[1]);
-		close(to_parent[0]);
-		close(to_parent[1]);
 		EXPECT(!write_sysfs("/sys/bus/pci/drivers/phx/bind",
 				    info.pci_name),
 		       "bind: %s", strerror(errno));
@@ -719,30 +751,18 @@ static void rmmod_racing_close(void)
 	int dev, fd;
 
 	for (i = 0; i < UNLOAD_ROUNDS && !test_failures; i++) {
-		int to_child[2], to_parent[2];
-		char c = 0;
-		pid_t pid;
+		struct child ch;
 
-		if (pipe(to_child) || pipe(to_parent))
+		if (child_start(&ch, unload_child, i))
 			break;
-		pid = fork();
-		if (pid == 0)
-			_exit(unload_child(i, to_child[0], to_parent[1]));
-		EXPECT(read(to_parent[0], &c, 1) == 1 && c == 'r',
-		       "round %d: child not ready", i);
 		EXPECT_ERR(syscall(SYS_delete_module, "phx", O_NONBLOCK),
 			   EWOULDBLOCK, "rmmod while a child holds ranges");
-		EXPECT(write(to_child[1], "g", 1) == 1, "wake child");
+		EXPECT(write(ch.go, "g", 1) == 1, "wake child");
 		err = unload();
 		EXPECT(!err, "round %d: rmmod: %s", i, strerror(err));
-		status = -1;
-		waitpid(pid, &status, 0);
+		status = child_end(&ch);
 		EXPECT(WIFEXITED(status) && !WEXITSTATUS(status),
 		       "round %d: child: status %#x", i, status);
-		close(to_child[0]);
-		close(to_child[1]);
-		close(to_parent[0]);
-		close(to_parent[1]);
 		if (err)
 			break;
 		EXPECT(access("/dev/phx0", F_OK) != 0,
