@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import operator
 import threading
 import weakref
 from collections import OrderedDict
@@ -261,8 +262,23 @@ class Device(_Handle):
         return Stream(self, _wrap=True)
 
     def set_limit(self, limit: int) -> None:
-        """Cap the bytes libphoenix may hold on this device (0: none)."""
-        check(lib().phx_device_set_limit(self.handle, limit))
+        """Cap the bytes libphoenix may hold on this device (0: none).
+        @limit is an integer 0 to 2**64 - 1: a negative one, a bool or
+        any other type is refused (ValueError, TypeError) and the limit
+        stays as it was."""
+        if isinstance(limit, bool):
+            raise TypeError(f"set_limit: limit {limit!r} is a bool: give a "
+                            "number of bytes (0: no limit)")
+        try:
+            n = operator.index(limit)
+        except TypeError:
+            raise TypeError(f"set_limit: limit {limit!r} is not an integer "
+                            "number of bytes (0: no limit)") from None
+        if not 0 <= n < 1 << 64:
+            raise ValueError(f"set_limit: limit {limit!r} is not a number of "
+                             "bytes from 0 (no limit) to 2**64 - 1")
+        check(lib().phx_device_set_limit(self.handle, n),
+              f"setting a limit of {n} bytes on {self.name}")
 
     def stats(self) -> dict[str, int]:
         """Bytes moved per data path, transfers, errors, pinned bytes."""

@@ -161,6 +161,29 @@ def test_host_copies_outside_the_buffer_are_refused(dev):
     buf.free()
 
 
+def test_bad_limits_are_refused(dev):
+    """A negative limit (which wrapped to 2**64 - 1, no limit at all), one
+    past 2**64 - 1, a bool or a non-integer is refused in one line naming
+    it; the limit set before stays."""
+    used = dev.query().used
+    dev.set_limit(used + (1 << 20))
+    try:
+        for bad, err in ((-1, ValueError), (-(1 << 40), ValueError),
+                         (1 << 64, ValueError), (True, TypeError),
+                         (False, TypeError), (1.5, TypeError),
+                         ("4096", TypeError), (None, TypeError)):
+            with pytest.raises(err) as ei:
+                dev.set_limit(bad)
+            msg = str(ei.value)
+            assert f"limit {bad!r}" in msg and "\n" not in msg, msg
+        with pytest.raises(phxio.PhoenixError):
+            dev.alloc(2 << 20)
+        dev.set_limit(np.int64(used + (4 << 20)))
+        dev.alloc(2 << 20).free()
+    finally:
+        dev.set_limit(0)
+
+
 def test_stats(dev, scratch):
     s = dev.stats()
     assert set(s) >= {"staged", "buffered", "p2p", "ios", "errors"}
