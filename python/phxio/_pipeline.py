@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import operator
 import queue
 import os
 import threading
@@ -37,8 +38,21 @@ from ._lib import PhoenixError, check, lib
 NOT_RUN = -errno.ECANCELED
 
 
+# The most workers a load or save takes.  Each holds a batch, which
+# borrows one of the device's engines for its life (an io_uring, pinned
+# staging of at least one PHX_CHUNK_SIZE slot and copy streams): past
+# PHX_STAGING_SIZE / PHX_CHUNK_SIZE workers (16 by default) every one of
+# them maps and pins staging of its own, and the pool keeps at most four
+# idle afterwards.  One worker is the fastest measured; this leaves room
+# for four times the staging's slots.
+MAX_THREADS = 64
+
+
 def threads_of(threads: Optional[int]) -> int:
-    """Workers for a load or save: @threads, else PHX_LOAD_THREADS, else 1."""
+    """Workers for a load or save: @threads, else PHX_LOAD_THREADS, else 1;
+    an integer 1 to MAX_THREADS (TypeError for a bool or a non-integer,
+    ValueError out of range, each naming the value)."""
+    what = "threads"
     if threads is None:
         env = os.environ.get("PHX_LOAD_THREADS", "1")
         try:
@@ -46,9 +60,22 @@ def threads_of(threads: Optional[int]) -> int:
         except ValueError:
             raise ValueError(f"PHX_LOAD_THREADS={env!r}: give a number of "
                              "worker threads, such as 1") from None
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, not {threads}")
-    return threads
+        what = "PHX_LOAD_THREADS"
+    if isinstance(threads, bool):
+        raise TypeError(f"threads={threads!r}: give a number of worker "
+                        "threads, such as 1, not a bool")
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        raise TypeError(f"threads={threads!r}: give a whole number of "
+                        "worker threads, such as 1") from None
+    if n < 1:
+        raise ValueError(f"{what}={n}: threads must be at least 1, not {n}")
+    if n > MAX_THREADS:
+        raise ValueError(f"{what}={n}: at most {MAX_THREADS} worker threads "
+                         "(each borrows an engine: an io_uring and pinned "
+                         "staging)")
+    return n
 
 
 def shared_depth(threads: int) -> int:

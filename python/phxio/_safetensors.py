@@ -281,9 +281,9 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     NumPy on sim and DeviceArray on CUDA.  BF16 and F8 arrays in NumPy use
     ml_dtypes when it is installed, else same-width unsigned integers.
     @metadata: a dict that receives the files' "__metadata__".
-    @threads: workers, each with its own batch (default PHX_LOAD_THREADS,
-    else 1; fewer for small checkpoints); they share the staging memory,
-    so more of them do not hold more host memory.
+    @threads: workers, each with its own batch, 1 to 64 (default
+    PHX_LOAD_THREADS, else 1; fewer for small checkpoints); they share the
+    staging memory, so more of them do not hold more host memory.
     @select: which tensors: a name prefix (str), a predicate on the name,
     or a collection of names (each must exist).  Unselected bytes are
     never read, and with an index, files holding none are never opened.

@@ -15,7 +15,7 @@ need nothing else.  Options come as JSON in ``--model-loader-extra-config``
                 goes through the model's weight loaders
     group_size  bytes read ahead of vLLM's weight loaders, as a number or
                 a size ("1GiB", the default); at most two groups are held
-    threads     the pipeline's workers (PHX_LOAD_THREADS, else 1)
+    threads     the pipeline's workers, 1 to 64 (PHX_LOAD_THREADS, else 1)
     tp_slices   true (default): with tensor parallelism, each rank reads
                 only its rows of the weights whose split it knows
     prepare     true (default): set the device up beside model
@@ -107,7 +107,7 @@ def options(extra: Optional[dict]) -> dict:
                 if isinstance(value, (bool, float)):
                     raise ValueError
                 out[key] = int(value)
-                if out[key] < 1:
+                if not 1 <= out[key] <= _pipeline.MAX_THREADS:
                     raise ValueError
             else:
                 if not isinstance(value, bool):
@@ -116,7 +116,8 @@ def options(extra: Optional[dict]) -> dict:
         except (TypeError, ValueError):
             want = "true or false" if key in _SWITCHES else {
                 "group_size": "a size such as 1073741824 or \"1GiB\"",
-                "threads": "a number of workers, at least 1"}[key]
+                "threads": "a number of workers, 1 to "
+                           f"{_pipeline.MAX_THREADS}"}[key]
             raise ValueError(f"load format {LOAD_FORMAT}: option {key}="
                              f"{value!r}: give {want}") from None
     return out

@@ -127,6 +127,41 @@ def test_bad_thread_counts_are_refused(scratch, rng, monkeypatch):
     assert not (scratch / "o").exists()
 
 
+def test_thread_counts_past_the_bound_are_refused(scratch, rng,
+                                                  monkeypatch):
+    """More workers than 64 (each borrows an engine: an io_uring and
+    pinned staging) and a bool are refused in one line naming the value,
+    before anything is opened or written: 10**9 tried to start that many
+    threads, True was taken for 1."""
+    from phxio._pipeline import threads_of
+
+    for bad in (65, 10**9):
+        with pytest.raises(ValueError, match=f"threads={bad}: .*at most 64"):
+            threads_of(bad)
+    for bad in (True, False, 2.5, "2"):
+        with pytest.raises(TypeError, match=f"threads={bad!r}"):
+            threads_of(bad)
+    assert threads_of(64) == 64 and threads_of(np.int64(3)) == 3
+    sharded(scratch, rng, nshards=2, per=2)
+    with pytest.raises(ValueError, match="threads=65: .*at most 64"):
+        phxio.load_safetensors(scratch, threads=65)
+    with pytest.raises(TypeError, match="threads=True"):
+        phxio.load_safetensors(scratch, threads=True)
+    with pytest.raises(ValueError, match="threads=1000000000: .*at most 64"):
+        phxio.save_safetensors({"a": np.ones(3)}, scratch / "o",
+                               threads=10**9)
+    monkeypatch.setenv("PHX_LOAD_THREADS", str(10**9))
+    for call in (lambda: phxio.load_safetensors(scratch),
+                 lambda: phxio.save_safetensors({"a": np.ones(3)},
+                                                scratch / "o")):
+        with pytest.raises(ValueError) as ei:
+            call()
+        msg = str(ei.value)
+        assert "PHX_LOAD_THREADS=1000000000" in msg and "at most 64" in msg
+        assert "\n" not in msg
+    assert not (scratch / "o").exists()
+
+
 @needs_host_views
 def test_select_prefix_predicate_names(dev, scratch, rng):
     wmap = sharded(scratch, rng, nshards=2, per=4, big=True)

@@ -95,6 +95,10 @@ def test_vllm_options():
                       ({"threads": True}, "option threads=True: give a "
                        "number of workers"),
                       ({"threads": 2.5}, "option threads=2.5"),
+                      ({"threads": 65}, "option threads=65: give a number "
+                       "of workers, 1 to 64"),
+                      ({"threads": "1000000000"}, "option "
+                       "threads='1000000000'"),
                       ({"group_size": "1XB"}, "option group_size='1XB'"),
                       ({"group_size": "-1"}, "option group_size='-1'"),
                       ('{"threads": 2}', "model_loader_extra_config is str "
