@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import operator
 import os
 import stat
 import threading
@@ -320,9 +321,43 @@ def write_from(dst: PathOrFd, src: Any, file_offset: int = 0, *,
     return _transfer(_lib.PHX_OP_WRITE, dst, src, file_offset, size, stream)
 
 
+def _entry(i: int, item: Any) -> tuple[int, int, Any]:
+    """Batch entry @i as (file offset, size, target), refused in one line
+    naming it where it is no triple or its offset or size is not a
+    non-negative integer (or runs past the largest file offset)."""
+    try:
+        off, size, obj = item
+    except (TypeError, ValueError):
+        raise ValueError(f"batch entry {i}: {item!r} is not a (file offset, "
+                         "size, target) triple") from None
+    ints = []
+    for name, v in (("file offset", off), ("size", size)):
+        try:
+            if isinstance(v, bool):
+                raise TypeError
+            n = operator.index(v)  # NumPy's integers too
+        except TypeError:
+            raise TypeError(f"batch entry {i}: {name} {v!r} is not an "
+                            "int") from None
+        if n < 0:
+            raise ValueError(f"batch entry {i}: {name} {n} is negative")
+        ints.append(n)
+    off, size = ints
+    if off + size > _MAX_OFF:
+        raise ValueError(f"batch entry {i}: file offset {off} and size "
+                         f"{size} end past the largest file offset "
+                         "(2**63 - 1)")
+    return off, size, obj
+
+
+_MAX_OFF = (1 << 63) - 1
+
+
 def _batch(op: int, path: PathOrFd,
            items: Iterable[tuple[int, int, Any]], depth: int) -> list[int]:
-    items = list(items)
+    # every entry checked before any target is looked at or the file
+    # opened (a write creates it): a bad one moves nothing
+    items = [_entry(i, item) for i, item in enumerate(items)]
     if not items:
         return []
     targets = [_target(dest, source=op == _lib.PHX_OP_WRITE)
@@ -379,12 +414,16 @@ def read_batch(src: PathOrFd, items: Iterable[tuple[int, int, Any]], *,
     """Read many (file_offset, size, dest) triples from @src in one batch.
 
     All destinations must be on one device.  Returns the bytes read for
-    each entry; a failed entry raises PhoenixError naming it.
+    each entry; a failed entry raises PhoenixError naming it.  An entry
+    that is no triple, or whose offset or size is negative or not an
+    integer, raises ValueError or TypeError naming it before any entry
+    moves.
     """
     return _batch(_lib.PHX_OP_READ, src, items, depth)
 
 
 def write_batch(dst: PathOrFd, items: Iterable[tuple[int, int, Any]], *,
                 depth: int = 0) -> list[int]:
-    """Write many (file_offset, size, source) triples to @dst in one batch."""
+    """Write many (file_offset, size, source) triples to @dst in one batch;
+    entries are checked as read_batch's are, before @dst is created."""
     return _batch(_lib.PHX_OP_WRITE, dst, items, depth)

@@ -208,10 +208,50 @@ def test_write_batch_round_trip(dev, scratch, rng):
 def test_batch_entry_error_names_entry(dev, scratch, rng):
     random_file(scratch / "f", 100, rng)
     buf = dev.alloc(100)
-    with pytest.raises(phxio.PhoenixError) as ei:
+    with pytest.raises(ValueError) as ei:
         phxio.read_batch(scratch / "f", [(0, 10, buf), (-5, 10, buf)])
     assert "entry 1" in str(ei.value)
     assert phxio.read_batch(scratch / "f", []) == []
+    assert phxio.read_batch(scratch / "f",
+                            [(np.int64(5), np.uint32(10), buf)]) == [10]
+
+
+@pytest.mark.parametrize("bad, err, what", [
+    ((-4096, 4096), ValueError, "file offset -4096 is negative"),
+    ((0, -1), ValueError, "size -1 is negative"),
+    ((-1, -1), ValueError, "file offset -1 is negative"),
+    ((1 << 63, 1), ValueError, f"file offset {1 << 63} "),
+    (((1 << 63) - 1, 1), ValueError, f"file offset {(1 << 63) - 1} "),
+    ((True, 10), TypeError, "file offset True is not an int"),
+    ((0, 2.5), TypeError, "size 2.5 is not an int"),
+    ((0, None), TypeError, "size None is not an int"),
+    ((0,), ValueError, "not a (file offset, size, target) triple"),
+])
+def test_bad_batch_entries_are_refused_before_any_transfer(dev, scratch,
+                                                           rng, bad, err,
+                                                           what):
+    """An entry with a negative, overflowing or non-integer file offset or
+    size (or that is no triple) raises one line naming the entry and the
+    value before anything moves: the good entries before it read nothing,
+    a write creates or changes no file."""
+    random_file(scratch / "f", 8192, rng)
+    buf = dev.alloc(8192)
+    mark = b"\xa5" * 8192
+    buf.copy_from_host(mark)
+    entry = (*bad, buf[4096:]) if len(bad) == 2 else bad
+    items = [(0, 4096, buf[:4096]), entry]
+    with pytest.raises(err) as ei:
+        phxio.read_batch(scratch / "f", items)
+    msg = str(ei.value)
+    assert msg.startswith("batch entry 1") and what in msg, msg
+    assert "\n" not in msg
+    assert buf.to_bytes() == mark
+    (scratch / "old").write_bytes(b"kept" * 1024)
+    for out in ("old", "new"):
+        with pytest.raises(err, match="batch entry 1"):
+            phxio.write_batch(scratch / out, items)
+    assert (scratch / "old").read_bytes() == b"kept" * 1024
+    assert not (scratch / "new").exists()
 
 
 def test_stream_ordered_read_into(dev, scratch, rng):
