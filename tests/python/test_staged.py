@@ -169,3 +169,24 @@ def test_staged_file_truncated_while_loading(mount, rng, monkeypatch,
         phxio.load_safetensors(f, framework=fw, staged=staged)
     assert _open_on(f) == []
     f.unlink()
+
+
+def test_a_closed_device_loads_nothing(mount, rng, tmp_path):
+    """load_safetensors into a Device that was closed says so in one line,
+    for a staged file as for any other, whichever way staged= takes it:
+    views of a staged file were handed out on the closed device."""
+    want = {"a": rng.integers(-9, 9, (16, 8)).astype(np.float32)}
+    f, plain = mount / "closed.safetensors", tmp_path / "closed.safetensors"
+    safetensors_numpy.save_file(want, str(f))
+    safetensors_numpy.save_file(want, str(plain))
+    dev = phxio.Device(mount.name)
+    dev.close()
+    for path in (f, plain):
+        for staged in ("view", "copy", "read"):
+            with pytest.raises(phxio.PhoenixError) as ei:
+                phxio.load_safetensors(path, device=dev, framework="phxio",
+                                       staged=staged)
+            msg = str(ei.value)
+            assert f"device {dev.name} is closed" in msg, msg
+            assert "\n" not in msg
+    f.unlink()

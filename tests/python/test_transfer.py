@@ -383,3 +383,70 @@ def test_buffer_windows_outside_are_refused_and_never_truncate(dev, scratch,
     # the whole buffer at offset 0 replaces the file, as write_from does
     assert buf.write(scratch / "f") == 4096
     assert (scratch / "f").read_bytes() == b"\x07" * 4096
+
+
+def test_a_closed_devices_buffers_and_streams_move_nothing(scratch, rng):
+    """After Device.close() its buffers and views are still copied to and
+    from the host and freed (they hold the device open), and every
+    transfer into or out of them, or on a stream made from it, alone, on
+    a stream or in a batch, says in one line that the device is closed
+    before the file is opened: a read fills nothing, a write creates,
+    truncates or changes no file.  A transfer on a stream made from it
+    moved the bytes; a write truncated an existing file, then failed."""
+    f, old, new = scratch / "f", scratch / "old", scratch / "new"
+    random_file(f, 8192, rng)
+    old.write_bytes(b"kept" * 2048)
+    d = phxio.Device()
+    s = d.stream()
+    buf = d.alloc(8192)
+    view = buf[4096:]
+    mark = b"\x5a" * 8192
+    buf.copy_from_host(mark)
+    other = phxio.Device()
+    elsewhere = other.alloc(8192)
+    d.close()
+    for call in (lambda: phxio.read_into(f, buf),
+                 lambda: phxio.read_into(f, view),
+                 lambda: buf.read(f),
+                 lambda: phxio.read_into(f, buf, stream=s),
+                 lambda: phxio.read_into(f, view, stream=s),
+                 lambda: phxio.read_into(f, elsewhere, stream=s),
+                 lambda: phxio.read_batch(f, [(0, 4096, view)]),
+                 lambda: phxio.write_from(old, buf),
+                 lambda: phxio.write_from(new, view),
+                 lambda: buf.write(old),
+                 lambda: buf.write(new, 4096, size=10),
+                 lambda: phxio.write_from(old, buf, stream=s),
+                 lambda: phxio.write_from(new, elsewhere, stream=s),
+                 lambda: phxio.write_batch(old, [(0, 4096, view)]),
+                 lambda: phxio.write_batch(new, [(0, 4096, view)])):
+        with pytest.raises(phxio.PhoenixError) as ei:
+            call()
+        msg = str(ei.value)
+        assert ei.value.errno == errno.EBADF, msg
+        assert f"device {d.name} is closed" in msg and "\n" not in msg
+    assert old.read_bytes() == b"kept" * 2048 and not new.exists()
+    assert buf.to_bytes() == mark and elsewhere.to_bytes() == bytes(8192)
+    # what stays: host copies, the stream's own calls, freeing
+    buf.copy_from_host(b"abcd", 4096)
+    assert view.owner.to_bytes(4096, 4) == b"abcd"
+    s.synchronize()
+    s.close()
+    buf.free()
+    other.close()
+
+
+def test_a_destroyed_stream_moves_nothing(dev, scratch):
+    """A transfer on a Stream that was closed says so before the file is
+    opened: a write to a new path left it created, one to an existing
+    file left it truncated."""
+    s = dev.stream()
+    s.close()
+    buf = dev.alloc(4096)
+    (scratch / "old").write_bytes(b"kept")
+    for where in (scratch / "new", scratch / "old"):
+        with pytest.raises(phxio.PhoenixError, match="stream is destroyed"):
+            phxio.write_from(where, buf, stream=s)
+    assert not (scratch / "new").exists()
+    assert (scratch / "old").read_bytes() == b"kept"
+    buf.free()
