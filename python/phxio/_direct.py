@@ -223,7 +223,10 @@ class Pass:
     tensors for the calls made again; @ready() runs before the first read
     starts (the device's set-up done).  Files staged on @dev (phxfs) are
     mapped by a few threads from installed() on, and the tensors read
-    direct from them are copied device to device.  Use:
+    direct from them are copied device to device.  A File that holds the
+    descriptor its header was read from (as headers() gives it) is read,
+    and mapped, through that descriptor, so from that file also where its
+    name was taken by another file since; the caller closes those.  Use:
 
         with p.installed(model):
             loaded = model.load_weights(p.feed())
@@ -374,7 +377,8 @@ class Pass:
                 .copy_(self._src[f.path][a:a + part.nbytes])
             self._copies = True
             return
-        fd = self._fds.get(f.path)
+        # the file whose header was read (its name may be another's now)
+        fd = f.fd if f.fd is not None else self._fds.get(f.path)
         if fd is None:
             fd = self._fds[f.path] = open_data(f.path, os.O_RDONLY,
                                                block_devices=False)
@@ -404,21 +408,21 @@ class Pass:
     def _open_staged(self) -> None:
         """Start mapping the files staged on the device (each takes the
         phxfs daemon a while), beside the pass that will copy from them."""
-        paths = [f.path for f in self.files
-                 if f.staged is not None and f.staged == self.dev.name]
-        if not paths:
+        staged = [f for f in self.files
+                  if f.staged is not None and f.staged == self.dev.name]
+        if not staged:
             return
-        self._pool = ThreadPoolExecutor(min(4, len(paths)),
+        self._pool = ThreadPoolExecutor(min(4, len(staged)),
                                         thread_name_prefix="phx-staged")
-        for path in paths:
-            self._opening[path] = self._pool.submit(_map, path)
+        for f in staged:
+            self._opening[f.path] = self._pool.submit(_map, f.path, f.fd)
 
     def _staged(self, f: Any) -> Optional[Any]:
         """The memory of the staged file @f as a flat uint8 tensor, or
         None where phxfs does not hand it over (then it is read)."""
         if f.path not in self._mapped:
             fut = self._opening.pop(f.path, None)
-            m = fut.result() if fut is not None else _map(f.path)
+            m = fut.result() if fut is not None else _map(f.path, f.fd)
             self._mapped[f.path] = m
             if m is not None:
                 self._src[f.path] = torch.from_dlpack(m)
@@ -546,13 +550,18 @@ class Pass:
         return sum(len(p) > 1 for p in self.parts.values())
 
 
-def _map(path: str) -> Optional[Any]:
-    """The phxfs file at @path mapped as a phxio Buffer, or None where
-    phxfs does not hand it over (then it is read through the mount)."""
-    from ._phxfs import open_file
+def _map(path: str, fd: Optional[int] = None) -> Optional[Any]:
+    """The phxfs file @path mapped as a phxio Buffer, or None where phxfs
+    does not hand it over (then it is read through the mount).  With @fd,
+    the descriptor its header was read from, the file that descriptor
+    reads: also where @path was since renamed over by another file, whose
+    bytes would otherwise be taken at this header's offsets."""
+    from . import _phxfs
 
     try:
-        return open_file(path)
+        if fd is not None:
+            return _phxfs.open_fd(fd, path)
+        return _phxfs.open_file(path)
     except _lib.PhoenixError:
         return None
 

@@ -266,8 +266,8 @@ def _pieces(plan: _Plan, nparts: int) -> list[Any]:
 def load(path: Any, device: Any = None, framework: str = "auto",
          metadata: Optional[dict] = None, threads: Optional[int] = None,
          select: Selector = None, staged: str = "view",
-         rows: Optional[dict[str, tuple[int, int]]] = None
-         ) -> dict[str, Any]:
+         rows: Optional[dict[str, tuple[int, int]]] = None,
+         _fds: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Load the tensors of a safetensors checkpoint into device memory.
 
     @path: a .safetensors file, a directory (its
@@ -298,6 +298,9 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     for a tensor-parallel rank that uses only its slice.  Bounds that are
     not integers 0 <= a <= b <= rows, a scalar tensor, or (without
     @select) a name that is no tensor raise ValueError naming it.
+    @_fds (within phxio): {path: open descriptor} of files to read
+    through a copy of that descriptor rather than by their path (the
+    files whose headers _weights.headers() read).
     """
     if staged not in ("view", "copy", "read"):
         raise ValueError(f"staged={staged!r}: use 'view', 'copy' or 'read'")
@@ -317,7 +320,7 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     pipe: Optional[Pipeline] = None
     try:
         for src in sources:
-            plan = _open(src, index, keep, owner, metadata, rows)
+            plan = _open(src, index, keep, owner, metadata, rows, _fds)
             plans.append(plan)
             if plan.tensors and staged != "read" and \
                     _from_staged(plan, dev, named, staged == "copy"):
@@ -383,9 +386,13 @@ def _claim(owner: dict[str, str], tensors: list[TensorInfo],
 def _open(src: _Source, index: Optional[str],
           keep: Optional[Callable[[str], bool]], owner: dict[str, str],
           metadata: Optional[dict],
-          rows: Optional[dict[str, tuple[int, int]]] = None) -> _Plan:
-    """Open and parse one file; its plan holds the open fd."""
-    fd = open_source(src, index)
+          rows: Optional[dict[str, tuple[int, int]]] = None,
+          fds: Optional[dict[str, int]] = None) -> _Plan:
+    """Open and parse one file (through a copy of its descriptor in
+    @fds, where it has one); its plan holds the open fd."""
+    held = fds.get(src.path) if fds else None
+    fd = open_source(src, index) if held is None else \
+        os.dup(held)  # closed with the plan, as one opened here
     try:
         data_start, tensors, meta = read_header(fd, src.path)
         if metadata is not None:

@@ -12,6 +12,7 @@ already: their tensors are views of it and cost nothing to hold.
 from __future__ import annotations
 
 import os
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Optional
 
@@ -24,42 +25,91 @@ from ._safetensors import (SafetensorsError, Selector, TensorInfo, _claim,
 DEFAULT_GROUP = 1 << 30
 
 
+class _Held:
+    """The descriptor a file's header was read from, closed by close() or
+    once no File holds it."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._close = weakref.finalize(self, os.close, fd)
+
+    @property
+    def open(self) -> bool:
+        return self._close.alive
+
+    def close(self) -> None:
+        self._close()
+
+
 class File:
     """One file's parsed header: its tensors (offsets in the data section,
-    which starts at @data_start) and the device it is staged on (phxfs),
-    else None."""
+    which starts at @data_start), the device it is staged on (phxfs),
+    else None, and (headers() holds it) the descriptor the header was
+    read from: its data is read, and a staged file mapped, through that
+    descriptor, so from the file whose header this is, also where its
+    name was taken by another file since."""
 
     def __init__(self, path: str, tensors: list[TensorInfo],
-                 staged: Optional[str], data_start: int = 0) -> None:
+                 staged: Optional[str], data_start: int = 0,
+                 held: Optional[_Held] = None) -> None:
         self.path = path
         self.tensors = tensors
         self.staged = staged
         self.data_start = data_start
+        self.held = held
+
+    @property
+    def fd(self) -> Optional[int]:
+        """The open descriptor the header was read from, or None."""
+        h = self.held
+        return h.fd if h is not None and h.open else None
+
+
+def close(files: list[File]) -> None:
+    """Close the descriptors @files hold (those of only() with them)."""
+    for f in files:
+        if f.held is not None:
+            f.held.close()
+
+
+def fds(files: list[File]) -> dict[str, int]:
+    """{path: descriptor its header was read from} of @files that hold
+    one, for load() to read them through."""
+    return {f.path: f.fd for f in files if f.fd is not None}
 
 
 def headers(path: Any, keep: Optional[Callable[[str], bool]] = None
             ) -> list[File]:
     """The files of a checkpoint (as iter_safetensors takes it) with the
-    tensors @keep selects, each header read once."""
+    tensors @keep selects, each header read once; each File holds the
+    descriptor it was read from until close(), or until it (and every
+    File only() made of it) is gone."""
     sources, index = _sources(path)
-    out = []
+    out: list[File] = []
     seen: dict[str, str] = {}
-    for src in sources:
-        if keep is not None and src.listed is not None and \
-                not any(map(keep, src.listed)):
-            continue
-        fd = open_source(src, index)
-        try:
-            start, tensors, _ = read_header(fd, src.path)
-            staged = _staged_on(fd)
-        finally:
-            os.close(fd)
-        _claim(seen, tensors, src.path)
-        check_listed(src, tensors, index)
-        if keep is not None:
-            tensors = [t for t in tensors if keep(t.name)]
-        if tensors:
-            out.append(File(src.path, tensors, staged, start))
+    try:
+        for src in sources:
+            if keep is not None and src.listed is not None and \
+                    not any(map(keep, src.listed)):
+                continue
+            held = _Held(open_source(src, index))
+            try:
+                start, tensors, _ = read_header(held.fd, src.path)
+                staged = _staged_on(held.fd)
+                _claim(seen, tensors, src.path)
+                check_listed(src, tensors, index)
+                if keep is not None:
+                    tensors = [t for t in tensors if keep(t.name)]
+            except BaseException:
+                held.close()
+                raise
+            if tensors:
+                out.append(File(src.path, tensors, staged, start, held))
+            else:
+                held.close()
+    except BaseException:
+        close(out)
+        raise
     return out
 
 
@@ -110,6 +160,19 @@ def iter_safetensors(path: Any, device: Any = None, *,
     """
     keep, wanted = _selector(select)
     files = headers(path, keep)
+    try:
+        yield from _iter_checked(path, files, wanted, keep, device,
+                                 group_size, threads, where, report, rows)
+    finally:
+        close(files)
+
+
+def _iter_checked(path: Any, files: list[File], wanted: Optional[set[str]],
+                  keep: Optional[Callable[[str], bool]], device: Any,
+                  group_size: int, threads: Optional[int],
+                  where: Optional[dict], report: Optional[dict],
+                  rows: Optional[dict[str, tuple[int, int]]]
+                  ) -> Iterator[tuple[str, Any]]:
     if wanted is not None:
         have = {t.name for f in files for t in f.tensors}
         if wanted - have:
@@ -138,7 +201,7 @@ def only(files: list[File], names: Any) -> list[File]:
     for f in files:
         keep = [t for t in f.tensors if t.name in names]
         if keep:
-            out.append(File(f.path, keep, f.staged, f.data_start))
+            out.append(File(f.path, keep, f.staged, f.data_start, f.held))
     return out
 
 
@@ -176,9 +239,12 @@ def iter_files(files: list[File], device: Any = None, *,
         return
 
     def read(group: list[tuple[str, list[str]]]) -> dict:
+        # through the descriptors the headers were read from (@rest holds
+        # them open while a read ahead may still run)
         return load([p for p, _ in group], device=dev, framework="pt",
                     threads=threads, rows=rows,
-                    select={n for _, names in group for n in names})
+                    select={n for _, names in group for n in names},
+                    _fds=fds(rest))
 
     with ThreadPoolExecutor(1, thread_name_prefix="phx-groups") as pool:
         nxt = pool.submit(read, groups[0])
@@ -200,7 +266,7 @@ def _staged_views(staged: list[File], dev: Any, threads: Optional[int]
     tensors come in file order."""
     def view(f: File) -> dict:
         return load(f.path, device=dev, framework="pt", threads=threads,
-                    select=[t.name for t in f.tensors])
+                    select=[t.name for t in f.tensors], _fds=fds([f]))
 
     with ThreadPoolExecutor(min(4, len(staged)),
                             thread_name_prefix="phx-staged") as pool:

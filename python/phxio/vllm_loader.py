@@ -451,6 +451,10 @@ def _make_class() -> Any:
             finally:
                 if prep is not None:
                     prep.join()
+            # the descriptors the headers were read from, through which
+            # every tensor was read (after a failure, a read ahead may
+            # still use them: they close with the last File holding them)
+            _weights.close(files)
             logger.info("Loading weights took %.2f seconds",
                         time.perf_counter() - t0)
             if "prepared" in report and \

@@ -195,19 +195,16 @@ def test_truncated_file_names_file_and_tensor(tmp_path):
     assert param in dict(model.named_parameters())
 
 
-def test_failed_read_names_file_tensor_and_error(tmp_path, monkeypatch):
+def test_failed_read_names_file_tensor_and_error(tmp_path):
     paths = save(state(), tmp_path / "ck")
     files = _weights.headers(paths)
     f = _file_of(files, "norm.weight")
-    # the loader's descriptor of that file is open for writing only:
-    # opening it works, the engine's reads of it fail (EBADF)
-    real_open = _direct.open_data
-
-    def write_only(path, flags, **kw):
-        return real_open(path, os.O_WRONLY if path == f.path else flags,
-                         **kw)
-
-    monkeypatch.setattr(_direct, "open_data", write_only)
+    # the descriptor its header was read from, which the pass reads
+    # through, is open for writing only now: the engine's reads of it
+    # fail (EBADF)
+    w = os.open(f.path, os.O_WRONLY)
+    os.dup2(w, f.fd, inheritable=False)
+    os.close(w)
     model = Model()
     with pytest.raises(phxio.PhoenixError) as ei:
         run_pass(model, paths, phxio.device("sim0"), files=files)
@@ -217,6 +214,29 @@ def test_failed_read_names_file_tensor_and_error(tmp_path, monkeypatch):
                      str(ei.value)), str(ei.value)
     tensor = re.search(r"tensor '([^']+)'", str(ei.value)).group(1)
     assert tensor in {t.name for t in f.tensors}
+
+
+def test_files_replaced_after_their_headers_were_read(tmp_path):
+    """Each file renamed over by another of the same layout and other
+    values between the read of the headers (which the vLLM loader does
+    before the pass) and the pass: the model is loaded from the files
+    whose headers were read, the tensors read direct and those through
+    the loaders alike, where the new files' bytes were read at the old
+    headers' offsets."""
+    sd = state()
+    paths = save(sd, tmp_path / "ck")
+    files = _weights.headers(paths)
+    new = save({k: torch.full_like(v, 7) for k, v in sd.items()},
+               tmp_path / "new")
+    for a, b in zip(new, paths):
+        os.replace(a, b)
+    want, want_loaded = reference(sd, "cpu")
+    model = Model()
+    _poison(model)
+    loaded, p = run_pass(model, paths, phxio.device("sim0"), files=files)
+    assert not p.reason and set(p.direct) == DIRECT
+    assert loaded == want_loaded
+    assert_same(want, model)
 
 
 def test_failing_loader_leaves_its_tensor_named(tmp_path):

@@ -7,6 +7,7 @@ ends, the mappings are freed."""
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import threading
 
@@ -24,20 +25,21 @@ from direct_model import (DIRECT, Model, assert_same,  # noqa: E402
 
 
 class Opened:
-    """open_file() as the pass calls it, with what it returned and the
-    thread it ran in; @refuse: phxfs hands nothing over."""
+    """open_fd() as the pass calls it (with the descriptor the file's
+    header was read from), with what it returned and the thread it ran
+    in; @refuse: phxfs hands nothing over."""
 
     def __init__(self, refuse=False):
         self.refuse = refuse
         self.calls = []  # (path, thread name, buffer or None)
         self.lock = threading.Lock()
 
-    def __call__(self, path):
+    def __call__(self, fd, path):
         buf = None
         try:
             if self.refuse:
                 raise phxio.PhoenixError(errno.EPERM, f"{path}: refused")
-            buf = _phxfs_open(path)
+            buf = _phxfs_open_fd(fd, path)
             return buf
         finally:
             with self.lock:
@@ -53,13 +55,19 @@ class Opened:
         return True
 
 
-_phxfs_open = _phxfs.open_file
+_phxfs_open_fd = _phxfs.open_fd
+
+
+def _by_path(path):
+    raise AssertionError(f"{path} mapped by its name, not through the "
+                         "descriptor its header was read from")
 
 
 @pytest.fixture
 def opened(monkeypatch):
     o = Opened()
-    monkeypatch.setattr(_phxfs, "open_file", o)
+    monkeypatch.setattr(_phxfs, "open_fd", o)
+    monkeypatch.setattr(_phxfs, "open_file", _by_path)
     return o
 
 
@@ -134,7 +142,7 @@ def test_staged_tensors_are_copied_from_device_memory(mount, tmp_path,
 def test_files_phxfs_does_not_hand_over_are_read(mount, tmp_path,
                                                  monkeypatch):
     refused = Opened(refuse=True)
-    monkeypatch.setattr(_phxfs, "open_file", refused)
+    monkeypatch.setattr(_phxfs, "open_fd", refused)
     sd = state()
     paths, files = _stage(mount, tmp_path, "ck-refused", sd)
     p, reads = _load(mount, sd, paths, files)
@@ -181,3 +189,28 @@ def test_a_pass_that_gives_up_frees_the_mappings(mount, tmp_path, opened):
     assert model.load_weights(sd.items()) == want_loaded
     assert_same(want, model)
     shutil.rmtree(mount / "ck-refusing")
+
+
+def test_staged_files_replaced_after_their_headers_were_read(mount,
+                                                             tmp_path):
+    """Each staged file renamed over by another of the same layout and
+    other values between the read of the headers and the pass (whose
+    threads map the files): the tensors copied direct are the mapped
+    memory of the files whose headers were read, and so are those
+    through the loaders, where the new files' were used at the old
+    headers' offsets."""
+    dev, where = _where(mount)
+    sd = state()
+    paths, files = _stage(mount, tmp_path, "ck-swap", sd)
+    new, _ = _stage(mount, tmp_path, "ck-swap-new",
+                    {k: torch.full_like(v, 7) for k, v in sd.items()})
+    for a, b in zip(new, paths):
+        os.replace(a, b)
+    want, want_loaded = reference(sd, where)
+    model = Model().to(where)
+    loaded, p = run_pass(model, paths, dev, files=files)
+    assert not p.reason and loaded == want_loaded
+    assert set(p.direct) == DIRECT and p.staged_parts == len(DIRECT)
+    assert_same(want, model)
+    shutil.rmtree(mount / "ck-swap")
+    shutil.rmtree(mount / "ck-swap-new")

@@ -60,6 +60,33 @@ def test_groups_are_bounded_and_exact(tmp_path):
                            v.view(torch.uint8)), k
 
 
+def test_files_replaced_after_their_headers_were_read(tmp_path):
+    """The vLLM loader reads the headers, then (the direct pass off) the
+    tensors group by group: files renamed over by others of the same
+    layout in between are read as the files whose headers were read, and
+    their descriptors are closed by close()."""
+    d = _checkpoint(tmp_path / "ck")
+    want = {}
+    for f in sorted(d.glob("*.safetensors")):
+        want.update(load_file(f))
+    files = _weights.headers(d)
+    new = tmp_path / "new"
+    new.mkdir()
+    for f in sorted(d.glob("*.safetensors")):
+        save_file({k: torch.zeros_like(v) for k, v in load_file(f).items()},
+                  str(new / f.name))
+        (new / f.name).replace(f)
+    got = {n: t.clone() for n, t in _weights.iter_files(
+        files, "sim0", group_size=200 << 10)}
+    assert sorted(got) == sorted(want)
+    for k, v in want.items():
+        assert torch.equal(got[k].view(torch.uint8),
+                           v.view(torch.uint8)), k
+    assert all(f.fd is not None for f in files)
+    _weights.close(files)
+    assert all(f.fd is None and not f.held.open for f in files)
+
+
 def test_select_and_missing(tmp_path):
     d = _checkpoint(tmp_path / "ck", shards=2)
     names = [n for n, _ in _weights.iter_safetensors(
