@@ -64,27 +64,39 @@ static int kmod_probe(const char **why)
 	return n;
 }
 
-static int kmod_info(int fd, struct phx_ioc_info *info)
+/*
+ * Open /dev/phx@index and read its PHX_IOC_INFO into @info.  Returns the
+ * open descriptor, or a negative errno (phx_err(), naming @name).
+ */
+static int kmod_node_info(int index, const char *name,
+			  struct phx_ioc_info *info)
 {
-	if (ioctl(fd, PHX_IOC_INFO, info))
-		return -errno;
-	return 0;
+	int fd, err;
+
+	fd = kmod_open_node(index);
+	if (fd < 0)
+		return phx_err(errno, "%s: cannot open /dev/phx%d: %s", name,
+			       index, strerror(errno));
+	if (ioctl(fd, PHX_IOC_INFO, info)) {
+		err = errno;
+		close(fd);
+		return phx_err(err, "%s: PHX_IOC_INFO failed: %s", name,
+			       strerror(err));
+	}
+	return fd;
 }
 
 static int kmod_query(int index, struct phx_device_info *info)
 {
 	struct phx_ioc_info ki;
-	int fd, ret;
+	char name[16];
+	int fd;
 
-	fd = kmod_open_node(index);
+	snprintf(name, sizeof(name), "phx%d", index);
+	fd = kmod_node_info(index, name, &ki);
 	if (fd < 0)
-		return phx_err(errno, "phx%d: cannot open /dev/phx%d: %s",
-			       index, index, strerror(errno));
-	ret = kmod_info(fd, &ki);
+		return fd;
 	close(fd);
-	if (ret)
-		return phx_err(-ret, "phx%d: PHX_IOC_INFO failed: %s", index,
-			       strerror(-ret));
 	snprintf(info->model, sizeof(info->model), "phx.ko %s memory of %s",
 		 ki.provider == PHX_PROVIDER_NVIDIA ? "GPU" : "BAR",
 		 ki.pci_name);
@@ -98,24 +110,16 @@ static int kmod_open(struct phx_device *dev)
 {
 	struct kmod_dev *kd;
 	struct phx_ioc_info ki;
-	int ret;
 
 	kd = calloc(1, sizeof(*kd));
 	if (!kd)
 		return phx_err(ENOMEM, "%s: out of host memory", dev->name);
-	kd->fd = kmod_open_node(dev->index);
+	kd->fd = kmod_node_info(dev->index, dev->name, &ki);
 	if (kd->fd < 0) {
-		ret = phx_err(errno, "%s: cannot open /dev/phx%d: %s",
-			      dev->name, dev->index, strerror(errno));
+		int ret = kd->fd;
+
 		free(kd);
 		return ret;
-	}
-	ret = kmod_info(kd->fd, &ki);
-	if (ret) {
-		close(kd->fd);
-		free(kd);
-		return phx_err(-ret, "%s: PHX_IOC_INFO failed: %s", dev->name,
-			       strerror(-ret));
 	}
 	dev->priv = kd;
 	dev->granularity = KMOD_GRANULARITY;
