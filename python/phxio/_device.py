@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import operator
 import threading
 import weakref
 from collections import OrderedDict
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from . import _dlpack
 from . import _lib
+from ._args import as_int
 from ._lib import PhoenixError, check, lib
 
 if TYPE_CHECKING:
@@ -266,14 +266,10 @@ class Device(_Handle):
         @limit is an integer 0 to 2**64 - 1: a negative one, a bool or
         any other type is refused (ValueError, TypeError) and the limit
         stays as it was."""
-        if isinstance(limit, bool):
-            raise TypeError(f"set_limit: limit {limit!r} is a bool: give a "
-                            "number of bytes (0: no limit)")
-        try:
-            n = operator.index(limit)
-        except TypeError:
+        n = as_int(limit)
+        if n is None:
             raise TypeError(f"set_limit: limit {limit!r} is not an integer "
-                            "number of bytes (0: no limit)") from None
+                            "number of bytes (0: no limit)")
         if not 0 <= n < 1 << 64:
             raise ValueError(f"set_limit: limit {limit!r} is not a number of "
                              "bytes from 0 (no limit) to 2**64 - 1")

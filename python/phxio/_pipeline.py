@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import operator
 import queue
 import os
 import threading
 from typing import Any, Optional
 
 from . import _lib
+from ._args import as_int
 from ._lib import PhoenixError, check, lib
 
 # What an entry holds until a worker completes it: a failure elsewhere
@@ -61,14 +61,10 @@ def threads_of(threads: Optional[int]) -> int:
             raise ValueError(f"PHX_LOAD_THREADS={env!r}: give a number of "
                              "worker threads, such as 1") from None
         what = "PHX_LOAD_THREADS"
-    if isinstance(threads, bool):
-        raise TypeError(f"threads={threads!r}: give a number of worker "
-                        "threads, such as 1, not a bool")
-    try:
-        n = operator.index(threads)
-    except TypeError:
+    n = as_int(threads)
+    if n is None:
         raise TypeError(f"threads={threads!r}: give a whole number of "
-                        "worker threads, such as 1") from None
+                        "worker threads, such as 1")
     if n < 1:
         raise ValueError(f"{what}={n}: threads must be at least 1, not {n}")
     if n > MAX_THREADS:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import operator
 import os
 import stat
 import threading
@@ -14,6 +13,7 @@ from typing import Any, Iterable, Optional, Union
 
 from . import _dlpack
 from . import _lib
+from ._args import as_int
 from ._buffer import Buffer, DeviceArray
 from ._device import Device, Stream, device
 from ._lib import PhoenixError, check, lib
@@ -344,13 +344,9 @@ def _entry(i: int, item: Any) -> tuple[int, int, Any]:
                          "size, target) triple") from None
     ints = []
     for name, v in (("file offset", off), ("size", size)):
-        try:
-            if isinstance(v, bool):
-                raise TypeError
-            n = operator.index(v)  # NumPy's integers too
-        except TypeError:
-            raise TypeError(f"batch entry {i}: {name} {v!r} is not an "
-                            "int") from None
+        n = as_int(v)
+        if n is None:
+            raise TypeError(f"batch entry {i}: {name} {v!r} is not an int")
         if n < 0:
             raise ValueError(f"batch entry {i}: {name} {n} is negative")
         ints.append(n)
