@@ -152,6 +152,10 @@ class _Handle:
     def closed(self) -> bool:
         return self._native is None or not self._native.alive
 
+    def check_open(self) -> None:
+        """PhoenixError (EBADF) where the object was released."""
+        self.handle
+
     def close(self) -> None:
         n, self._native = self._native, None
         if n is not None:

@@ -307,7 +307,7 @@ def load(path: Any, device: Any = None, framework: str = "auto",
     named = device is not None
     dev = device if isinstance(device, _core.Device) else \
         _core.device(device)
-    dev.handle  # a closed Device says so, also for views of staged files
+    dev.check_open()  # also for views of staged files
     fw = _framework(framework, dev)
     nthreads = threads_of(threads)
     keep, wanted = _selector(select)

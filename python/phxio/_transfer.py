@@ -246,11 +246,11 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
                          f"{n if n < 0 else file_offset}")
     # the device and the stream before the file: a closed or bad one
     # creates or truncates nothing
-    _open_device(t.device)
+    t.device.check_open()
     s = t.device.stream_of(stream) if stream is not None else None
     if s is not None:
-        _open_device(s.device)
-        s.handle  # a destroyed stream says so here
+        s.device.check_open()
+        s.check_open()
     f = _File(path, op == _lib.PHX_OP_WRITE,
               truncate=(file_offset == 0 and size is None))
     fd = f.__enter__()
@@ -282,13 +282,6 @@ def _transfer(op: int, path: PathOrFd, obj: Any, file_offset: int,
         return check(ret, _describe(op, path, t.device))
     finally:
         f.__exit__()
-
-
-def _open_device(dev: Device) -> None:
-    """PhoenixError (EBADF) where @dev was closed: its buffers and streams
-    hold the library's device, so their host copies still work, but a
-    transfer through a closed Device moves nothing."""
-    dev.handle
 
 
 def _aim(io: Any, obj: Any, t: _Target) -> None:
@@ -375,7 +368,7 @@ def _batch(op: int, path: PathOrFd,
         if t.device.name != dev.name:
             raise ValueError("all batch targets must be on one device "
                              f"({dev.name} and {t.device.name} given)")
-    _open_device(dev)  # before the file is opened (a write creates it)
+    dev.check_open()  # before the file is opened (a write creates it)
     ios = (_lib.IoStruct * len(items))()
     for i, ((off, size, _), t) in enumerate(zip(items, targets)):
         if size > t.nbytes:
