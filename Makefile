@@ -49,7 +49,7 @@ test: deps
 	@$(MAKE) --no-print-directory check-asan-run
 
 test-gpu:
-	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod test-passthrough test-format,$(TESTS))
+	@PHX_DEVICE=cuda $(MAKE) --no-print-directory $(filter-out test-kmod test-passthrough test-format test-sizes,$(TESTS))
 
 check-asan: deps
 	@$(MAKE) --no-print-directory check-asan-run
@@ -80,3 +80,10 @@ test-format:
 	@echo "test-format: $$(git ls-files '*.c' '*.h' | grep -vc '^kmod/') files formatted"
 
 TESTS += test-format
+
+# No source file over 700 lines (scripts/check-sizes.sh).
+.PHONY: test-sizes
+test-sizes:
+	@sh scripts/check-sizes.sh
+
+TESTS += test-sizes

@@ -9,7 +9,7 @@ KMOD_KVER := 6.12.95+deb12-amd64
 KMOD_DIR := $(BUILD)/kmod
 KMOD_KDIR := $(KMOD_DIR)/sysroot/usr/src/linux-headers-$(KMOD_KVER)
 KMOD_SRCS := $(wildcard kmod/*.c kmod/*.h) kmod/Kbuild
-KMOD_TESTS := $(addprefix $(KMOD_DIR)/tests/,kmod_map kmod_dma kmod_safety)
+KMOD_TESTS := $(addprefix $(KMOD_DIR)/tests/,kmod_map kmod_dma kmod_safety kmod_races)
 KMOD_TEST_LIB := $(KMOD_DIR)/tests/kmod_lib
 KMOD_HOSTCHECK := $(KMOD_DIR)/tests/hostcheck
 KMOD_CFLAGS := -O2 -g -std=gnu11 $(WARN) -D_GNU_SOURCE

@@ -44,7 +44,7 @@ if [ "$SUITE" = fuse ]; then
 	init=tests/kmod/init-fuse.sh
 	verify=verify-fuse
 else
-	progs="kmod_map kmod_dma kmod_lib kmod_safety"
+	progs="kmod_map kmod_dma kmod_lib kmod_safety kmod_races"
 	init=tests/kmod/init.sh
 	verify=verify
 fi

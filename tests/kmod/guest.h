@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../../kmod/phx_uapi.h"
@@ -46,6 +47,60 @@ static inline void *range_map(int fd, uint64_t size)
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 
 	return p == MAP_FAILED ? NULL : p;
+}
+
+/* What the device has free now; 0 where it cannot be asked. */
+static inline uint64_t free_bytes(void)
+{
+	struct phx_ioc_info now = {};
+	int dev = dev_open(&now);
+
+	if (dev >= 0)
+		close(dev);
+	return now.free;
+}
+
+/*
+ * Whether all @size bytes of the device come back free.  A range is
+ * freed when its last reference goes, which can be late (pinned pages
+ * held by I/O in flight): the module is given a moment.
+ */
+static inline int all_free(uint64_t size)
+{
+	int i;
+
+	for (i = 0; i < 1500; i++) {
+		if (free_bytes() == size)
+			return 1;
+		usleep(20000);
+	}
+	return 0;
+}
+
+/* Write @val to the sysfs attribute @path: 0 or -1 (errno). */
+static inline int write_sysfs(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, val, strlen(val));
+	close(fd);
+	return n == (ssize_t)strlen(val) ? 0 : -1;
+}
+
+/* Load phx.ko again after a test unloaded it: 0 or -1 (errno). */
+static inline int reload_module(void)
+{
+	int fd = open("/phx.ko", O_RDONLY | O_CLOEXEC);
+	int ret;
+
+	if (fd < 0)
+		return -1;
+	ret = syscall(SYS_finit_module, fd, "", 0);
+	close(fd);
+	return ret;
 }
 
 #endif /* KMOD_GUEST_H */

@@ -25,9 +25,9 @@ mount -t ext4 -o ro /dev/nvme0n1 /mnt || echo "# cannot mount the ext4 disk"
 /kmod_dma file
 /kmod_lib
 umount /mnt
-/kmod_safety alloc-unbind
-/kmod_safety copy-truncate
-/kmod_safety rmmod-race
+/kmod_races alloc-unbind
+/kmod_races copy-truncate
+/kmod_races rmmod-race
 
 echo "==== dmesg begin"
 dmesg
