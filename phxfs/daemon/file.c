@@ -339,11 +339,18 @@ static void phxfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	atomic_fetch_add(&inode->dev->fuse_writes, 1);
 	/* @buf is the payload over io_uring: pinned, it needs no staging */
 	phxfs_req_payload(req, NULL);
-	if (off < 0 || (uint64_t)off > PHXFS_MAX_FILE ||
-	    size > PHXFS_MAX_FILE - (uint64_t)off) {
-		err = -EFBIG;
+	/*
+	 * As Linux does at a file system's size limit: a write that starts
+	 * at or past it fails, one that crosses it stores what fits and
+	 * says so in its count (POSIX's "as many bytes as there is room
+	 * for").
+	 */
+	if (off < 0 || (size && (uint64_t)off >= PHXFS_MAX_FILE)) {
+		err = off < 0 ? -EINVAL : -EFBIG;
 		goto out_err;
 	}
+	if (size > PHXFS_MAX_FILE - (uint64_t)off)
+		size = PHXFS_MAX_FILE - (uint64_t)off;
 	if (size) {
 		/* a page-cache flush runs as nobody in particular: it is
 		 * the opener's write */

@@ -33,7 +33,10 @@
 
 #define PHXFS_MAX_DEVICES 16
 #define PHXFS_NAME_MAX 255
-/* Largest file: beyond it a write or truncate is EFBIG (as on ext4). */
+/*
+ * Largest file: a truncate or fallocate beyond it, or a write starting at
+ * or past it, is EFBIG; a write crossing it is short (as on ext4).
+ */
 #define PHXFS_MAX_FILE (1ULL << 44)
 /* Longest reason phxfs gives for a feature being off (status). */
 #define PHXFS_WHY_MAX 160
