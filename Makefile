@@ -35,7 +35,7 @@ include lib/build.mk
 -include python/build.mk
 -include kmod/build.mk
 include lib/fio/build.mk
-include tests/bench/build.mk
+include scripts/bench/build.mk
 
 build-all: $(ALL)
 

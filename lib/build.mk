@@ -121,17 +121,6 @@ test-ptx:
 TESTS += test-ptx
 -include $(LIB_OBJS:.o=.d)
 
-# ---- benchmarks (not part of make test) ------------------------------------
-$(BUILD)/phx-cpubench: tests/bench/phx-cpubench.c $(PHX_HEADERS) $(LIB_A)
-	@echo "  CC      $@"
-	@$(CC) $(CFLAGS) $(PHX_CPPFLAGS) -o $@ $< $(LIB_A) $(URING_LIB) \
-		$(LDFLAGS) $(LDLIBS)
-
-.PHONY: bench-cpu
-bench-cpu: $(BUILD)/phx-cpubench
-	@mkdir -p $(BUILD)/bench
-	$(BUILD)/phx-cpubench -s 1G -r 3 $(BUILD)/bench
-
 # ---- install ---------------------------------------------------------------
 .PHONY: install-lib
 install-lib: $(LIB_A) $(LIB_SO)

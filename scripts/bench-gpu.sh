@@ -2,7 +2,7 @@
 # File <-> GPU benchmark on the GPU machine, in one call: libphoenix
 # against raw disk (io_uring O_DIRECT and buffered), cuFile, pread +
 # cuMemcpyHtoD and the pinned copy rate, on one file of random bytes,
-# ending with one table (see tests/bench/phx-bench.c).  About 5 minutes
+# ending with one table (see scripts/bench/phx-bench.c).  About 5 minutes
 # for the default 4 GiB file; run as root so the page cache can be dropped
 # and cuFile finds the file system's udev properties.
 #
