@@ -126,6 +126,12 @@ def child(path: str, step: str, device: str, repeat: int,
             print(s.getvalue(), file=sys.stderr)
         return res
     res["first_s"] = timed()
+    # what the device's set-up took and what the first load waited for it
+    dev = phxio.device(device)
+    dev.prepare()
+    st = dev.engine_stats()
+    res["setup_s"] = st["setup_ns"] / 1e9
+    res["waited_s"] = st["setup_wait_ns"] / 1e9
     res["later_s"] = [timed() for _ in range(repeat)]
     return res
 
@@ -169,9 +175,10 @@ def main() -> int:
         n = nbytes(path)
         print(f"== {path}: {n / 1e9:.2f} GB, {args.runs} processes a row "
               "(medians)")
-        print("| before the first load | set-up before (ms) | first (ms) "
-              "| later (ms) | first GB/s | first vs later |")
-        print("|---|---|---|---|---|---|")
+        print("| before the first load | time before (ms) | first (ms) "
+              "| later (ms) | first GB/s | first vs later "
+              "| set-up ran (ms) | first load waited for it (ms) |")
+        print("|---|---|---|---|---|---|---|---|")
         for step in args.steps.split(","):
             if step not in STEPS:
                 raise SystemExit(f"--steps: no step {step!r}")
@@ -179,9 +186,12 @@ def main() -> int:
             before = statistics.median(r["before_s"] for r in rs)
             first = statistics.median(r["first_s"] for r in rs)
             later = statistics.median(x for r in rs for x in r["later_s"])
+            setup = statistics.median(r["setup_s"] for r in rs)
+            waited = statistics.median(r["waited_s"] for r in rs)
             print(f"| {step} | {before * 1e3:.1f} | {first * 1e3:.1f} | "
                   f"{later * 1e3:.1f} | {n / first / 1e9:.2f} | "
-                  f"{later / first:.2f}x |", flush=True)
+                  f"{later / first:.2f}x | {setup * 1e3:.1f} | "
+                  f"{waited * 1e3:.1f} |", flush=True)
         if args.profile:
             run_child(path, "none", args, profile=True)
     return 0

@@ -291,12 +291,17 @@ class Device(_Handle):
     def engine_stats(self) -> dict[str, int]:
         """The device's transfer engines: "built" since it opened, "alive"
         in its pool (idle or lent), "idle", their "staging_bytes", and the
-        "threaded_reads" that ran on reader threads (PHX_HOT_READERS)."""
+        "threaded_reads" that ran on reader threads (PHX_HOT_READERS).
+        And the set-up that opening the device started (its staging
+        pinned, the first engine built): "setup_ns", how long it ran (0
+        while it runs), and "setup_wait_ns", how long transfers waited for
+        it (the first call's tax; prepare()'s own wait is not counted)."""
         s = _lib.EngineStatsStruct()
         check(lib().phx_engine_stats_get(self.handle, ctypes.byref(s)))
         return {"built": s.built, "alive": s.alive, "idle": s.idle,
                 "staging_bytes": s.staging_bytes,
-                "threaded_reads": s.threaded_reads}
+                "threaded_reads": s.threaded_reads,
+                "setup_ns": s.setup_ns, "setup_wait_ns": s.setup_wait_ns}
 
     def __repr__(self) -> str:
         return f"<phxio.Device {self.name} ({self.info.model})>"

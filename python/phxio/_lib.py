@@ -101,6 +101,8 @@ class EngineStatsStruct(ctypes.Structure):
         ("idle", c_uint),
         ("staging_bytes", c_uint64),
         ("threaded_reads", c_uint64),
+        ("setup_ns", c_uint64),
+        ("setup_wait_ns", c_uint64),
     ]
 
 

@@ -51,9 +51,14 @@ Test(staging, pinned_at_open_and_taken_by_the_first_engine)
 	cr_assert_eq(engine_stats(dev).built, 1,
 		     "and the first engine built out of it");
 	cr_assert_eq(engine_stats(dev).idle, 1);
+	cr_assert_gt(engine_stats(dev).setup_ns, 0, "the set-up's run is told");
+	cr_assert_eq(engine_stats(dev).setup_wait_ns, 0,
+		     "prepare()'s wait is not a transfer's");
 
 	read_check(dev, &r);
 	cr_assert_eq(engine_stats(dev).built, 1, "the read built none");
+	cr_assert_eq(engine_stats(dev).setup_wait_ns, 0,
+		     "a transfer after prepare() waits for nothing");
 	cr_assert_eq(engine_stats(dev).staging_bytes, staging_budget());
 	cr_assert_eq(pinned(dev), staging_budget(),
 		     "the engine pinned nothing more");
@@ -67,6 +72,7 @@ Test(staging, the_first_transfer_waits_for_the_engine_being_built)
 	struct rig r = rig_file(NULL, dir_direct(), staging_budget() + 4321, 35,
 				false);
 	struct phx_device *dev;
+	uint64_t t0, took;
 	unsigned int i;
 
 	for (i = 0; i < 5; i++) {
@@ -75,12 +81,20 @@ Test(staging, the_first_transfer_waits_for_the_engine_being_built)
 			phx_device_close(dev);
 			cr_skip_test("kmod devices build no engine at open");
 		}
+		t0 = phx_now_ns();
 		read_check(dev, &r); /* at once: before the engine is ready */
+		took = phx_now_ns() - t0;
 		cr_assert_eq(engine_stats(dev).built, 1,
 			     "round %u: the read built an engine of its own",
 			     i);
 		cr_assert_eq(pinned(dev), staging_budget(),
 			     "round %u: and pinned staging of its own", i);
+		/* whether it waited is the scheduler's; never past its call */
+		cr_assert_leq(engine_stats(dev).setup_wait_ns, took,
+			      "round %u: a wait longer than the transfer", i);
+		cr_assert_eq(phx_device_prepare(dev), 0, "%s",
+			     phx_strerror_last());
+		cr_assert_gt(engine_stats(dev).setup_ns, 0, "round %u", i);
 		phx_device_close(dev);
 	}
 	rig_close(&r);

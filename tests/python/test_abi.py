@@ -33,6 +33,7 @@ STRUCTS = [
     ("phoenix/transfer.h", "phx_io", _lib.IoStruct, True),
     ("phoenix/settings.h", "phx_settings", _lib.SettingsStruct, True),
     ("phoenix/stats.h", "phx_stats", _lib.StatsStruct, True),
+    ("phoenix/stats.h", "phx_engine_stats", _lib.EngineStatsStruct, True),
     ("phxfs_client.h", "phxfs_status_dev", _phxfs._StatusDev, True),
     ("phxfs_client.h", "phxfs_status_file", _phxfs._StatusFile, True),
     # read through a pointer the library allocates: the fields phxio

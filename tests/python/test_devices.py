@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -194,6 +195,43 @@ def _fresh(code: str, **env: str) -> subprocess.CompletedProcess:
     e = dict(os.environ, **env)
     return subprocess.run([sys.executable, "-c", code], env=e,
                           capture_output=True, text=True, timeout=60)
+
+
+def test_setup_stats_tell_the_first_calls_tax(tmp_path):
+    """A fresh process: after prepare() the set-up's run is told and no
+    transfer waited for it; a read then waits for nothing either.
+    Without prepare(), whether the first read waits is the scheduler's,
+    but never for longer than the read took."""
+    f = tmp_path / "f"
+    f.write_bytes(os.urandom(3 << 20))
+    code = textwrap.dedent(f"""
+        import json, time
+        import phxio
+        out = {{}}
+        d = phxio.Device({NAME0!r})
+        b = d.alloc(3 << 20)
+        t0 = time.monotonic_ns()
+        b.read({str(f)!r})
+        out["took"] = time.monotonic_ns() - t0
+        d.prepare()
+        out["first"] = d.engine_stats()
+        b.free(); d.close()
+        d = phxio.Device({NAME0!r})
+        d.prepare()
+        out["prepared"] = d.engine_stats()
+        b = d.alloc(3 << 20)
+        b.read({str(f)!r})
+        out["read"] = d.engine_stats()
+        print(json.dumps(out))
+    """)
+    r = _fresh(code)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["first"]["setup_ns"] > 0
+    assert out["first"]["setup_wait_ns"] <= out["took"]
+    assert out["prepared"]["setup_ns"] > 0
+    assert out["prepared"]["setup_wait_ns"] == 0
+    assert out["read"]["setup_wait_ns"] == 0
 
 
 def test_library_nearby_loads_without_the_system_search():

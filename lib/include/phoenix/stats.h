@@ -35,6 +35,16 @@ struct phx_engine_stats {
 	unsigned int idle; /* of those, waiting in the pool */
 	uint64_t staging_bytes; /* host staging memory all engines hold */
 	uint64_t threaded_reads; /* reads run on PHX_HOT_READERS threads */
+	/*
+	 * The set-up phx_device_open() starts (its staging mapped and
+	 * pinned, the first engine built): how long it ran (0 while it
+	 * runs), and how long transfers waited for it, summed over the
+	 * threads that waited: the first transfer's tax, which
+	 * phx_device_prepare() takes out of it (its own wait does not
+	 * count).  A child of fork() sees its parent's figures.
+	 */
+	uint64_t setup_ns;
+	uint64_t setup_wait_ns;
 };
 
 /**

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "phoenix.h"
 
@@ -41,6 +42,15 @@ const struct phx_settings *phx_settings(void);
  */
 const char *phx_kind_prefix(enum phx_device_kind kind);
 enum phx_device_kind phx_kind_word(const char *s, size_t len);
+
+/* The monotonic clock, in nanoseconds. */
+static inline uint64_t phx_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Human-readable byte count into @buf ("64 MiB"); returns @buf. */
 char *phx_fmt_bytes(char *buf, size_t len, uint64_t bytes);

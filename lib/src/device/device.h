@@ -322,6 +322,8 @@ struct phx_device {
 	atomic_uint_fast64_t staging; /* staging memory of all engines */
 	atomic_uint_fast64_t engines_built;
 	atomic_uint_fast64_t threaded_reads; /* engine/readers.c */
+	/* the set-up's run, and transfers' waits for it (engine/staging.c) */
+	atomic_uint_fast64_t setup_ns, setup_wait_ns;
 
 	/*
 	 * Each layer's own state, private to the file that owns it and made

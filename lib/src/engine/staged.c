@@ -266,21 +266,13 @@ static void staged_flush(struct phx_engine *e)
 	}
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void staged_publish(struct phx_engine *e, struct phx_slot *sl)
 {
 	struct phx_job *j = sl->job;
 
 	if (j->probe && sl->region < 2) {
 		j->probe_reads[sl->region]--;
-		j->probe_t1[sl->region] = now_ns();
+		j->probe_t1[sl->region] = phx_now_ns();
 	}
 	if (j->io->op == PHX_OP_READ && copy_held(e, sl))
 		return;
@@ -332,7 +324,7 @@ static void staged_fill(struct phx_engine *e)
 		r = &j->region[j->cur];
 		if (j->probe) {
 			if (!j->probe_reads[j->cur]++ && !j->probe_t0[j->cur])
-				j->probe_t0[j->cur] = now_ns();
+				j->probe_t0[j->cur] = phx_now_ns();
 			sl->region = j->cur;
 		}
 		/* Segments end on chunk-aligned file offsets. */
@@ -432,14 +424,14 @@ static int staged_idle(struct phx_engine *e)
 	if (!sl)
 		return phx_engine_wait_io(e);
 	if (e->inflight) {
-		t0 = now_ns();
+		t0 = phx_now_ns();
 		for (unsigned int n = 0;; n++) {
 			if (phx_engine_io_ready(e, &run_tw))
 				return 0;
 			ret = dev->ops->event_query(dev, sl->fence->event);
 			if (ret != -EAGAIN)
 				return 0; /* consumed() takes it, or its error */
-			if (now_ns() - t0 >= PHX_COPY_POLL_NS)
+			if (phx_now_ns() - t0 >= PHX_COPY_POLL_NS)
 				break;
 			if (n >= 64)
 				sched_yield();

@@ -34,6 +34,7 @@ struct phx_staging {
 	pthread_cond_t ready; /* @done became true */
 	pthread_t thread;
 	pid_t owner; /* the process that opened the device */
+	uint64_t t0; /* when the device opened (phx_now_ns()) */
 	bool started; /* @thread runs or ran */
 	bool done; /* the block is usable (@mem) or never will be */
 	bool settled; /* the thread did all it was to do (@then too) */
@@ -143,11 +144,15 @@ static void block_finish(struct phx_staging *s, int err)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* The block is done either way: run @then, and say the thread is. */
+/*
+ * The block is done either way: run @then, note how long the set-up ran
+ * (the device's stats), and say the thread is done.
+ */
 static void block_settle(struct phx_device *dev, struct phx_staging *s)
 {
 	if (s->then)
 		s->then(dev, !atomic_load(&s->stop));
+	atomic_store(&dev->setup_ns, phx_now_ns() - s->t0);
 	pthread_mutex_lock(&s->lock);
 	s->settled = true;
 	pthread_cond_broadcast(&s->ready);
@@ -260,6 +265,7 @@ int phx_staging_open(struct phx_device *dev,
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->ready, NULL);
 	s->owner = getpid();
+	s->t0 = phx_now_ns();
 	s->then = then;
 	dev->staging_block = s;
 	if (pthread_create(&s->thread, NULL, block_main, dev)) {
@@ -278,13 +284,20 @@ int phx_staging_open(struct phx_device *dev,
 /*
  * Wait for the block's thread; whether the block is usable.  Only in the
  * process that opened the device (the caller checks, before the lock: a
- * child of fork() may have been forked while the thread held it).
+ * child of fork() may have been forked while the thread held it).  A
+ * transfer's wait: counted in @dev's stats.
  */
-static bool block_wait_locked(struct phx_staging *s)
+static bool block_wait_locked(struct phx_device *dev, struct phx_staging *s)
 {
+	uint64_t t0;
+
 	phx_assert_held(&s->lock);
-	while (!s->done)
-		pthread_cond_wait(&s->ready, &s->lock);
+	if (!s->done) {
+		t0 = phx_now_ns();
+		while (!s->done)
+			pthread_cond_wait(&s->ready, &s->lock);
+		atomic_fetch_add(&dev->setup_wait_ns, phx_now_ns() - t0);
+	}
 	return s->mem;
 }
 
@@ -339,7 +352,7 @@ int phx_staging_room(struct phx_device *dev, size_t len)
 		return -1;
 	n = block_units(s, len);
 	pthread_mutex_lock(&s->lock);
-	if (!block_wait_locked(s) || n > s->units)
+	if (!block_wait_locked(dev, s) || n > s->units)
 		room = -1;
 	else
 		room = block_find_locked(s, n) >= 0;
@@ -358,7 +371,7 @@ void *phx_staging_take(struct phx_device *dev, size_t len)
 		return NULL;
 	n = block_units(s, len);
 	pthread_mutex_lock(&s->lock);
-	block_wait_locked(s);
+	block_wait_locked(dev, s);
 	i = block_find_locked(s, n);
 	if (i >= 0)
 		p = block_lend_locked(s, (unsigned int)i, n);
@@ -375,7 +388,7 @@ bool phx_staging_take_at(struct phx_device *dev, void *p, size_t len)
 	if (!s || !len || s->owner != getpid())
 		return false;
 	pthread_mutex_lock(&s->lock);
-	if (!block_wait_locked(s) || (char *)p < s->mem) {
+	if (!block_wait_locked(dev, s) || (char *)p < s->mem) {
 		ok = false;
 		goto out;
 	}

@@ -47,12 +47,22 @@ static struct phx_engine **pool_first_free(struct phx_engine_pool *p)
 	return NULL;
 }
 
-/* Wait while the first engine is on its way and none is idle. */
-static void pool_wait_prebuilt_locked(struct phx_engine_pool *p)
+/*
+ * Wait while the first engine is on its way and none is idle (a
+ * transfer waiting for the device's set-up: counted in its stats).
+ */
+static void pool_wait_prebuilt_locked(struct phx_device *dev)
 {
+	struct phx_engine_pool *p = dev->engines;
+	uint64_t t0;
+
 	phx_assert_held(&p->lock);
+	if (!p->pending || p->owner != getpid() || pool_first_free(p))
+		return;
+	t0 = phx_now_ns();
 	while (p->pending && p->owner == getpid() && !pool_first_free(p))
 		pthread_cond_wait(&p->cond, &p->lock);
+	atomic_fetch_add(&dev->setup_wait_ns, phx_now_ns() - t0);
 }
 
 /*
@@ -69,7 +79,7 @@ static void pool_yield_staging(struct phx_device *dev, size_t len)
 	struct phx_engine **pp, *e;
 
 	pthread_mutex_lock(&p->lock);
-	pool_wait_prebuilt_locked(p);
+	pool_wait_prebuilt_locked(dev);
 	while (!len || !phx_staging_room(dev, len)) { /* 0: no room now */
 		for (pp = &p->free; *pp; pp = &(*pp)->next_free)
 			if ((*pp)->owner == getpid() && (*pp)->staging_lent)
@@ -104,7 +114,7 @@ int phx_engine_get(struct phx_device *dev, struct phx_engine_shape sh,
 	int ret;
 
 	pthread_mutex_lock(&dev->engines->lock);
-	pool_wait_prebuilt_locked(dev->engines);
+	pool_wait_prebuilt_locked(dev);
 	while (wait && !pool_first_free(dev->engines) &&
 	       dev->engines->sync >= PHX_MAX_ENGINES)
 		pthread_cond_wait(&dev->engines->cond, &dev->engines->lock);
@@ -208,6 +218,8 @@ PHX_EXPORT int phx_engine_stats_get(struct phx_device *dev,
 	out->built = atomic_load(&dev->engines_built);
 	out->staging_bytes = atomic_load(&dev->staging);
 	out->threaded_reads = atomic_load(&dev->threaded_reads);
+	out->setup_ns = atomic_load(&dev->setup_ns);
+	out->setup_wait_ns = atomic_load(&dev->setup_wait_ns);
 	return 0;
 }
 
