@@ -156,6 +156,13 @@ int cli_cp(int argc, char **argv)
 		goto out;
 	}
 	r.out = src_on == 1;
+	if (!r.out && cp_phxfs_top(via)) {
+		fprintf(stderr,
+			"phx: cp: %s is phxfs's top level, which holds only its devices; copy into one of them (ls %s)\n",
+			cli_quote(dir), cli_quote(dir));
+		r.failed = 1;
+		goto out;
+	}
 	strcpy(r.sock, r.out ? ssock : dsock);
 	if (cp_catch_signals()) {
 		cp_err(&r, src, errno);

@@ -114,4 +114,10 @@ int cp_phxfs_at(const char *path, char *sock, size_t len);
  */
 void cp_split(const char *path, char *dir, char *name);
 
+/*
+ * Whether directory @path, on phxfs, is its top level (which holds only
+ * the devices' directories: nothing can be copied there).
+ */
+bool cp_phxfs_top(const char *path);
+
 #endif /* PHX_CP_H */

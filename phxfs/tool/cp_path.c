@@ -32,6 +32,15 @@ int cp_phxfs_at(const char *path, char *sock, size_t len)
 	return 0;
 }
 
+bool cp_phxfs_top(const char *path)
+{
+	char name[64];
+
+	/* every directory below the top level is a device's */
+	return getxattr(path, "user.phx.device", name, sizeof(name)) < 0 &&
+	       errno == ENODATA;
+}
+
 void cp_split(const char *path, char *dir, char *name)
 {
 	char a[PATH_MAX], b[PATH_MAX];

@@ -231,6 +231,10 @@ def test_phx_cp_bad_input():
         ((d + "/f", os.path.join(ref, "no", "g")),
          "no/g: No such file or directory"),
         (("/dev/null", d + "/n"), "not a regular file or directory"),
+        # the top level holds only the devices' directories
+        ((os.path.join(ref, "f"), T.FS.mp + "/x"), "top level"),
+        ((os.path.join(ref, "f"), T.FS.mp), "top level"),
+        (("-r", ref, T.FS.mp + "/"), "top level"),
         ((d + "/f",), "usage"),
         (("-z", d + "/f", ref), "usage"),
     ]
@@ -241,6 +245,7 @@ def test_phx_cp_bad_input():
             r.stderr
     assert os.listdir(ref) == ["f"], os.listdir(ref)
     assert sorted(os.listdir(d)) == ["f"], os.listdir(d)
+    assert sorted(os.listdir(T.FS.mp)) == T.FS.devs
 
 
 def one_line(r, msg, code=1):
