@@ -28,6 +28,7 @@ umount /mnt
 /kmod_races alloc-unbind
 /kmod_races copy-truncate
 /kmod_races rmmod-race
+/kmod_races unbind-pin
 
 echo "==== dmesg begin"
 dmesg

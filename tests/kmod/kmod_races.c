@@ -3,16 +3,18 @@
  * kmod_races.c - check 5's races: phx.ko stays consistent when misuse
  * races its own teardown.
  *
- * Each race runs on its own, after every other check, because the bugs
- * it looks for leave the device unusable: "kmod_races alloc-unbind"
- * allocates while the device is unbound, "kmod_races copy-truncate"
- * reads and writes range files into mappings of other ranges while a
- * GROW file is truncated, "kmod_races rmmod-race" unloads the module
- * while a process drops its last range files.  The host scans the kernel
- * log afterwards.
+ * Each runs on its own, after every other check, because the bugs it
+ * looks for leave the device unusable or a process hung:
+ * "kmod_races alloc-unbind" allocates while the device is unbound,
+ * "kmod_races copy-truncate" reads and writes range files into mappings
+ * of other ranges while a GROW file is truncated, "kmod_races rmmod-race"
+ * unloads the module while a process drops its last range files, and
+ * "kmod_races unbind-pin" unbinds the device while io_uring holds a
+ * long-term pin on its pages.  The host scans the kernel log afterwards.
  */
 #include <liburing.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -356,12 +358,99 @@ static void rmmod_racing_close(void)
 	EXPECT(all_free(info.size), "memory not back on the reloaded module");
 }
 
+/*
+ * Register a mapping of a range as an io_uring fixed buffer (a long-term
+ * pin, which the kernel offers no way to revoke), drop the range file and
+ * hold the pin until the parent says go; then unregister it.  Exit 0:
+ * the pin was taken and given back.
+ */
+static int pin_child(int round, int go, int ready)
+{
+	struct io_uring ring;
+	struct iovec iov;
+	int dev, fd;
+	char c;
+
+	dev = open("/dev/phx0", O_RDWR);
+	fd = range_alloc(dev, MIB, BAR_SCRATCH, PHX_ALLOC_FIXED);
+	close(dev);
+	iov.iov_base = fd >= 0 ? range_map(fd, MIB) : NULL;
+	iov.iov_len = MIB;
+	if (!iov.iov_base || io_uring_queue_init(4, &ring, 0))
+		return 2;
+	if (io_uring_register_buffers(&ring, &iov, 1))
+		return 3;
+	close(fd);
+	if (write(ready, "r", 1) != 1 || read(go, &c, 1) != 1)
+		return 4;
+	if (io_uring_unregister_buffers(&ring))
+		return 5;
+	io_uring_queue_exit(&ring);
+	munmap(iov.iov_base, MIB);
+	return 0;
+}
+
+struct unbinder {
+	pthread_t thread;
+	int err; /* the unbind's errno, 0 once it returned */
+	atomic_bool returned;
+};
+
+static void *unbind_thread(void *arg)
+{
+	struct unbinder *u = arg;
+
+	u->err = write_sysfs("/sys/bus/pci/drivers/phx/unbind", info.pci_name) ?
+			 errno :
+			 0;
+	atomic_store(&u->returned, true);
+	return NULL;
+}
+
+/*
+ * Unbind the device while a child holds a long-term pin on its pages:
+ * the unbind takes /dev/phx0 away at once (phx_dev_kill() deregisters it
+ * first) and then waits, the memory still pinned, until the child
+ * unregisters the buffer; then it returns and all memory comes back.
+ * Whether the unbind has returned is looked at only once /dev/phx0 is
+ * gone, when a correct module is certain to be waiting.
+ */
+static void unbind_while_pinned(void)
+{
+	struct unbinder u = { .err = -1 };
+	struct child ch;
+	int i, status;
+
+	if (child_start(&ch, pin_child, 0))
+		return;
+	atomic_init(&u.returned, false);
+	if (pthread_create(&u.thread, NULL, unbind_thread, &u)) {
+		EXPECT(0, "unbind thread: %s", strerror(errno));
+		return;
+	}
+	/* /dev/phx0 goes first: give the unbind up to a minute for that */
+	for (i = 0; i < 6000 && !access("/dev/phx0", F_OK); i++)
+		usleep(10000);
+	EXPECT(access("/dev/phx0", F_OK) != 0, "/dev/phx0 still there");
+	EXPECT(!atomic_load(&u.returned),
+	       "the unbind returned while io_uring pinned the pages");
+	EXPECT(write(ch.go, "g", 1) == 1, "wake child");
+	status = child_end(&ch);
+	EXPECT(WIFEXITED(status) && !WEXITSTATUS(status),
+	       "pinning child: status %#x", status);
+	pthread_join(u.thread, NULL);
+	EXPECT(!u.err, "unbind: %s", strerror(u.err));
+	EXPECT(!write_sysfs("/sys/bus/pci/drivers/phx/bind", info.pci_name),
+	       "bind: %s", strerror(errno));
+	EXPECT(all_free(info.size), "rebound device has memory in use");
+}
+
 int main(int argc, char **argv)
 {
 	int dev = dev_open(&info);
 
-	EXPECT(argc == 2,
-	       "usage: kmod_races alloc-unbind|copy-truncate|rmmod-race");
+	EXPECT(argc == 2, "usage: kmod_races "
+			  "alloc-unbind|copy-truncate|rmmod-race|unbind-pin");
 	if (argc != 2)
 		return test_result(5, "races");
 	EXPECT(dev >= 0, "no /dev/phx0");
@@ -374,6 +463,8 @@ int main(int argc, char **argv)
 		copy_while_truncating();
 	else if (!strcmp(argv[1], "rmmod-race"))
 		rmmod_racing_close();
+	else if (!strcmp(argv[1], "unbind-pin"))
+		unbind_while_pinned();
 	else
 		EXPECT(0, "unknown test %s", argv[1]);
 	return test_result(5, argv[1]);
