@@ -153,10 +153,10 @@ def save(tensors: dict, path: Any, metadata: Optional[dict] = None,
     and model.safetensors.index.json; a directory as @path means
     DIR/model.safetensors.  @threads: workers, 1 to 64 (default
     PHX_LOAD_THREADS, else 1), each taking whole shards; together they
-    hold one engine's staging memory.  Returns the files written.  Then the files of an
-    earlier save to @path that this one did not replace are removed: its
-    index, the shards that index lists or named as this save's shards
-    are, and for a sharded save the unsharded @path.
+    hold one engine's staging memory.  Returns the files written.  Then
+    the files of an earlier save to @path that this one did not replace
+    are removed: its index, the shards that index lists or named as this
+    save's shards are, and for a sharded save the unsharded @path.
     """
     path = os.fspath(path)
     if os.path.isdir(path) or path.endswith(os.sep):

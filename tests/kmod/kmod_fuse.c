@@ -21,8 +21,6 @@
 
 #include "guest.h"
 
-#define PAGE 4096ULL
-
 static const char *mnt;
 static char dir[256];
 

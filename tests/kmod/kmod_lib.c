@@ -14,8 +14,6 @@
 
 #include "guest.h"
 
-#define PAGE 4096ULL
-
 static uint64_t page_phys(int pagemap, const void *addr)
 {
 	uint64_t entry;

@@ -21,7 +21,6 @@
 
 #include "guest.h"
 
-#define PAGE 4096ULL
 #define UNLOAD_ROUNDS 64
 
 static struct phx_ioc_info info;

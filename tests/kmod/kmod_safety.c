@@ -19,7 +19,6 @@
 
 #include "guest.h"
 
-#define PAGE 4096ULL
 #define WORKERS 4
 #define ROUNDS 60
 

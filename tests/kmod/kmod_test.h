@@ -19,6 +19,7 @@
 #include <string.h>
 
 #define MIB (1ULL << 20)
+#define PAGE 4096ULL
 
 /* Pattern seeds: each data set is a distinct stream. */
 #define SEED_MAP_WRITE 1 /* guest writes through the mapping */
